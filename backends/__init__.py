@@ -1,0 +1,1 @@
+"""Inference engines behind one protocol (`backends.base.Backend`); each runs in a worker."""

@@ -1,0 +1,152 @@
+"""The Backend protocol, and the request and event types every front end speaks.
+
+These are plain dataclasses: they cross the worker pipe pickled, and they are what the CLI,
+the GUI and the server turn into their own output.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from app.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from app.store import InstalledModel
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    # llama.cpp's defaults; temperature 0 means greedy.
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    max_tokens: int | None = 512  # None: until the context is full
+
+    def validate(self) -> None:
+        def bad(what: str) -> InvalidRequestError:
+            return InvalidRequestError(what)
+
+        if not (isinstance(self.temperature, int | float) and math.isfinite(self.temperature)
+                and 0.0 <= self.temperature <= 2.0):
+            raise bad(f"temperature must be between 0 and 2, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise bad(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise bad(f"top_k must be 0 (off) or positive, got {self.top_k}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise bad(f"min_p must be between 0 and 1, got {self.min_p}")
+        if not 0.0 < self.repeat_penalty <= 10.0:
+            raise bad(f"repeat_penalty must be in (0, 10], got {self.repeat_penalty}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise bad(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.seed is not None and not 0 <= self.seed < 2**32:
+            raise bad(f"seed must be between 0 and 2^32-1, got {self.seed}")
+        if len(self.stop) > 16 or any(not s for s in self.stop):
+            raise bad("stop takes at most 16 non-empty strings")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A chat (`messages`) or a raw completion (`prompt`), with its sampling settings."""
+    messages: tuple[Message, ...] | None = None
+    prompt: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def validate(self) -> None:
+        if (self.messages is None) == (self.prompt is None):
+            raise InvalidRequestError("give either messages or a prompt")
+        if self.prompt is not None and not self.prompt.strip():
+            raise InvalidRequestError("the prompt is empty")
+        if self.messages is not None:
+            if not self.messages:
+                raise InvalidRequestError("the conversation has no messages")
+            for m in self.messages:
+                if m.role not in ROLES:
+                    raise InvalidRequestError(f"unknown message role {m.role!r} "
+                                              f"(use {', '.join(sorted(ROLES))})")
+            if not any(m.content.strip() for m in self.messages if m.role == "user"):
+                raise InvalidRequestError("the prompt is empty (no user message has any text)")
+        self.sampling.validate()
+
+
+@dataclass(frozen=True)
+class Stats:
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float  # request start to first token
+    decode_tokens_per_s: float  # tokens after the first, over the time they took
+    finish_reason: FinishReason
+    truncated: bool  # earlier turns (or the prompt's start) were dropped to fit the context
+    total_s: float
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    text: str
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    stats: Stats
+    text: str  # the whole answer
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    message: str
+    kind: Literal["invalid", "crash", "backend"] = "backend"
+
+
+Event = TokenEvent | DoneEvent | ErrorEvent
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    formats: tuple[str, ...]
+    batching: bool = False
+    speculative: bool = False
+    embeddings: bool = False
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How to load a model here; made by `app.fit.plan_load`, explained in `reason`."""
+    context: int
+    threads: int
+    gpu_layers: int = 0
+    batch: int = 512
+    parallel: int = 1
+    reason: str = ""
+
+
+class Backend(Protocol):
+    name: str
+
+    def capabilities(self) -> Capabilities: ...
+    def load(self, model: InstalledModel, plan: LoadPlan) -> None: ...
+    def generate(self, request: GenerationRequest,
+                 cancelled: CancelFlag | None = None) -> Iterator[Event]: ...
+    def tokenize(self, text: str) -> list[int]: ...
+    def unload(self) -> None: ...
+
+
+class CancelFlag(Protocol):
+    def is_set(self) -> bool: ...

@@ -1,0 +1,1 @@
+"""Triton kernels and their plain-torch references for the cuda backend (see DESIGN.md)."""

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set Ember up in ./.venv (idempotent), then start it or run the test suite.
+#
+#   bash packaging/setup.sh           set up, install the default model, start Ember
+#   bash packaging/setup.sh --test    set up (with test tools) and run the whole test suite
+#
+# Needs Python 3.11+ and a C/C++ compiler with CMake (llama-cpp-python compiles once per
+# machine, about 9 minutes on 2 cores; the wheel is kept in ~/.cache/ember/wheels).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=start
+if [ "${1:-}" = "--test" ]; then mode=test; shift; fi
+if [ "${1:-}" = "--start" ]; then shift; fi
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "ember: needs Python 3.11 or newer (found: $("$PYTHON" --version 2>&1))" >&2
+  exit 1
+fi
+VENV=${EMBER_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+py="$VENV/bin/python"
+pip_q=(-m pip install --quiet --disable-pip-version-check)
+# pip >= 24.1 reports download progress in a form Ember reads ("--progress-bar raw").
+"$py" "${pip_q[@]}" --upgrade "pip>=24.1"
+wheel=$(bash packaging/llama_cpp_wheel.sh "$py")
+"$py" "${pip_q[@]}" "$wheel"
+
+if [ "$mode" = test ]; then
+  "$py" "${pip_q[@]}" -e ".[dev]"
+  export PYTHONFAULTHANDLER=1
+  exec "$py" -m pytest "$@"
+fi
+"$py" "${pip_q[@]}" -e .
+"$VENV/bin/ember" pull qwen2.5-coder-0.5b-instruct
+exec "$VENV/bin/ember" "$@"

@@ -1,0 +1,62 @@
+"""Shared fixtures. Real models are pulled once into a persistent test home through Ember's
+own mirror downloader (the same code path as `ember pull`), so no test ever skips for a
+missing model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.config import Paths
+from app.download import pull
+from app.runtime import Runtime
+from app.store import InstalledModel, Store
+
+QWEN = "qwen2.5-coder-0.5b-instruct"
+GEMMA = "gemma-3-270m"
+TEST_HOME = Path(os.environ.get("EMBER_TEST_HOME",
+                                Path.home() / ".cache" / "ember" / "test-home"))
+
+
+@pytest.fixture(scope="session")
+def models_home() -> Iterator[Path]:
+    """EMBER_HOME for tests that use real models (kept between runs: 750 MB of downloads)."""
+    old = os.environ.get("EMBER_HOME")
+    os.environ["EMBER_HOME"] = str(TEST_HOME)
+    yield TEST_HOME
+    if old is None:
+        os.environ.pop("EMBER_HOME", None)
+    else:
+        os.environ["EMBER_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def store(models_home: Path) -> Store:
+    return Store(Paths(models_home))
+
+
+@pytest.fixture(scope="session")
+def qwen(store: Store) -> InstalledModel:
+    return pull(QWEN, store=store)
+
+
+@pytest.fixture(scope="session")
+def gemma(store: Store) -> InstalledModel:
+    return pull(GEMMA, store=store)
+
+
+@pytest.fixture(scope="session")
+def runtime(store: Store, qwen: InstalledModel) -> Iterator[Runtime]:
+    with Runtime(store=store) as rt:
+        rt.load(qwen.ref, context=4096)
+        yield rt
+
+
+@pytest.fixture
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
+    """An empty EMBER_HOME for tests that install or remove things."""
+    monkeypatch.setenv("EMBER_HOME", str(tmp_path / "home"))
+    return Paths(tmp_path / "home")
