@@ -96,6 +96,7 @@ class Stats:
     finish_reason: FinishReason
     truncated: bool  # earlier turns (or the prompt's start) were dropped to fit the context
     total_s: float
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache instead of recomputed
 
 
 @dataclass(frozen=True)

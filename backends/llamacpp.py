@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from app.store import InstalledModel
 
 
+CHUNK = 64  # prompt evaluation chunk; 64 and 512 prefill equally fast here
+
+
 class LlamaCppBackend:
     name = "llamacpp"
 
@@ -41,6 +44,7 @@ class LlamaCppBackend:
         self._bos_text = ""
         self._eos_text = ""
         self._add_bos = False
+        self._exact_upto = 0  # cached tokens that are bit-identical to a fresh evaluation
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf",))
@@ -120,6 +124,37 @@ class LlamaCppBackend:
             del messages[first]
             truncated = True
 
+    # -- prompt cache ----------------------------------------------------------------------
+    def _prefill(self, prompt: list[int]) -> int:
+        """Evaluate all but the prompt's last piece, reusing the KV cache where it matches.
+
+        llama.cpp's CPU kernels give slightly different numerics for the same row in batches
+        of different shapes (measured: logits differ by up to 0.37 when a cached prefix is
+        cut at an arbitrary token). So prompts are always evaluated in chunks whose
+        boundaries sit at multiples of CHUNK positions, and the cache is reused only up to
+        such a boundary: a cache hit then runs exactly the decode calls a fresh start would,
+        and greedy output never depends on what the worker ran before. `Llama.generate`
+        evaluates the last piece (1..CHUNK tokens). Returns how many tokens were reused.
+        """
+        llm = self._llm_or_fail()
+        cached = llm.input_ids[: llm.n_tokens]
+        common = 0
+        for a, b in zip(cached, prompt, strict=False):
+            if a != b:
+                break
+            common += 1
+        keep = min(common, len(prompt) - 1, self._exact_upto) // CHUNK * CHUNK
+        if keep == 0 or (keep < llm.n_tokens and not llm._ctx.kv_cache_seq_rm(-1, keep, -1)):
+            llm.reset()
+            keep = 0
+        llm.n_tokens = keep
+        while llm.n_tokens + CHUNK < len(prompt):
+            llm.eval(prompt[llm.n_tokens: llm.n_tokens + CHUNK])
+        # Only full prompt chunks are computed as a fresh start would compute them; the last
+        # piece and the answer's tokens (decoded one at a time) are not reused later.
+        self._exact_upto = llm.n_tokens
+        return keep
+
     # -- generation ------------------------------------------------------------------------
     def generate(self, request: GenerationRequest,
                  cancelled: CancelFlag | None = None) -> Iterator[Event]:
@@ -128,6 +163,7 @@ class LlamaCppBackend:
         start = time.perf_counter()
         prompt, truncated = self.prompt_tokens(request)
         llm.set_seed(s.seed if s.seed is not None else random.randrange(2**32))
+        reused = self._prefill(prompt)
         budget = llm.n_ctx() - len(prompt)
         max_new = min(s.max_tokens or budget, budget)
 
@@ -179,7 +215,7 @@ class LlamaCppBackend:
             ttft_s=round((first_at or end) - start, 4),
             decode_tokens_per_s=round((n_out - 1) / decode_s, 2) if decode_s > 0 else 0.0,
             finish_reason=finish, truncated=truncated,  # type: ignore[arg-type]
-            total_s=round(end - start, 4)), text=text)
+            total_s=round(end - start, 4), cached_tokens=reused), text=text)
 
 
 def _is_eog(llm, token: int) -> bool:  # noqa: ANN001

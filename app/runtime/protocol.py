@@ -10,12 +10,13 @@ from backends.base import Event, GenerationRequest
 # parent -> worker
 @dataclass(frozen=True)
 class Generate:
+    stream_id: str  # one per Generation: a request object may be sent more than once
     request: GenerationRequest
 
 
 @dataclass(frozen=True)
 class Cancel:
-    request_id: str
+    stream_id: str
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class LoadFailed:
 
 @dataclass(frozen=True)
 class Out:
-    request_id: str
+    stream_id: str
     event: Event
 
 

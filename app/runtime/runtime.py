@@ -105,7 +105,7 @@ class Worker:
                 break
             if isinstance(msg, Out):
                 with self._streams_lock:
-                    stream = self._streams.get(msg.request_id)
+                    stream = self._streams.get(msg.stream_id)
                 if stream is not None:
                     stream.put(msg.event)
             elif isinstance(msg, Reply):
@@ -127,23 +127,23 @@ class Worker:
         with self._send_lock:
             self._conn.send(msg)
 
-    def open_stream(self, request: GenerationRequest) -> queue.Queue[Event]:
+    def open_stream(self, stream_id: str, request: GenerationRequest) -> queue.Queue[Event]:
         stream: queue.Queue[Event] = queue.Queue()
         with self._streams_lock:
-            self._streams[request.id] = stream
+            self._streams[stream_id] = stream
         if not self.alive:
             stream.put(ErrorEvent(f"the worker running {self.model.ref} is not running", "crash"))
             return stream
         try:
-            self.send(Generate(request))
+            self.send(Generate(stream_id, request))
         except (BrokenPipeError, OSError):
             stream.put(ErrorEvent(f"the worker running {self.model.ref} is gone", "crash"))
         self.last_used = time.monotonic()
         return stream
 
-    def close_stream(self, request_id: str) -> None:
+    def close_stream(self, stream_id: str) -> None:
         with self._streams_lock:
-            self._streams.pop(request_id, None)
+            self._streams.pop(stream_id, None)
 
     def call_tokenize(self, text: str, timeout: float = 60.0) -> list[int]:
         call_id = uuid.uuid4().hex
@@ -175,8 +175,9 @@ class Generation:
 
     def __init__(self, worker: Worker, request: GenerationRequest) -> None:
         self.request = request
+        self.stream_id = uuid.uuid4().hex
         self._worker = worker
-        self._stream = worker.open_stream(request)
+        self._stream = worker.open_stream(self.stream_id, request)
         self._finished = False
 
     def __iter__(self) -> Iterator[Event]:
@@ -196,13 +197,13 @@ class Generation:
         finally:
             if not self._finished:  # the consumer stopped early: stop the work too
                 self.cancel()
-            self._worker.close_stream(self.request.id)
+            self._worker.close_stream(self.stream_id)
 
     def cancel(self) -> None:
         if self._finished:
             return
         with contextlib.suppress(BrokenPipeError, OSError):
-            self._worker.send(Cancel(self.request.id))
+            self._worker.send(Cancel(self.stream_id))
 
     def result(self) -> tuple[str, Stats]:
         for event in self:

@@ -65,11 +65,11 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 return
             if isinstance(msg, Generate):
                 with lock:
-                    cancels.setdefault(msg.request.id, threading.Event())
+                    cancels.setdefault(msg.stream_id, threading.Event())
                 jobs.put(msg)
             elif isinstance(msg, Cancel):
                 with lock:
-                    cancels.setdefault(msg.request_id, threading.Event()).set()
+                    cancels.setdefault(msg.stream_id, threading.Event()).set()
             elif isinstance(msg, Tokenize):
                 jobs.put(msg)
 
@@ -82,17 +82,18 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 except Exception as e:
                     conn.send(Reply(job.call_id, error=f"{type(e).__name__}: {e}"))
                 continue
-            flag = cancels[job.request.id]
+            with lock:
+                flag = cancels.setdefault(job.stream_id, threading.Event())
             try:
                 for event in backend.generate(job.request, flag):
-                    conn.send(Out(job.request.id, event))
+                    conn.send(Out(job.stream_id, event))
             except EmberError as e:
-                conn.send(Out(job.request.id, ErrorEvent(str(e), "invalid")))
+                conn.send(Out(job.stream_id, ErrorEvent(str(e), "invalid")))
             except Exception as e:
-                conn.send(Out(job.request.id, ErrorEvent(f"{type(e).__name__}: {e}")))
+                conn.send(Out(job.stream_id, ErrorEvent(f"{type(e).__name__}: {e}")))
             finally:
                 with lock:
-                    cancels.pop(job.request.id, None)
+                    cancels.pop(job.stream_id, None)
         except (BrokenPipeError, EOFError, OSError):
             break
     backend.unload()
