@@ -194,10 +194,16 @@ class Generation:
                 if isinstance(event, DoneEvent | ErrorEvent):
                     self._finished = True
                 yield event
-        finally:
-            if not self._finished:  # the consumer stopped early: stop the work too
-                self.cancel()
+        except GeneratorExit:  # the consumer stopped early: stop the work too
+            self.cancel()
             self._worker.close_stream(self.stream_id)
+            raise
+        except BaseException:
+            # e.g. Ctrl+C while waiting: cancel, but keep the stream so that iterating
+            # again drains it to its final event.
+            self.cancel()
+            raise
+        self._worker.close_stream(self.stream_id)
 
     def cancel(self) -> None:
         if self._finished:
