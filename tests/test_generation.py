@@ -220,3 +220,19 @@ def test_follow_up_turn_reuses_the_cached_prompt_and_matches_a_fresh_run(store, 
             messages=turn2, sampling=greedy)).result()
         assert third.cached_tokens == 0
     assert cached_text == fresh_text
+
+
+def test_a_file_llama_cpp_rejects_fails_inside_the_worker_with_a_clear_error(isolated_home,
+                                                                             tmp_path):
+    from tiny_gguf import write_tiny_gguf
+
+    from app.errors import BackendError
+    from app.store import Store
+
+    store = Store(isolated_home)
+    # A valid GGUF header for a llama model that lacks almost every tensor llama.cpp needs.
+    model = store.import_gguf(write_tiny_gguf(tmp_path / "hollow.gguf", name="Hollow"))
+    with Runtime(store=store) as rt:
+        with pytest.raises(BackendError, match=r"could not load hollow:ALL_F32: .*hollow\.gguf"):
+            rt.load(model.ref)
+        assert rt.loaded() == []
