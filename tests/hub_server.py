@@ -1,0 +1,116 @@
+"""A local HTTP server that speaks the part of the Hugging Face hub protocol that
+`hf_hub_download` uses: HEAD and GET (with Range) on /{repo}/resolve/{revision}/{file}.
+Each file can misbehave on purpose: drop the connection halfway, serve corrupted bytes,
+be missing (404) or gated (401)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+COMMIT = "a" * 40
+
+
+@dataclass
+class HubFile:
+    data: bytes
+    gated: bool = False
+    corrupt: bool = False  # serve other bytes than the ETag (sha256) promises
+    drop_after: int | None = None  # close the first GET after this many bytes
+
+
+@dataclass
+class FakeHub:
+    files: dict[tuple[str, str], HubFile] = field(default_factory=dict)
+    requests: list[dict[str, str | None]] = field(default_factory=list)
+    url: str = ""
+
+    def add(self, repo: str, filename: str, data: bytes, **kw: object) -> HubFile:
+        f = HubFile(data, **kw)  # type: ignore[arg-type]
+        self.files[(repo, filename)] = f
+        return f
+
+
+def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _lookup(self) -> HubFile | None:
+            parts = self.path.split("?")[0].strip("/").split("/")
+            if "resolve" not in parts:
+                return None
+            i = parts.index("resolve")
+            repo, filename = "/".join(parts[:i]), "/".join(parts[i + 2:])
+            return hub.files.get((repo, filename))
+
+        def _error(self, code: int, error_code: str, message: str) -> None:
+            body = json.dumps({"error": message}).encode()
+            self.send_response(code)
+            self.send_header("X-Error-Code", error_code)
+            self.send_header("X-Error-Message", message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _serve(self, head: bool) -> None:
+            hub.requests.append({"method": self.command, "path": self.path,
+                                 "range": self.headers.get("Range"),
+                                 "auth": self.headers.get("Authorization")})
+            f = self._lookup()
+            if f is None:
+                return self._error(404, "EntryNotFound", "Entry not found")
+            if f.gated:
+                return self._error(401, "GatedRepo", "Access to this model is restricted")
+            sha = hashlib.sha256(f.data).hexdigest()
+            body = bytes(b ^ 0xFF for b in f.data) if f.corrupt else f.data
+            start = 0
+            rng = self.headers.get("Range")
+            if rng and rng.startswith("bytes="):
+                start = int(rng[6:].split("-")[0])
+            part = body[start:]
+            self.send_response(206 if start else 200)
+            self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("ETag", f'"{sha}"')
+            self.send_header("Content-Length", str(len(part)))
+            if start:
+                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+            if head:
+                return None
+            if f.drop_after is not None and start < f.drop_after:
+                self.wfile.write(part[: f.drop_after - start])
+                self.wfile.flush()
+                f.drop_after = None  # only the first time
+                self.close_connection = True
+                import socket
+
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return None
+            self.wfile.write(part)
+            return None
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._serve(head=True)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._serve(head=False)
+
+    return Handler
+
+
+def start_hub() -> tuple[FakeHub, ThreadingHTTPServer]:
+    hub = FakeHub()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+    server.daemon_threads = True
+    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return hub, server
