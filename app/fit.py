@@ -1,40 +1,303 @@
-"""The fit model: will a model fit here, and how to load it (the load plan).
+"""The fit model: memory and speed predictions, recommendations, and load plans.
 
-This first version plans CPU loads for llama.cpp: context size and threads. Memory is
-weights (the file's tensor bytes) + KV cache (f16 K and V for every layer and token) + a
-compute buffer; the context is cut down until that fits in the RAM Ember may use.
+One formula, used before download (which quantization to recommend) and at load time (the
+plan the backend gets):
+
+  weights  = the variant's size (or parameters x bits per weight)
+  KV cache = 2 (K and V) x kv_heads x head_dim x 2 bytes (f16) x cells, summed over layers;
+             a sliding-window layer holds min(context, window + ubatch) cells, a global one
+             the whole context; times the parallel sequences
+  buffers  = llama.cpp's compute buffer: ubatch x vocab x 4 bytes of logits, plus a little
+             per context token (measured: 300.3 MiB for Qwen2.5 at 2k, 514.5 for Gemma 3)
+  overhead = the worker process itself (Python, libraries)
+
+Placement: everything in GPU memory (full GPU), the first N layers there and the rest in RAM
+(partial), all in RAM (CPU), or will not fit. Decode is memory-bound, so tokens/s is
+efficiency x bandwidth / bytes read per token (active weights + the KV read at a typical
+fill); prefill is compute-bound: FLOP/s / (2 x active parameters).
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from app.config import env_int
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
+from app.registry import Arch, ModelSpec, Variant
 from backends.base import LoadPlan
 
+GB = 1e9
+UBATCH = 512
+KV_BYTES = 2  # f16
+OVERHEAD_BYTES = 150 << 20  # worker process baseline (calibrated by benchmarks/fit_accuracy.py)
+BUFFER_FIXED_BYTES = 4 << 20
+BUFFER_PER_CONTEXT_BYTES = 256
+RAM_SHARE = 0.9  # of available RAM
+GPU_SHARE = 0.95  # of free VRAM
+CUDA_CONTEXT_BYTES = 400 << 20
+HEADROOM = 0.10  # a recommendation leaves this share of the budget free
+SPEED_SHARE = 0.6  # ... and is not much slower than the fastest variant that fits
+FAST_ENOUGH = 20.0  # tokens/s: faster than people read, so quality wins
 DEFAULT_CONTEXT = 4096
 MIN_CONTEXT = 512
-RAM_SHARE = 0.8  # of available RAM; the rest stays for the OS and the app
-COMPUTE_BUFFER_BYTES = 300 << 20  # llama.cpp's CPU compute buffer for small models (measured)
+TYPICAL_FILL = 1024  # tokens in the context when decode speed is quoted
+
+# Bits per weight, as stored (block scales included). GGUF mixes: measured on real files.
+BITS_PER_WEIGHT = {
+    "F32": 32.0, "F16": 16.0, "BF16": 16.0, "Q8_0": 8.5, "Q6_K": 6.5625, "Q5_K_M": 5.69,
+    "Q5_K_S": 5.54, "Q5_0": 5.5, "Q4_K_M": 4.85, "Q4_K_S": 4.58, "Q4_0": 4.5, "IQ4_XS": 4.25,
+    "MXFP4": 4.25, "Q3_K_M": 3.91, "Q2_K": 3.35,
+    "8bit": 8.5, "6bit": 6.5, "4bit": 4.5, "bf16": 16.0, "fp16": 16.0, "int8": 8.5, "int4": 4.25,
+}
+# Share of the bandwidth limit reached in decode (CPU: 23.6 of 43 tokens/s measured here).
+EFFICIENCY = {"cpu": 0.55, "nvidia": 0.75, "apple": 0.65}
+CPU_FLOPS_PER_CORE = 48e9  # prefill: 96 tokens/s x 1 GFLOP/token on 2 cores, measured here
+GPU_FLOPS_PER_GBPS = 60e9  # effective prefill FLOP/s per GB/s of bandwidth (tensor cores)
+APPLE_FLOPS_PER_GBPS = 30e9
+
+PLACEMENT_LABEL = {"full_gpu": "full GPU", "partial": "partial offload", "cpu": "CPU",
+                   "wont_fit": "will not fit"}
+PLACEMENT_RANK = {"full_gpu": 3, "partial": 2, "cpu": 1, "wont_fit": 0}
 
 
-def memory_bytes(info: GGUFInfo, context: int, parallel: int = 1) -> dict[str, int]:
-    return {"weights": info.data_bytes,
-            "kv_cache": info.kv_bytes_per_token * context * parallel,
-            "buffers": COMPUTE_BUFFER_BYTES}
+@dataclass(frozen=True)
+class Memory:
+    weights: int
+    kv_cache: int
+    buffers: int
+    overhead: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.buffers + self.overhead
+
+    def describe(self, context: int) -> str:
+        ctx = f"{context // 1024}k" if context % 1024 == 0 else str(context)
+        return (f"{self.weights / GB:.2f} GB weights + {self.kv_cache / GB:.2f} GB KV at {ctx} "
+                f"context + {(self.buffers + self.overhead) / GB:.2f} GB buffers")
 
 
-def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None) -> LoadPlan:
+@dataclass(frozen=True)
+class Fit:
+    model: str
+    format: str
+    quant: str
+    context: int
+    parallel: int
+    memory: Memory
+    placement: str  # full_gpu | partial | cpu | wont_fit
+    gpu_layers: int
+    layers: int
+    headroom_bytes: int
+    budget_bytes: int  # of the device that binds (GPU memory for full GPU, else RAM)
+    decode_tokens_per_s: float
+    prefill_tokens_per_s: float
+
+    @property
+    def label(self) -> str:
+        if self.placement == "partial":
+            return f"partial offload ({self.gpu_layers}/{self.layers} layers on GPU)"
+        return PLACEMENT_LABEL[self.placement]
+
+    def explain(self) -> str:
+        text = f"{self.label}: {self.memory.describe(self.context)}"
+        if self.placement != "wont_fit":
+            text += f"; ~{self.decode_tokens_per_s:.0f} tokens/s"
+        return text
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["memory"]["total"] = self.memory.total
+        d["label"] = self.label
+        d["explanation"] = self.explain()
+        return d
+
+
+def bits_per_weight(variant: Variant, params: int) -> float:
+    if variant.size_bytes and params:
+        return variant.size_bytes * 8 / params
+    return BITS_PER_WEIGHT.get(variant.quant, BITS_PER_WEIGHT.get(variant.quant.upper(), 16.0))
+
+
+def weight_bytes(variant: Variant, params: int) -> int:
+    if variant.size_bytes:
+        return variant.size_bytes
+    return int(params * BITS_PER_WEIGHT.get(variant.quant, 16.0) / 8)
+
+
+def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1) -> int:
+    per_cell_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES
+    if arch.sliding_window and arch.sliding_pattern:
+        global_layers = arch.layers // arch.sliding_pattern
+        local_cells = min(context, arch.sliding_window + UBATCH)
+    else:
+        global_layers, local_cells = arch.layers, 0
+    local_layers = arch.layers - global_layers
+    cells = global_layers * context + local_layers * local_cells
+    return per_cell_layer * cells * parallel
+
+
+def buffer_bytes(arch: Arch, context: int) -> int:
+    return UBATCH * arch.vocab * 4 + BUFFER_FIXED_BYTES + BUFFER_PER_CONTEXT_BYTES * context
+
+
+def active_share(arch: Arch, params: int) -> float:
+    """Share of the weights read per token (1 for dense models; MoE reads k of n experts)."""
+    if not arch.experts or not arch.experts_per_token or not params:
+        return 1.0
+    expert_params = arch.layers * arch.experts * 3 * arch.hidden * arch.ffn
+    unused = expert_params * (1 - arch.experts_per_token / arch.experts)
+    return max(0.05, 1 - unused / params)
+
+
+def memory(arch: Arch, weights: int, context: int, parallel: int = 1) -> Memory:
+    return Memory(weights=weights, kv_cache=kv_cache_bytes(arch, context, parallel),
+                  buffers=buffer_bytes(arch, context), overhead=OVERHEAD_BYTES)
+
+
+def _budgets(hw: HardwareProfile) -> tuple[int, int, str | None]:
+    """(GPU bytes, RAM bytes, GPU kind) that a model may use."""
+    ram = int(hw.ram_available * RAM_SHARE)
+    nvidia = [g for g in hw.gpus if g.vendor == "nvidia"]
+    if nvidia:
+        g = max(nvidia, key=lambda g: g.vram_free)
+        return max(0, int(g.vram_free * GPU_SHARE) - CUDA_CONTEXT_BYTES), ram, "nvidia"
+    apple = [g for g in hw.gpus if g.vendor == "apple"]
+    if apple:
+        # Unified memory: the GPU's share and the CPU's come out of the same RAM.
+        return min(apple[0].vram_total, ram), ram, "apple"
+    return 0, ram, None
+
+
+def _gpu_bandwidth(hw: HardwareProfile, kind: str | None) -> float:
+    for g in hw.gpus:
+        if g.vendor == kind and g.bandwidth_gbps:
+            return g.bandwidth_gbps
+    return hw.cpu_bandwidth_gbps
+
+
+def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: HardwareProfile,
+             context: int, parallel: int = 1) -> Fit:
+    weights = weight_bytes(variant, params)
+    mem = memory(arch, weights, context, parallel)
+    gpu_budget, ram_budget, kind = _budgets(hw)
+    layers = arch.layers
+    # Weights outside the repeated layers (embeddings, output) stay with the first device.
+    per_layer = (weights * 0.9 + mem.kv_cache) / layers
+
+    budget = ram_budget
+    if kind and mem.total <= gpu_budget:
+        placement, gpu_layers, headroom = "full_gpu", layers, gpu_budget - mem.total
+        budget = gpu_budget
+    else:
+        gpu_layers = 0
+        if kind == "nvidia":
+            gpu_layers = max(0, min(layers - 1, int((gpu_budget - mem.buffers) // per_layer)))
+        on_gpu = int(gpu_layers * per_layer)
+        in_ram = mem.total - on_gpu
+        if gpu_layers > 0 and in_ram <= ram_budget:
+            placement, headroom = "partial", ram_budget - in_ram
+        elif mem.total <= ram_budget:
+            placement, gpu_layers, headroom = "cpu", 0, ram_budget - mem.total
+        else:
+            placement, gpu_layers, headroom = "wont_fit", 0, ram_budget - mem.total
+
+    share = active_share(arch, params)
+    per_token = weights * share + kv_cache_bytes(arch, min(context, TYPICAL_FILL))
+    cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
+    gpu_bw = _gpu_bandwidth(hw, kind) * GB * EFFICIENCY.get(kind or "cpu", 0.55)
+    if placement == "full_gpu":
+        seconds = per_token / gpu_bw
+    elif placement == "partial":
+        on_gpu_share = gpu_layers / layers
+        seconds = per_token * on_gpu_share / gpu_bw + per_token * (1 - on_gpu_share) / cpu_bw
+    else:
+        seconds = per_token / cpu_bw
+    flops_per_token = 2 * params * share
+    if placement == "full_gpu":
+        per_gbps = APPLE_FLOPS_PER_GBPS if kind == "apple" else GPU_FLOPS_PER_GBPS
+        flops = _gpu_bandwidth(hw, kind) * per_gbps
+    else:
+        flops = hw.physical_cores * CPU_FLOPS_PER_CORE
+    decode = 0.0 if placement == "wont_fit" else round(1 / seconds, 1)
+    prefill = 0.0 if placement == "wont_fit" else round(flops / flops_per_token, 1)
+    return Fit(spec_id, variant.format, variant.quant, context, parallel, mem, placement,
+               gpu_layers, layers, headroom, budget, decode, prefill)
+
+
+def backend_formats(hw: HardwareProfile) -> tuple[str, ...]:
+    """Formats the backends Ember ships can load here (llama.cpp today: GGUF)."""
+    return ("gguf",)
+
+
+def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
+             parallel: int = 1) -> list[Fit]:
+    ctx = min(context or min(spec.context_default, DEFAULT_CONTEXT), spec.context_max)
+    formats = backend_formats(hw)
+    return [estimate(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
+            for v in spec.variants if v.format in formats]
+
+
+def recommend(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
+              parallel: int = 1) -> Fit | None:
+    """The variant to recommend here: the highest quality (bits per weight) that fits with
+    HEADROOM of its budget free and decodes at least SPEED_SHARE of the fastest fitting
+    variant's speed (or FAST_ENOUGH tokens/s). If none leaves headroom, the smallest that
+    fits; if none fits, the smallest (labelled "will not fit")."""
+    fits = fits_for(spec, hw, context, parallel)
+    if not fits:
+        return None
+    variants = {(v.format, v.quant): v for v in spec.variants}
+
+    def quality(f: Fit) -> float:
+        return bits_per_weight(variants[(f.format, f.quant)], spec.params)
+
+    roomy = [f for f in fits if f.placement != "wont_fit"
+             and f.headroom_bytes >= HEADROOM * f.budget_bytes]
+    if roomy:
+        fastest = max(f.decode_tokens_per_s for f in roomy)
+        good = [f for f in roomy if f.decode_tokens_per_s >= SPEED_SHARE * fastest
+                or f.decode_tokens_per_s >= FAST_ENOUGH]
+        return max(good, key=quality)
+    fitting = [f for f in fits if f.placement != "wont_fit"]
+    return min(fitting or fits, key=lambda f: f.memory.total)
+
+
+def arch_from_gguf(info: GGUFInfo) -> Arch:
+    heads = int(info.arch_value("attention.head_count", 1))
+    hidden = int(info.arch_value("embedding_length", 0))
+    window = info.arch_value("attention.sliding_window")
+    return Arch(
+        type=info.architecture, layers=int(info.arch_value("block_count", 1)), hidden=hidden,
+        heads=heads, kv_heads=int(info.arch_value("attention.head_count_kv", heads)),
+        head_dim=int(info.arch_value("attention.key_length", hidden // max(heads, 1))),
+        vocab=int(info.metadata.get("tokenizer.ggml.tokens", 0) or 0) or 32000,
+        ffn=int(info.arch_value("feed_forward_length", 0)),
+        sliding_window=int(window) if window else None,
+        sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None)
+
+
+# Every Nth layer is global in these architectures (the rest use the sliding window).
+SLIDING_PATTERN = {"gemma3": 6, "gemma2": 2, "gpt-oss": 2, "cohere2": 4}
+
+
+def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
+              parallel: int = 1) -> LoadPlan:
+    """The llama.cpp load plan: the largest context up to the one asked for that fits."""
+    arch = arch_from_gguf(info)
     wanted = context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT
     ctx = max(MIN_CONTEXT, min(wanted, info.context_length))
-    budget = int(hw.ram_available * RAM_SHARE)
-    while ctx > MIN_CONTEXT and sum(memory_bytes(info, ctx).values()) > budget:
+    params = info.params
+    variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
+    fit = estimate(info.name, arch, params, variant, hw, ctx, parallel)
+    while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
         ctx //= 2
+        fit = estimate(info.name, arch, params, variant, hw, ctx, parallel)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
-    parts = memory_bytes(info, ctx)
-    reason = (f"CPU: {parts['weights'] / 1e9:.2f} GB weights + {parts['kv_cache'] / 1e9:.2f} GB "
-              f"KV at {ctx} context + {parts['buffers'] / 1e9:.2f} GB buffers; "
-              f"{threads} threads")
+    reason = f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads"
     if ctx < min(wanted, info.context_length):
-        reason += f" (context cut from {wanted} to fit {budget / 1e9:.1f} GB of RAM)"
-    return LoadPlan(context=ctx, threads=threads, reason=reason)
+        reason += f" (context cut from {wanted} to fit)"
+    gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)
+    return LoadPlan(context=ctx, threads=threads, gpu_layers=gpu_layers, parallel=parallel,
+                    reason=reason)

@@ -45,6 +45,7 @@ class GGUFInfo:
     tensor_count: int
     data_bytes: int
     file_size: int
+    params: int  # total elements of all tensors
     tensor_types: dict[str, int] = field(default_factory=dict)  # quant type name -> count
 
     def arch_value(self, key: str, default: object = None) -> object:
@@ -163,7 +164,7 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
             vtype = int(cur.unpack("<I"))  # type: ignore[arg-type]
             metadata[key] = cur.value(vtype, keep=key in _KEEP_ARRAY_KEYS)
 
-        data_bytes, types = 0, {}
+        data_bytes, params, types = 0, 0, {}
         tensor_ends = 0
         for _ in range(n_tensors):
             name = cur.string()
@@ -183,6 +184,7 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
                 elements *= d
             nbytes = elements // block * type_size
             data_bytes += nbytes
+            params += elements
             tensor_ends = max(tensor_ends, offset + nbytes)
             types[qtype.name] = types.get(qtype.name, 0) + 1
 
@@ -200,4 +202,4 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
                              "knows)")
     if n_tensors == 0:
         raise ModelFileError(f"{path}: GGUF holds no tensors")
-    return GGUFInfo(path, version, arch, metadata, n_tensors, data_bytes, size, types)
+    return GGUFInfo(path, version, arch, metadata, n_tensors, data_bytes, size, params, types)

@@ -1,24 +1,92 @@
-"""What this machine has: CPU, cores, ISA flags, memory. (GPUs and Apple chips: issue 3.)"""
+"""What this machine has: CPU and ISA, RAM, NVIDIA GPUs, Apple Silicon, memory bandwidth.
+
+Works with none of the optional packages: NVIDIA GPUs are read from `nvidia-smi` (or torch
+when it is installed), Apple chips from `sysctl`. Bandwidth comes from a table for GPUs and
+Apple chips, and for the CPU from a quick measurement, cached in the data dir.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import platform
-from dataclasses import dataclass
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
+
+from app import config
+
+# Peak memory bandwidth in GB/s (vendor specifications).
+GPU_BANDWIDTH_GBPS = {
+    "H200": 4800, "H100 SXM": 3350, "H100 80GB HBM3": 3350, "H100 PCIe": 2000, "H100": 3350,
+    "A100-SXM4-80GB": 2039, "A100 80GB": 1935, "A100": 1555, "L40S": 864, "L4": 300,
+    "A10G": 600, "A10": 600, "T4": 320, "V100": 900, "RTX A6000": 768,
+    "RTX 6000 Ada": 960, "RTX 5090": 1792, "RTX 5080": 960, "RTX 5070": 672,
+    "RTX 4090": 1008, "RTX 4080": 717, "RTX 4070 Ti": 504, "RTX 4070": 504,
+    "RTX 4060 Ti": 288, "RTX 4060": 272, "RTX 3090": 936, "RTX 3080": 760,
+    "RTX 3070": 448, "RTX 3060": 360, "RTX 2080 Ti": 616, "GTX 1660": 192,
+}
+# (unified-memory bandwidth GB/s, GPU cores of the common configuration)
+APPLE_CHIPS = {
+    "M1": (68, 8), "M1 Pro": (200, 16), "M1 Max": (400, 32), "M1 Ultra": (800, 64),
+    "M2": (100, 10), "M2 Pro": (200, 19), "M2 Max": (400, 38), "M2 Ultra": (800, 76),
+    "M3": (100, 10), "M3 Pro": (150, 18), "M3 Max": (400, 40), "M3 Ultra": (819, 80),
+    "M4": (120, 10), "M4 Pro": (273, 20), "M4 Max": (546, 40),
+}
+DEFAULT_CPU_BANDWIDTH_GBPS = 20.0
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    vendor: str  # "nvidia" | "apple"
+    vram_total: int
+    vram_free: int
+    compute_capability: str | None = None
+    bandwidth_gbps: float | None = None
 
 
 @dataclass(frozen=True)
 class HardwareProfile:
     os: str
+    machine: str
     cpu: str
     physical_cores: int
     logical_cores: int
     isa: tuple[str, ...]
     ram_total: int
     ram_available: int
+    gpus: tuple[GPU, ...] = ()
+    apple_chip: str | None = None
+    cpu_bandwidth_gbps: float = DEFAULT_CPU_BANDWIDTH_GBPS
+    bandwidth_source: str = "default"  # "measured" | "table" | "default"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def unified_memory(self) -> bool:
+        return self.apple_chip is not None
+
+    @property
+    def has_nvidia(self) -> bool:
+        return any(g.vendor == "nvidia" for g in self.gpus)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["unified_memory"] = self.unified_memory
+        return d
+
+
+def _bandwidth_for(name: str, table: dict[str, float]) -> float | None:
+    for key in sorted(table, key=len, reverse=True):  # most specific name first
+        if key.lower() in name.lower():
+            return float(table[key])
+    return None
 
 
 def _cpu_info() -> tuple[str, tuple[str, ...]]:
@@ -32,16 +100,153 @@ def _cpu_info() -> tuple[str, tuple[str, ...]]:
                 brand = value.strip()
             elif key in ("flags", "Features") and not flags:
                 flags = set(value.split())
+    elif platform.system() == "Darwin":
+        brand = _sysctl("machdep.cpu.brand_string") or brand
+        if platform.machine() == "arm64":
+            flags = {"neon"}
     wanted = ("avx", "avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_int8",
-              "amx_bf16", "fma", "f16c", "neon", "asimd")
+              "amx_bf16", "fma", "f16c", "neon", "asimd", "sve")
     return brand, tuple(f for f in wanted if f in flags)
 
 
-def detect() -> HardwareProfile:
+def _sysctl(key: str) -> str | None:
+    try:
+        return subprocess.run(["sysctl", "-n", key], capture_output=True, text=True,
+                              timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _nvidia_gpus() -> list[GPU]:
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,memory.total,memory.free,compute_cap",
+                 "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+            gpus = []
+            for line in out.stdout.strip().splitlines():
+                name, total, free, cc = (x.strip() for x in line.split(","))
+                gpus.append(GPU(name, "nvidia", int(total) << 20, int(free) << 20, cc,
+                                _bandwidth_for(name, GPU_BANDWIDTH_GBPS)))
+            if gpus:
+                return gpus
+        except (OSError, subprocess.SubprocessError, ValueError):
+            pass
+    if importlib.util.find_spec("torch") is not None:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                gpus = []
+                for i in range(torch.cuda.device_count()):
+                    p = torch.cuda.get_device_properties(i)
+                    free, total = torch.cuda.mem_get_info(i)
+                    gpus.append(GPU(p.name, "nvidia", total, free, f"{p.major}.{p.minor}",
+                                    _bandwidth_for(p.name, GPU_BANDWIDTH_GBPS)))
+                return gpus
+        except Exception:  # a broken CUDA install must not break detection
+            return []
+    return []
+
+
+def _apple_chip(ram_total: int) -> tuple[str | None, list[GPU]]:
+    if platform.system() != "Darwin" or platform.machine() != "arm64":
+        return None, []
+    brand = _sysctl("machdep.cpu.brand_string") or "Apple Silicon"
+    chip = brand.removeprefix("Apple ").strip()
+    bandwidth, cores = next(((bw, c) for name, (bw, c) in sorted(
+        APPLE_CHIPS.items(), key=lambda kv: len(kv[0]), reverse=True) if name in chip),
+        (None, None))
+    share = gpu_wired_share(ram_total)
+    gpu = GPU(f"{brand} GPU ({cores or '?'} cores)", "apple", int(ram_total * share),
+              int(ram_total * share), None, bandwidth)
+    return chip, [gpu]
+
+
+def gpu_wired_share(ram_total: int) -> float:
+    """How much of unified memory macOS lets the GPU wire by default (recommendedMaxWorking-
+    SetSize): about 2/3 on machines up to 36 GB, 3/4 above."""
+    return 0.67 if ram_total <= 36 * 2**30 else 0.75
+
+
+def measure_cpu_bandwidth(threads: int, megabytes: int = 256, seconds: float = 0.6) -> float:
+    """Read bandwidth in GB/s: `threads` threads scan their own buffers with numpy's max,
+    which releases the GIL and is bandwidth-bound (a float sum is compute-bound: 7 GB/s
+    per thread here, against 10 for max)."""
+    import numpy as np
+
+    buffers = [np.ones(megabytes * 2**20 // 8, dtype=np.int64) for _ in range(threads)]
+    for b in buffers:
+        b.max()  # touch every page once
+    passes = [0] * threads
+    deadline = time.perf_counter() + seconds
+
+    def work(i: int) -> None:
+        while time.perf_counter() < deadline:
+            buffers[i].max()
+            passes[i] += 1
+
+    start = time.perf_counter()
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - start
+    return round(sum(passes) * megabytes * 2**20 / elapsed / 1e9, 1)
+
+
+def _cached_cpu_bandwidth(cpu: str, cores: int) -> float:
+    cache = config.paths().home / "hardware.json"
+    key = f"{cpu}|{cores}"
+    try:
+        saved = json.loads(cache.read_text())
+        if saved.get("key") == key:
+            return float(saved["cpu_bandwidth_gbps"])
+    except (OSError, ValueError, KeyError):
+        pass
+    value = measure_cpu_bandwidth(cores)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"key": key, "cpu_bandwidth_gbps": value}))
+    except OSError:
+        pass
+    return value
+
+
+def llama_cpp_uses_amx() -> bool | None:
+    """Whether the installed llama.cpp build has AMX compiled in (None: not installed)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None
+    import llama_cpp
+
+    return "AMX" in llama_cpp.llama_print_system_info().decode(errors="replace")
+
+
+def detect(measure: bool = True) -> HardwareProfile:
     brand, isa = _cpu_info()
     vm = psutil.virtual_memory()
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or logical
+    chip, apple_gpus = _apple_chip(vm.total)
+    gpus = tuple(_nvidia_gpus()) + tuple(apple_gpus)
+    notes = []
+    if "amx_tile" in isa:
+        uses = llama_cpp_uses_amx()
+        if uses is False:
+            notes.append("AMX present but unused: Ember builds llama.cpp without AMX because "
+                         "upstream segfaults in ggml_backend_amx_mul_mat (llama.cpp issue "
+                         "20824); EMBER_LLAMA_AMX=1 at set-up keeps it")
+        elif uses:
+            notes.append("AMX present and used by llama.cpp")
+    if chip is not None:
+        bandwidth, source = apple_gpus[0].bandwidth_gbps or DEFAULT_CPU_BANDWIDTH_GBPS, "table"
+    elif measure:
+        bandwidth, source = _cached_cpu_bandwidth(brand, physical), "measured"
+    else:
+        bandwidth, source = DEFAULT_CPU_BANDWIDTH_GBPS, "default"
     return HardwareProfile(
-        os=f"{platform.system()} {platform.release()}", cpu=brand,
-        physical_cores=psutil.cpu_count(logical=False) or logical, logical_cores=logical,
-        isa=isa, ram_total=vm.total, ram_available=vm.available)
+        os=f"{platform.system()} {platform.release()}", machine=platform.machine(), cpu=brand,
+        physical_cores=physical, logical_cores=logical, isa=isa, ram_total=vm.total,
+        ram_available=vm.available, gpus=gpus, apple_chip=chip, cpu_bandwidth_gbps=bandwidth,
+        bandwidth_source=source, notes=tuple(notes))

@@ -11,6 +11,7 @@ Ours writes `<file>.part` in the work folder and continues it with an HTTP Range
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 import time
@@ -27,6 +28,7 @@ from app.transfer import (
 )
 
 RETRIES = 5
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 20
 
 
@@ -152,12 +154,17 @@ def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path, report:
         part.unlink()
         raise ChecksumError(f"{variant.file} from the hub is {part.stat().st_size} bytes, "
                             f"expected {size}; the download was removed")
-    if variant.sha256:
+    # The registry's checksum, else the hub's: an LFS file's ETag is its SHA-256.
+    expected = variant.sha256 or (meta.etag if _SHA256.fullmatch(meta.etag or "") else None)
+    if expected is None:
+        report(Progress(ref, "verify", size, size, message="no SHA-256 known for this file; "
+                        "only its size was checked"))
+    else:
         actual = sha256_with_progress(part, ref, report)
-        if actual != variant.sha256:
+        if actual != expected:
             part.unlink()
             raise ChecksumError(f"checksum mismatch for {variant.file} from {source.repo}: "
-                                f"expected {variant.sha256}, got {actual}; the download was "
+                                f"expected {expected}, got {actual}; the download was "
                                 "removed and nothing was installed")
     os.replace(part, target)
     return target

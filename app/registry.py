@@ -24,7 +24,10 @@ class Arch:
     vocab: int
     ffn: int
     sliding_window: int | None = None
+    sliding_pattern: int | None = None  # every Nth layer is global, the rest slide
     tied_embeddings: bool = False
+    experts: int | None = None  # MoE: experts per layer (ffn is one expert's size)
+    experts_per_token: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class ModelSpec:
     chat: bool
     arch: Arch
     variants: tuple[Variant, ...] = field(default_factory=tuple)
+    embedding: bool = False
 
     def variant(self, quant: str | None = None, fmt: str = "gguf") -> Variant:
         candidates = [v for v in self.variants if v.format == fmt]
@@ -89,7 +93,8 @@ def _spec(raw: dict) -> ModelSpec:
         license=raw["license"], params=int(raw["params"]),
         context_default=int(raw["context"]["default"]), context_max=int(raw["context"]["max"]),
         chat=bool(raw.get("chat", True)), arch=Arch(**raw["arch"]),
-        variants=tuple(_variant(v) for v in raw["variants"]))
+        variants=tuple(_variant(v) for v in raw["variants"]),
+        embedding=bool(raw.get("embedding", False)))
 
 
 @dataclass(frozen=True)

