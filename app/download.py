@@ -14,6 +14,8 @@ import threading
 
 from app import hub, mirror
 from app.errors import ChecksumError, DownloadError
+from app.fit import recommend
+from app.hardware import HardwareProfile, detect
 from app.registry import ModelSpec, Source, Variant, load_registry
 from app.store import InstalledModel, Store
 from app.transfer import Cancelled, Progress, ProgressFn
@@ -23,10 +25,16 @@ __all__ = ["Cancelled", "Progress", "ProgressFn", "pull", "resolve"]
 FETCHERS = {"hf": hub.fetch, "mirror": mirror.fetch}
 
 
-def resolve(name: str) -> tuple[ModelSpec, Variant]:
+def resolve(name: str, hw: HardwareProfile | None = None) -> tuple[ModelSpec, Variant]:
+    """MODEL[:QUANT]; without a quantization, the one the fit model recommends here."""
     model_id, _, quant = name.partition(":")
     spec = load_registry().get(model_id)
-    return spec, spec.variant(quant or None)
+    if quant:
+        return spec, spec.variant(quant)
+    fit = recommend(spec, hw or detect())
+    if fit is None:
+        return spec, spec.variant()
+    return spec, spec.variant(fit.quant, fit.format)
 
 
 def _describe(source: Source) -> str:
@@ -34,9 +42,10 @@ def _describe(source: Source) -> str:
 
 
 def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None = None,
-         cancel: threading.Event | None = None) -> InstalledModel:
+         cancel: threading.Event | None = None,
+         hw: HardwareProfile | None = None) -> InstalledModel:
     store = store or Store()
-    spec, variant = resolve(name)
+    spec, variant = resolve(name, hw)
     report = on_progress or (lambda p: None)
     for m in store.list():
         if m.id == spec.id and m.quant == variant.quant:

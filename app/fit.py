@@ -4,12 +4,19 @@ One formula, used before download (which quantization to recommend) and at load 
 plan the backend gets):
 
   weights  = the variant's size (or parameters x bits per weight)
+  repacked = on the CPU, llama.cpp keeps a second, interleaved copy of its Q4_0, Q4_K and
+             IQ4_NL tensors (its CPU_REPACK buffer: 596.5 MiB for Qwen2.5-Coder-1.5B Q4_K_M).
+             The mapped originals are then never read again, so the OS can drop them: the
+             copy counts in the resident peak a task manager shows, not in what must fit
   KV cache = 2 (K and V) x kv_heads x head_dim x 2 bytes (f16) x cells, summed over layers;
              a sliding-window layer holds min(context, window + ubatch) cells, a global one
              the whole context; times the parallel sequences
-  buffers  = llama.cpp's compute buffer: ubatch x vocab x 4 bytes of logits, plus a little
-             per context token (measured: 300.3 MiB for Qwen2.5 at 2k, 514.5 for Gemma 3)
-  overhead = the worker process itself (Python, libraries)
+  buffers  = llama.cpp's compute buffer. On a GPU all of it is allocated: ubatch x vocab x 4
+             bytes of logits and a little more (measured: 300.3 MiB for Qwen2.5 at 2k). On the
+             CPU the logits part is reserved but never touched (we ask for the last token's
+             logits only): measured peaks rise by 5 MB from a 50- to a 1,265-token prompt
+  overhead = the worker process itself (Python, libraries): 116-124 MB measured on the
+             three real models at 2k and 8k context (benchmarks/fit_accuracy.py)
 
 Placement: everything in GPU memory (full GPU), the first N layers there and the rest in RAM
 (partial), all in RAM (CPU), or will not fit. Decode is memory-bound, so tokens/s is
@@ -30,14 +37,18 @@ from backends.base import LoadPlan
 GB = 1e9
 UBATCH = 512
 KV_BYTES = 2  # f16
-OVERHEAD_BYTES = 150 << 20  # worker process baseline (calibrated by benchmarks/fit_accuracy.py)
+OVERHEAD_BYTES = 112 << 20  # worker process baseline (calibrated by benchmarks/fit_accuracy.py)
 BUFFER_FIXED_BYTES = 4 << 20
 BUFFER_PER_CONTEXT_BYTES = 256
+REPACKED_TYPES = ("Q4_0", "Q4_K", "IQ4_NL")
+# Share of a file's bytes in repackable tensors, by quant mix, for files not yet downloaded
+# (Qwen2.5-Coder-1.5B Q4_K_M: 596.5 of 1059.9 MiB).
+REPACK_SHARE = {"Q4_K_M": 0.56, "Q4_K_S": 0.9, "Q4_0": 0.95, "IQ4_NL": 0.95}
 RAM_SHARE = 0.9  # of available RAM
 GPU_SHARE = 0.95  # of free VRAM
 CUDA_CONTEXT_BYTES = 400 << 20
 HEADROOM = 0.10  # a recommendation leaves this share of the budget free
-SPEED_SHARE = 0.6  # ... and is not much slower than the fastest variant that fits
+SPEED_SHARE = 0.75  # ... and is not much slower than the fastest variant that fits
 FAST_ENOUGH = 20.0  # tokens/s: faster than people read, so quality wins
 DEFAULT_CONTEXT = 4096
 MIN_CONTEXT = 512
@@ -64,18 +75,28 @@ PLACEMENT_RANK = {"full_gpu": 3, "partial": 2, "cpu": 1, "wont_fit": 0}
 @dataclass(frozen=True)
 class Memory:
     weights: int
+    repacked: int
     kv_cache: int
     buffers: int
     overhead: int
 
     @property
     def total(self) -> int:
+        """What must fit."""
         return self.weights + self.kv_cache + self.buffers + self.overhead
+
+    @property
+    def resident_peak(self) -> int:
+        """The worker's peak resident memory where RAM is plentiful (repacked copy included)."""
+        return self.total + self.repacked
 
     def describe(self, context: int) -> str:
         ctx = f"{context // 1024}k" if context % 1024 == 0 else str(context)
-        return (f"{self.weights / GB:.2f} GB weights + {self.kv_cache / GB:.2f} GB KV at {ctx} "
-                f"context + {(self.buffers + self.overhead) / GB:.2f} GB buffers")
+        weights = f"{self.weights / GB:.2f} GB weights"
+        if self.repacked:
+            weights += f" (+{self.repacked / GB:.2f} GB reclaimable CPU repack)"
+        return (f"{weights} + {self.kv_cache / GB:.2f} GB KV at {ctx} context + "
+                f"{(self.buffers + self.overhead) / GB:.2f} GB buffers")
 
 
 @dataclass(frozen=True)
@@ -103,12 +124,14 @@ class Fit:
     def explain(self) -> str:
         text = f"{self.label}: {self.memory.describe(self.context)}"
         if self.placement != "wont_fit":
-            text += f"; ~{self.decode_tokens_per_s:.0f} tokens/s"
+            speed = self.decode_tokens_per_s
+            text += f"; ~{speed:.0f} tokens/s" if speed >= 10 else f"; ~{speed:.1f} tokens/s"
         return text
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["memory"]["total"] = self.memory.total
+        d["memory"]["resident_peak"] = self.memory.resident_peak
         d["label"] = self.label
         d["explanation"] = self.explain()
         return d
@@ -138,8 +161,16 @@ def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1) -> int:
     return per_cell_layer * cells * parallel
 
 
-def buffer_bytes(arch: Arch, context: int) -> int:
-    return UBATCH * arch.vocab * 4 + BUFFER_FIXED_BYTES + BUFFER_PER_CONTEXT_BYTES * context
+def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
+    fixed = BUFFER_FIXED_BYTES + BUFFER_PER_CONTEXT_BYTES * context
+    return UBATCH * arch.vocab * 4 + fixed if on_gpu else fixed
+
+
+def repacked_bytes(variant: Variant, weights: int, hw: HardwareProfile) -> int:
+    """Bytes of the CPU's second copy of repackable tensors, estimated from the quant mix."""
+    if variant.format != "gguf" or not any(f in hw.isa for f in ("avx2", "neon", "asimd")):
+        return 0
+    return int(weights * REPACK_SHARE.get(variant.quant.upper(), 0.0))
 
 
 def active_share(arch: Arch, params: int) -> float:
@@ -151,9 +182,11 @@ def active_share(arch: Arch, params: int) -> float:
     return max(0.05, 1 - unused / params)
 
 
-def memory(arch: Arch, weights: int, context: int, parallel: int = 1) -> Memory:
-    return Memory(weights=weights, kv_cache=kv_cache_bytes(arch, context, parallel),
-                  buffers=buffer_bytes(arch, context), overhead=OVERHEAD_BYTES)
+def memory(arch: Arch, weights: int, context: int, parallel: int = 1, on_gpu: bool = False,
+           repacked: int = 0) -> Memory:
+    return Memory(weights=weights, repacked=0 if on_gpu else repacked,
+                  kv_cache=kv_cache_bytes(arch, context, parallel),
+                  buffers=buffer_bytes(arch, context, on_gpu), overhead=OVERHEAD_BYTES)
 
 
 def _budgets(hw: HardwareProfile) -> tuple[int, int, str | None]:
@@ -178,30 +211,34 @@ def _gpu_bandwidth(hw: HardwareProfile, kind: str | None) -> float:
 
 
 def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: HardwareProfile,
-             context: int, parallel: int = 1) -> Fit:
+             context: int, parallel: int = 1, repacked: int | None = None) -> Fit:
+    """`repacked`: the exact bytes of repackable tensors when the file is at hand."""
     weights = weight_bytes(variant, params)
-    mem = memory(arch, weights, context, parallel)
+    if repacked is None:
+        repacked = repacked_bytes(variant, weights, hw)
+    on_gpu_mem = memory(arch, weights, context, parallel, on_gpu=True)
+    cpu_mem = memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked)
     gpu_budget, ram_budget, kind = _budgets(hw)
     layers = arch.layers
     # Weights outside the repeated layers (embeddings, output) stay with the first device.
-    per_layer = (weights * 0.9 + mem.kv_cache) / layers
+    per_layer = (weights * 0.9 + on_gpu_mem.kv_cache) / layers
 
-    budget = ram_budget
-    if kind and mem.total <= gpu_budget:
-        placement, gpu_layers, headroom = "full_gpu", layers, gpu_budget - mem.total
-        budget = gpu_budget
+    budget, mem = ram_budget, cpu_mem
+    if kind and on_gpu_mem.total <= gpu_budget:
+        placement, gpu_layers, mem = "full_gpu", layers, on_gpu_mem
+        budget, headroom = gpu_budget, gpu_budget - on_gpu_mem.total
     else:
         gpu_layers = 0
         if kind == "nvidia":
-            gpu_layers = max(0, min(layers - 1, int((gpu_budget - mem.buffers) // per_layer)))
-        on_gpu = int(gpu_layers * per_layer)
-        in_ram = mem.total - on_gpu
+            room = gpu_budget - on_gpu_mem.buffers
+            gpu_layers = max(0, min(layers - 1, int(room // per_layer)))
+        in_ram = cpu_mem.total - int(gpu_layers * per_layer)
         if gpu_layers > 0 and in_ram <= ram_budget:
             placement, headroom = "partial", ram_budget - in_ram
-        elif mem.total <= ram_budget:
-            placement, gpu_layers, headroom = "cpu", 0, ram_budget - mem.total
+        elif cpu_mem.total <= ram_budget:
+            placement, gpu_layers, headroom = "cpu", 0, ram_budget - cpu_mem.total
         else:
-            placement, gpu_layers, headroom = "wont_fit", 0, ram_budget - mem.total
+            placement, gpu_layers, headroom = "wont_fit", 0, ram_budget - cpu_mem.total
 
     share = active_share(arch, params)
     per_token = weights * share + kv_cache_bytes(arch, min(context, TYPICAL_FILL))
@@ -282,6 +319,16 @@ def arch_from_gguf(info: GGUFInfo) -> Arch:
 SLIDING_PATTERN = {"gemma3": 6, "gemma2": 2, "gpt-oss": 2, "cohere2": 4}
 
 
+def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
+    if not any(f in hw.isa for f in ("avx2", "neon", "asimd")):
+        return 0
+    # The token embedding is read row by row (get_rows), never repacked: measured 596.5 MiB
+    # repacked for Qwen2.5-Coder-1.5B, whose Q4_K tensors other than it add up to that.
+    total = sum(info.type_bytes.get(t, 0) for t in REPACKED_TYPES)
+    embd_type, embd_bytes = info.embedding
+    return total - embd_bytes if embd_type in REPACKED_TYPES else total
+
+
 def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
               parallel: int = 1) -> LoadPlan:
     """The llama.cpp load plan: the largest context up to the one asked for that fits."""
@@ -290,10 +337,11 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
     ctx = max(MIN_CONTEXT, min(wanted, info.context_length))
     params = info.params
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
-    fit = estimate(info.name, arch, params, variant, hw, ctx, parallel)
+    repacked = file_repacked_bytes(info, hw)
+    fit = estimate(info.name, arch, params, variant, hw, ctx, parallel, repacked)
     while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
         ctx //= 2
-        fit = estimate(info.name, arch, params, variant, hw, ctx, parallel)
+        fit = estimate(info.name, arch, params, variant, hw, ctx, parallel, repacked)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
     reason = f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads"
     if ctx < min(wanted, info.context_length):

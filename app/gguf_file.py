@@ -47,6 +47,8 @@ class GGUFInfo:
     file_size: int
     params: int  # total elements of all tensors
     tensor_types: dict[str, int] = field(default_factory=dict)  # quant type name -> count
+    type_bytes: dict[str, int] = field(default_factory=dict)  # quant type name -> bytes
+    embedding: tuple[str, int] = ("", 0)  # token_embd.weight: (quant type name, bytes)
 
     def arch_value(self, key: str, default: object = None) -> object:
         return self.metadata.get(f"{self.architecture}.{key}", default)
@@ -164,7 +166,8 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
             vtype = int(cur.unpack("<I"))  # type: ignore[arg-type]
             metadata[key] = cur.value(vtype, keep=key in _KEEP_ARRAY_KEYS)
 
-        data_bytes, params, types = 0, 0, {}
+        data_bytes, params, types, type_bytes = 0, 0, {}, {}
+        embedding = ("", 0)
         tensor_ends = 0
         for _ in range(n_tensors):
             name = cur.string()
@@ -187,6 +190,9 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
             params += elements
             tensor_ends = max(tensor_ends, offset + nbytes)
             types[qtype.name] = types.get(qtype.name, 0) + 1
+            type_bytes[qtype.name] = type_bytes.get(qtype.name, 0) + nbytes
+            if name == "token_embd.weight":
+                embedding = (qtype.name, nbytes)
 
         alignment = int(metadata.get("general.alignment", 32))  # type: ignore[arg-type]
         data_start = -(-f.tell() // alignment) * alignment
@@ -202,4 +208,5 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
                              "knows)")
     if n_tensors == 0:
         raise ModelFileError(f"{path}: GGUF holds no tensors")
-    return GGUFInfo(path, version, arch, metadata, n_tensors, data_bytes, size, params, types)
+    return GGUFInfo(path, version, arch, metadata, n_tensors, data_bytes, size, params, types,
+                    type_bytes, embedding)

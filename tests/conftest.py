@@ -16,6 +16,7 @@ from app.runtime import Runtime
 from app.store import InstalledModel, Store
 
 QWEN = "qwen2.5-coder-0.5b-instruct"
+QWEN15 = "qwen2.5-coder-1.5b-instruct"
 GEMMA = "gemma-3-270m"
 TEST_HOME = Path(os.environ.get("EMBER_TEST_HOME",
                                 Path.home() / ".cache" / "ember" / "test-home"))
@@ -41,6 +42,11 @@ def store(models_home: Path) -> Store:
 @pytest.fixture(scope="session")
 def qwen(store: Store) -> InstalledModel:
     return pull(QWEN, store=store)
+
+
+@pytest.fixture(scope="session")
+def qwen15(store: Store) -> InstalledModel:
+    return pull(QWEN15, store=store)
 
 
 @pytest.fixture(scope="session")

@@ -137,3 +137,51 @@ def test_ctrl_c_stops_the_answer_but_not_the_chat(qwen):
     proc.stdin.close()
     assert proc.wait(timeout=120) == 0
     assert "ready" in "".join(out).split("[stopped]")[-1].lower()
+
+
+def test_hw_json_describes_this_machine_and_recommends_models(qwen):
+    r = ember("hw", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    hw = out["hardware"]
+    assert hw["physical_cores"] >= 1 and hw["ram_total"] > hw["ram_available"] > 0
+    assert hw["cpu_bandwidth_gbps"] > 1 and hw["bandwidth_source"] == "measured"
+    if "amx_tile" in hw["isa"]:  # this build of llama.cpp leaves AMX out, and says why
+        assert any("AMX present but unused" in n for n in hw["notes"])
+    assert out["backend"]["name"] == "llamacpp" and out["backend"]["reason"]
+    recs = out["recommendations"]
+    assert recs and all(r["placement"] != "wont_fit" for r in recs)
+    first = recs[0]
+    assert {"id", "quant", "label", "memory", "decode_tokens_per_s", "explanation"} <= set(first)
+    assert "GB weights" in first["explanation"]
+
+
+def test_catalog_json_with_fit(qwen):
+    r = ember("catalog", "--json", "--fit")
+    assert r.returncode == 0, r.stderr
+    models = json.loads(r.stdout)
+    assert len(models) >= 25
+    for m in models:
+        assert {"id", "family", "params", "arch", "variants", "fit"} <= set(m)
+        for v in m["variants"]:
+            assert {"format", "quant", "size_bytes", "sha256", "sources"} <= set(v)
+            for s in v["sources"]:
+                assert s["kind"] in ("hf", "mirror")
+                if s["kind"] == "hf":
+                    assert s["repo"] and "file" in s
+    qwen_row = next(m for m in models if m["id"] == qwen.id)
+    assert qwen_row["fit"]["variant"] == {"format": "gguf", "quant": "Q4_K_M"}
+    assert qwen_row["fit"]["memory"]["weights"] == 491_400_064
+    assert qwen_row["fit"]["decode_tokens_per_s"] > 0
+
+
+def test_catalog_without_fit_has_no_fit_key():
+    models = json.loads(ember("catalog", "--json").stdout)
+    assert all("fit" not in m for m in models)
+
+
+def test_pull_says_which_quantization_it_picked(qwen):
+    r = ember("pull", qwen.id)
+    assert r.returncode == 0, r.stderr
+    assert f"{qwen.id}: picked Q4_K_M for this machine" in r.stderr
+    assert "already installed" in r.stderr
