@@ -110,15 +110,52 @@ def _installed_or_pull(name: str) -> InstalledModel:
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ember")
+@click.option("--serve", "serve_flag", is_flag=True, help="same as `ember serve`")
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, serve_flag: bool) -> None:
     """Ember: run large language models on your own machine.
 
     With no command, Ember starts an interactive chat on the default model
     (installing it first if needed).
     """
     if ctx.invoked_subcommand is None:
-        ctx.invoke(chat, model=DEFAULT_MODEL)
+        if serve_flag:
+            ctx.invoke(serve)
+        else:
+            ctx.invoke(chat, model=DEFAULT_MODEL)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=11435, show_default=True, type=int)
+@click.option("--api-key", default=None, envvar="EMBER_API_KEY",
+              help="require 'Authorization: Bearer KEY' (needed off loopback)")
+@click.option("--insecure-no-auth", is_flag=True, help="allow a non-loopback bind without a key")
+@click.option("--cors-origin", multiple=True, help="allow browser calls from this origin")
+@click.option("--idle-ttl", default=600.0, show_default=True, type=float,
+              help="seconds a model stays loaded after its last request")
+@click.option("--queue-limit", default=16, show_default=True, type=int,
+              help="requests that may wait; beyond, 429")
+def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
+          cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int) -> None:
+    """Serve the OpenAI- and Ollama-compatible HTTP API."""
+    try:
+        import uvicorn
+
+        from app.server.app import ServerSettings, check_bind, create_app
+    except ImportError as e:
+        raise EmberError(f"the server needs the 'serve' extra ({e.name} is missing): "
+                         "pip install -e '.[serve]'") from e
+    from app.runtime import Runtime
+
+    settings = ServerSettings(host=host, port=port, api_key=api_key,
+                              insecure_no_auth=insecure_no_auth, cors_origins=cors_origin,
+                              idle_ttl_s=idle_ttl, queue_limit=queue_limit)
+    check_bind(settings)
+    app = create_app(Runtime(idle_ttl_s=idle_ttl), settings)
+    click.echo(f"Ember API on http://{host}:{port} (OpenAI: /v1, Ollama: /api)"
+               + (", API key required" if api_key else ""), err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 BEST_MODELS_SHOWN = 8

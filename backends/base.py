@@ -64,10 +64,13 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """A chat (`messages`) or a raw completion (`prompt`), with its sampling settings."""
+    """A chat (`messages`) or a raw completion (`prompt`), with its sampling settings.
+    `json_mode` constrains the output to JSON, `json_schema` to that schema (a grammar)."""
     messages: tuple[Message, ...] | None = None
     prompt: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    json_mode: bool = False
+    json_schema: dict | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def validate(self) -> None:

@@ -8,6 +8,7 @@ fitting the conversation into the context, stop strings, UTF-8-safe streaming, a
 from __future__ import annotations
 
 import codecs
+import json
 import random
 import time
 from collections.abc import Iterator
@@ -124,6 +125,21 @@ class LlamaCppBackend:
             del messages[first]
             truncated = True
 
+    @staticmethod
+    def _grammar(request: GenerationRequest):  # noqa: ANN205 - llama_cpp.LlamaGrammar
+        """JSON mode and JSON schemas become a llama.cpp grammar that constrains sampling."""
+        if not request.json_mode:
+            return None
+        from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
+
+        try:
+            if request.json_schema is not None:
+                return LlamaGrammar.from_json_schema(json.dumps(request.json_schema),
+                                                     verbose=False)
+            return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+        except (ValueError, TypeError, KeyError, RuntimeError) as e:
+            raise InvalidRequestError(f"unsupported JSON schema: {e}") from e
+
     # -- prompt cache ----------------------------------------------------------------------
     def _prefill(self, prompt: list[int]) -> int:
         """Evaluate all but the prompt's last piece, reusing the KV cache where it matches.
@@ -174,7 +190,8 @@ class LlamaCppBackend:
         first_at = last_at = None
         finish = "length"
         stream = llm.generate(prompt, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                              temp=s.temperature, repeat_penalty=s.repeat_penalty, reset=True)
+                              temp=s.temperature, repeat_penalty=s.repeat_penalty, reset=True,
+                              grammar=self._grammar(request))
         try:
             for token in stream:
                 if cancelled is not None and cancelled.is_set():

@@ -66,3 +66,14 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
     """An empty EMBER_HOME for tests that install or remove things."""
     monkeypatch.setenv("EMBER_HOME", str(tmp_path / "home"))
     return Paths(tmp_path / "home")
+
+
+@pytest.fixture
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk with 1,000 bytes free, as `shutil.disk_usage` reports it to the downloaders."""
+    from collections import namedtuple
+
+    from app import transfer
+
+    usage = namedtuple("usage", "total used free")(10**9, 10**9 - 1000, 1000)
+    monkeypatch.setattr(transfer.shutil, "disk_usage", lambda path: usage)

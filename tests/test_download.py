@@ -12,7 +12,6 @@ import pytest
 import yaml
 from tiny_gguf import write_tiny_gguf
 
-from app import transfer
 from app.config import Paths
 from app.download import Cancelled, pull
 from app.errors import ChecksumError, DownloadError
@@ -129,11 +128,7 @@ def test_missing_package_is_a_clear_download_error(fake_mirror):
     assert fake_mirror["store"].list() == []
 
 
-def test_not_enough_disk_space_is_refused_before_downloading(fake_mirror, monkeypatch):
-    class Usage:
-        total, used, free = 10**9, 10**9 - 1000, 1000
-
-    monkeypatch.setattr(transfer.shutil, "disk_usage", lambda path: Usage)
+def test_not_enough_disk_space_is_refused_before_downloading(fake_mirror, full_disk):
     with pytest.raises(DownloadError, match="not enough disk space"):
         pull("tiny-test", store=fake_mirror["store"])
 

@@ -12,7 +12,6 @@ import yaml
 from hub_server import start_hub
 from tiny_gguf import write_tiny_gguf
 
-from app import transfer
 from app.config import Paths
 from app.download import Cancelled, pull
 from app.errors import ChecksumError, DownloadError
@@ -128,11 +127,7 @@ def test_hf_token_is_sent(hub, monkeypatch):
     assert all(r["auth"] == "Bearer hf_test_token" for r in hub["hub"].requests)
 
 
-def test_not_enough_disk_space(hub, monkeypatch):
-    class Usage:
-        total, used, free = 10**9, 10**9 - 1000, 1000
-
-    monkeypatch.setattr(transfer.shutil, "disk_usage", lambda path: Usage)
+def test_not_enough_disk_space(hub, full_disk):
     with pytest.raises(DownloadError, match="not enough disk space"):
         pull("tiny-hub", store=hub["store"])
     assert gets(hub["hub"]) == []  # refused before downloading

@@ -66,6 +66,7 @@ class Worker:
         self._streams_lock = threading.Lock()
         self.alive = False
         self.last_used = time.monotonic()
+        self.keep_alive_s: float | None = None  # None: the Runtime's default idle TTL
         self._wait_loaded()
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"ember-runtime-{model.id}")
@@ -144,6 +145,12 @@ class Worker:
     def close_stream(self, stream_id: str) -> None:
         with self._streams_lock:
             self._streams.pop(stream_id, None)
+        self.last_used = time.monotonic()  # idle time counts from the end of a request
+
+    @property
+    def busy(self) -> bool:
+        with self._streams_lock:
+            return bool(self._streams or self._replies)
 
     def call_tokenize(self, text: str, timeout: float = 60.0) -> list[int]:
         call_id = uuid.uuid4().hex
@@ -233,10 +240,11 @@ class LoadedModel:
 
 class Runtime:
     def __init__(self, store: Store | None = None, hardware: HardwareProfile | None = None,
-                 backend: str = "llamacpp") -> None:
+                 backend: str = "llamacpp", idle_ttl_s: float | None = None) -> None:
         self.store = store or Store()
         self._hardware = hardware
         self.backend = backend
+        self.idle_ttl_s = idle_ttl_s  # None: models stay loaded until unloaded
         self._workers: dict[str, Worker] = {}
         self._lock = threading.Lock()
 
@@ -286,6 +294,30 @@ class Runtime:
 
     def tokenize(self, name: str, text: str) -> list[int]:
         return self._worker(name).call_tokenize(text)
+
+    def keep_alive(self, name: str, seconds: float | None) -> None:
+        """How long this model stays loaded after its last request (None: the default;
+        a negative value: forever; 0: unload as soon as it is idle)."""
+        model = self.store.get(name)
+        with self._lock:
+            worker = self._workers.get(model.ref)
+        if worker is not None:
+            worker.keep_alive_s = seconds
+
+    def unload_idle(self) -> list[str]:
+        """Unload models idle past their keep-alive; returns their refs."""
+        now = time.monotonic()
+        gone = []
+        with self._lock:
+            for ref, w in list(self._workers.items()):
+                ttl = w.keep_alive_s if w.keep_alive_s is not None else self.idle_ttl_s
+                if ttl is None or ttl < 0 or w.busy:
+                    continue
+                if now - w.last_used >= ttl or not w.alive:
+                    gone.append((ref, self._workers.pop(ref)))
+        for _, w in gone:
+            w.stop()
+        return [ref for ref, _ in gone]
 
     def unload(self, name: str) -> bool:
         model = self.store.get(name)

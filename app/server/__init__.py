@@ -1,0 +1,1 @@
+"""Headless HTTP server: OpenAI- and Ollama-compatible APIs over the Runtime."""

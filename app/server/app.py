@@ -1,0 +1,195 @@
+"""The FastAPI application: routes, safety (auth, body limit, CORS), errors, idle unloading."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app import __version__
+from app.errors import EmberError, InvalidRequestError, ModelNotFoundError
+from app.runtime import Runtime
+from app.server import ollama, openai
+from app.server.bridge import Admission, ServerBusyError
+from app.server.errors import ApiError
+from app.server.metrics import Metrics
+
+IDLE_SWEEP_S = 5.0
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 11435
+    api_key: str | None = None
+    insecure_no_auth: bool = False
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 2 << 20
+    queue_limit: int = 16
+    parallel: int = 1
+    idle_ttl_s: float = 600.0
+    open_paths: tuple[str, ...] = field(default=("/health",))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: ServerSettings) -> None:
+    """Safe by default: anything but loopback needs a key, or an explicit opt-out."""
+    if not is_loopback(settings.host) and not settings.api_key and not settings.insecure_no_auth:
+        raise EmberError(f"refusing to listen on {settings.host} without an API key: anyone "
+                         "who can reach this machine could use it. Pass --api-key KEY (clients "
+                         "send 'Authorization: Bearer KEY'), or --insecure-no-auth if you "
+                         "really mean it")
+
+
+class Guard:
+    """Pure ASGI: checks the API key and bounds request bodies before any route runs."""
+
+    def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
+        self.app, self.settings = app, settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        key = self.settings.api_key
+        if key and path not in self.settings.open_paths and scope["method"] != "OPTIONS":
+            given = headers.get("authorization", "").removeprefix("Bearer ").strip()
+            given = given or headers.get("x-api-key", "")
+            if not hmac.compare_digest(given.encode(), key.encode()):
+                return await _send_error(scope, send, ApiError(
+                    401, "missing or wrong API key: send 'Authorization: Bearer KEY'",
+                    code="invalid_api_key"))
+        limit = self.settings.max_body_bytes
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return await _send_error(scope, send, ApiError(
+                413, f"request body over {limit} bytes", code="request_too_large"))
+        seen = 0
+
+        async def bounded() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise ApiError(413, f"request body over {limit} bytes",
+                                   code="request_too_large")
+            return message
+
+        return await self.app(scope, bounded, send)
+
+
+async def _send_error(scope: Scope, send: Send, err: ApiError) -> None:
+    body = err.ollama() if scope["path"].startswith("/api/") else err.openai()
+    response = JSONResponse(body, status_code=err.status, headers=err.headers)
+    await response(scope, _no_receive, send)
+
+
+async def _no_receive() -> dict:
+    return {"type": "http.disconnect"}
+
+
+def _error_response(request: Request, err: ApiError) -> JSONResponse:
+    body = err.ollama() if request.url.path.startswith("/api/") else err.openai()
+    return JSONResponse(body, status_code=err.status, headers=err.headers)
+
+
+def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> FastAPI:
+    settings = settings or ServerSettings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            async def sweep() -> None:
+                while True:
+                    await anyio.sleep(IDLE_SWEEP_S)
+                    await anyio.to_thread.run_sync(runtime.unload_idle)
+
+            tg.start_soon(sweep)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+        await anyio.to_thread.run_sync(runtime.shutdown)
+
+    app = FastAPI(title="Ember", version=__version__, lifespan=lifespan,
+                  description="OpenAI- and Ollama-compatible API of Ember, a local LLM app.")
+    app.state.runtime = runtime
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    app.state.admission = Admission(capacity=settings.parallel, queue_limit=settings.queue_limit)
+    if runtime.idle_ttl_s is None:
+        runtime.idle_ttl_s = settings.idle_ttl_s
+    app.include_router(openai.router)
+    app.include_router(ollama.router)
+
+    @app.get("/health", tags=["ember"])
+    def health() -> dict:
+        return {"status": "ok", "version": __version__,
+                "loaded": [m.model.ref for m in runtime.loaded()]}
+
+    @app.get("/metrics", tags=["ember"], response_class=PlainTextResponse)
+    def metrics() -> str:
+        admission = app.state.admission
+        return app.state.metrics.render(admission.queued, admission.active, runtime.loaded())
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, err: ApiError) -> JSONResponse:
+        return _error_response(request, err)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        if first.get("type") == "json_invalid":
+            message = "request body is not valid JSON"
+        else:
+            message = f"{where or 'body'}: {first.get('msg', 'invalid request')}"
+        return _error_response(request, ApiError(400, message, param=where))
+
+    @app.exception_handler(ModelNotFoundError)
+    async def not_found(request: Request, err: ModelNotFoundError) -> JSONResponse:
+        return _error_response(request, ApiError(404, str(err), code="model_not_found"))
+
+    @app.exception_handler(InvalidRequestError)
+    async def bad_request(request: Request, err: InvalidRequestError) -> JSONResponse:
+        return _error_response(request, ApiError(400, str(err)))
+
+    @app.exception_handler(ServerBusyError)
+    async def busy(request: Request, err: ServerBusyError) -> JSONResponse:
+        return _error_response(request, ApiError(
+            429, str(err), code="server_busy", headers={"Retry-After": str(err.retry_after_s)}))
+
+    @app.exception_handler(EmberError)
+    async def ember_error(request: Request, err: EmberError) -> JSONResponse:
+        return _error_response(request, ApiError(500, str(err)))
+
+    @app.exception_handler(json.JSONDecodeError)
+    async def bad_json(request: Request, err: json.JSONDecodeError) -> JSONResponse:
+        return _error_response(request, ApiError(400, "request body is not valid JSON"))
+
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                           allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(Guard, settings=settings)
+    return app

@@ -1,0 +1,123 @@
+"""What the OpenAI and Ollama routes share: turning API requests into GenerationRequests,
+admission (a bounded queue, then 429), streaming Runtime events into async code, and
+cancelling a generation when its client goes away."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anyio
+
+from app.errors import InvalidRequestError
+from app.runtime import Runtime
+from app.server.metrics import Metrics
+from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
+
+# A model name is an id with an optional :QUANT, never a path.
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9._-]{1,32})?$")
+
+
+class ServerBusyError(Exception):
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("server busy: too many requests queued; retry later")
+        self.retry_after_s = retry_after_s
+
+
+def check_model_name(name: str) -> str:
+    if not MODEL_NAME.match(name) or ".." in name:
+        raise InvalidRequestError(f"invalid model name {name[:80]!r}: use an id such as "
+                                  "qwen2.5-coder-0.5b-instruct or id:QUANT")
+    return name
+
+
+def parse_keep_alive(value: str | int | float | None) -> float | None:
+    """Ollama's keep_alive: seconds, or a duration like "10m", "1h", "30s"; negative: forever."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
+    if not m:
+        raise InvalidRequestError(f"invalid keep_alive {value!r}: use seconds or e.g. '10m'")
+    number, unit = float(m.group(1)), m.group(2) or "s"
+    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+@dataclass
+class Admission:
+    """At most `capacity` generations run and `queue_limit` wait; the rest get 429."""
+    capacity: int = 1
+    queue_limit: int = 16
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self.active = 0
+
+    def check(self) -> None:
+        """Raise 429 now, in the route, before a streaming response has started."""
+        with self._lock:
+            if self.active >= self.capacity + self.queue_limit:
+                raise ServerBusyError(retry_after_s=max(1, (self.active - self.capacity) * 2))
+
+    def enter(self) -> None:
+        with self._lock:
+            self.active += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+    @property
+    def queued(self) -> int:
+        return max(0, self.active - self.capacity)
+
+
+def stream_events(runtime: Runtime, admission: Admission, metrics: Metrics, model: str,
+                  request: GenerationRequest, keep_alive_s: float | None,
+                  endpoint: str) -> AsyncIterator[Event]:
+    """Events of one generation; raises ServerBusyError at once when the queue is full.
+    Leaving early (the client disconnected and the task was cancelled, or the consumer
+    stopped) cancels the generation in its worker at once."""
+    admission.check()
+    return _events(runtime, admission, metrics, model, request, keep_alive_s, endpoint)
+
+
+async def _events(runtime: Runtime, admission: Admission, metrics: Metrics, model: str,
+                  request: GenerationRequest, keep_alive_s: float | None,
+                  endpoint: str) -> AsyncIterator[Event]:
+    admission.enter()
+    started = time.monotonic()
+    generation = None
+    try:
+        generation = await anyio.to_thread.run_sync(runtime.generate, model, request)
+        if keep_alive_s is not None:
+            runtime.keep_alive(model, keep_alive_s)
+        events = iter(generation)
+        while True:
+            event = await anyio.to_thread.run_sync(next, events, None)
+            if event is None:
+                return
+            if isinstance(event, DoneEvent):
+                metrics.record(endpoint, model, event.stats, time.monotonic() - started)
+            elif isinstance(event, ErrorEvent):
+                metrics.record_error(endpoint, event.kind)
+            yield event
+            if isinstance(event, DoneEvent | ErrorEvent):
+                return
+    finally:
+        if generation is not None:
+            generation.cancel()  # a no-op when it finished
+        admission.leave()
+
+
+async def collect(events: AsyncIterator[Event]) -> tuple[str, DoneEvent | ErrorEvent]:
+    text = []
+    async for event in events:
+        if isinstance(event, DoneEvent | ErrorEvent):
+            return "".join(text), event
+        text.append(event.text)
+    raise RuntimeError("stream ended without a final event")

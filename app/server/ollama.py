@@ -1,0 +1,255 @@
+"""Ollama-compatible routes: /api/version, tags, show, chat, generate, ps, pull, delete."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from app import __version__
+from app.download import pull as download
+from app.errors import EmberError
+from app.gguf_file import read_gguf
+from app.server import convert
+from app.server.bridge import check_model_name, collect, parse_keep_alive, stream_events
+from app.server.errors import ApiError, error_for_event
+from app.server.schemas import (
+    OllamaBase,
+    OllamaChatRequest,
+    OllamaGenerateRequest,
+    OllamaModelRequest,
+    OllamaPullRequest,
+)
+from app.store import InstalledModel
+from app.transfer import Progress
+from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
+
+router = APIRouter(prefix="/api", tags=["ollama"])
+NS = 1_000_000_000
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _name(raw: str) -> str:
+    """Ollama clients send `model:latest` for an untagged model."""
+    return check_model_name(raw.removesuffix(":latest"))
+
+
+def _details(m: InstalledModel) -> dict:
+    return {"format": m.format, "family": m.architecture, "families": [m.architecture],
+            "parameter_size": "", "quantization_level": m.quant, "parent_model": ""}
+
+
+def _tag(m: InstalledModel) -> dict:
+    return {"name": m.ref, "model": m.ref, "size": m.size_bytes, "digest": m.sha256,
+            "modified_at": datetime.fromtimestamp(m.installed_at, UTC).isoformat(),
+            "details": _details(m)}
+
+
+@router.get("/version")
+def version() -> dict:
+    return {"version": __version__}
+
+
+@router.get("/tags")
+def tags(request: Request) -> dict:
+    return {"models": [_tag(m) for m in request.app.state.runtime.list_models()]}
+
+
+@router.post("/show")
+def show(body: OllamaModelRequest, request: Request) -> dict:
+    model = request.app.state.runtime.store.get(_name(body.ref))
+    info = read_gguf(model.path)
+    model_info = {k: v for k, v in info.metadata.items()
+                  if isinstance(v, str | int | float | bool) and not k.startswith("tokenizer.")}
+    return {"modelfile": f"FROM {model.path}\n", "parameters": "",
+            "template": info.chat_template or "", "details": _details(model),
+            "model_info": model_info,
+            "capabilities": ["completion"] + (["chat"] if model.chat else [])}
+
+
+@router.get("/ps")
+def ps(request: Request) -> dict:
+    runtime = request.app.state.runtime
+    return {"models": [{**_tag(lm.model), "expires_at": None, "size_vram": 0,
+                        "context_length": lm.plan.context} for lm in runtime.loaded()]}
+
+
+@router.delete("/delete")
+def delete(body: OllamaModelRequest, request: Request) -> dict:
+    runtime = request.app.state.runtime
+    name = _name(body.ref)
+    runtime.store.get(name)
+    runtime.unload(name)
+    runtime.store.remove(name)
+    return {}
+
+
+@router.post("/pull")
+async def pull(body: OllamaPullRequest, request: Request):  # noqa: ANN201
+    name = _name(body.ref)
+    store = request.app.state.runtime.store
+    send, receive = anyio.create_memory_object_stream[dict](max_buffer_size=1024)
+    cancel = threading.Event()
+
+    def on_progress(p: Progress) -> None:
+        status = {"download": f"pulling {p.model}", "verify": "verifying sha256 digest",
+                  "install": "writing manifest", "done": "success"}[p.phase]
+        event = {"status": status}
+        if p.phase in ("download", "verify"):
+            event |= {"digest": p.model, "total": p.total_bytes, "completed": p.done_bytes}
+        if p.message and p.phase != "done":
+            event["message"] = p.message
+        anyio.from_thread.run(send.send, event)
+
+    async def run() -> None:
+        async with send:
+            try:
+                await anyio.to_thread.run_sync(lambda: download(name, store, on_progress,
+                                                                cancel))
+            except EmberError as e:
+                await send.send({"error": str(e)})
+
+    async def ndjson() -> AsyncIterator[str]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            try:
+                async with receive:
+                    async for event in receive:
+                        yield json.dumps(event) + "\n"
+            finally:
+                cancel.set()  # a client that leaves stops the download (it can be resumed)
+
+    if body.stream:
+        return StreamingResponse(ndjson(), media_type="application/x-ndjson")
+    last: dict = {}
+    async for line in ndjson():
+        last = json.loads(line)
+    if "error" in last:
+        raise ApiError(500, last["error"])
+    return last
+
+
+def _params(body: OllamaBase):  # noqa: ANN202
+    o = body.options
+    if o is None:
+        return convert.sampling()
+    max_tokens = None if o.num_predict is None or o.num_predict < 0 else max(o.num_predict, 1)
+    return convert.sampling(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
+                            min_p=o.min_p, repeat_penalty=o.repeat_penalty, seed=o.seed,
+                            stop=o.stop, max_tokens=max_tokens)
+
+
+def _format(body: OllamaBase) -> tuple[bool, dict | None]:
+    if body.format is None or body.format == "":
+        return False, None
+    if body.format == "json":
+        return True, None
+    if isinstance(body.format, dict):
+        return True, body.format
+    raise ApiError(400, f"invalid format {body.format!r}: use \"json\" or a JSON schema")
+
+
+def _final(model: str, stats, started: float, field: str) -> dict:  # noqa: ANN001
+    total = time.monotonic() - started
+    body = {"model": model, "created_at": _now(), "done": True,
+            "done_reason": "length" if stats.finish_reason == "length" else "stop",
+            "total_duration": int(total * NS), "load_duration": 0,
+            "prompt_eval_count": stats.prompt_tokens,
+            "prompt_eval_duration": int(stats.ttft_s * NS),
+            "eval_count": stats.completion_tokens,
+            "eval_duration": int(max(total - stats.ttft_s, 0) * NS)}
+    return body | ({"message": {"role": "assistant", "content": ""}} if field == "message"
+                   else {"response": ""})
+
+
+async def _respond(request: Request, body: OllamaBase, model: str,
+                   gen_request: GenerationRequest, field: str):  # noqa: ANN202
+    state = request.app.state
+    gen_request.validate()
+    state.runtime.store.get(model)
+    if body.options and body.options.num_ctx:
+        await anyio.to_thread.run_sync(state.runtime.load, model, body.options.num_ctx)
+    keep_alive = parse_keep_alive(body.keep_alive)
+    started = time.monotonic()
+    events: AsyncIterator[Event] = stream_events(state.runtime, state.admission, state.metrics,
+                                                 model, gen_request, keep_alive, field)
+
+    def piece(text: str) -> dict:
+        content = {"message": {"role": "assistant", "content": text}} if field == "message" \
+            else {"response": text}
+        return {"model": body.model, "created_at": _now(), **content, "done": False}
+
+    if not body.stream:
+        text, final = await collect(events)
+        if isinstance(final, ErrorEvent):
+            raise error_for_event(final)
+        out = _final(body.model, final.stats, started, field)
+        if field == "message":
+            out["message"]["content"] = text
+        else:
+            out["response"] = text
+        return out
+
+    async def ndjson() -> AsyncIterator[str]:
+        async for event in events:
+            if isinstance(event, DoneEvent):
+                yield json.dumps(_final(body.model, event.stats, started, field)) + "\n"
+            elif isinstance(event, ErrorEvent):
+                yield json.dumps({"error": event.message}) + "\n"
+            else:
+                yield json.dumps(piece(event.text)) + "\n"
+
+    return StreamingResponse(ndjson(), media_type="application/x-ndjson")
+
+
+@router.post("/chat")
+async def chat(body: OllamaChatRequest, request: Request):  # noqa: ANN201
+    model = _name(body.model)
+    if not body.messages:  # Ollama: an empty chat loads (or with keep_alive 0 unloads)
+        return await _load_or_unload(request, body, model, "message")
+    json_mode, schema = _format(body)
+    gen_request = convert.chat_request([(m.role, m.content) for m in body.messages],
+                                       _params(body), json_mode, schema)
+    return await _respond(request, body, model, gen_request, "message")
+
+
+@router.post("/generate")
+async def generate(body: OllamaGenerateRequest, request: Request):  # noqa: ANN201
+    model = _name(body.model)
+    if not body.prompt:
+        return await _load_or_unload(request, body, model, "response")
+    json_mode, schema = _format(body)
+    installed = request.app.state.runtime.store.get(model)
+    if body.raw or not installed.chat:
+        gen_request = convert.completion_request(body.prompt, _params(body), json_mode, schema)
+    else:
+        messages = ([("system", body.system)] if body.system else []) + [("user", body.prompt)]
+        gen_request = convert.chat_request(messages, _params(body), json_mode, schema)
+    return await _respond(request, body, model, gen_request, "response")
+
+
+async def _load_or_unload(request: Request, body: OllamaBase, model: str, field: str) -> dict:
+    runtime = request.app.state.runtime
+    runtime.store.get(model)
+    keep_alive = parse_keep_alive(body.keep_alive)
+    if keep_alive == 0:
+        await anyio.to_thread.run_sync(runtime.unload, model)
+        reason = "unload"
+    else:
+        await anyio.to_thread.run_sync(runtime.load, model)
+        if keep_alive is not None:
+            runtime.keep_alive(model, keep_alive)
+        reason = "load"
+    content = {"message": {"role": "assistant", "content": ""}} if field == "message" \
+        else {"response": ""}
+    return {"model": body.model, "created_at": _now(), **content, "done": True,
+            "done_reason": reason}

@@ -1,0 +1,158 @@
+"""OpenAI-compatible routes: /v1/models, /v1/chat/completions, /v1/completions."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from app.server import convert
+from app.server.bridge import check_model_name, collect, stream_events
+from app.server.errors import ApiError, error_for_event
+from app.server.schemas import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionChoice,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    Usage,
+)
+from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, Stats
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+def _usage(stats: Stats) -> Usage:
+    return Usage(prompt_tokens=stats.prompt_tokens, completion_tokens=stats.completion_tokens,
+                 total_tokens=stats.prompt_tokens + stats.completion_tokens)
+
+
+def _finish(stats: Stats) -> str:
+    return "length" if stats.finish_reason == "length" else "stop"
+
+
+def _sse(data: dict | str) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+
+
+@router.get("/models", response_model=ModelList)
+def list_models(request: Request) -> ModelList:
+    runtime = request.app.state.runtime
+    return ModelList(data=[ModelCard(id=m.id, created=int(m.installed_at))
+                           for m in runtime.list_models()])
+
+
+def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
+    fmt = body.response_format
+    if fmt is None or fmt.type == "text":
+        return False, None
+    if fmt.type == "json_object":
+        return True, None
+    if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+        raise ApiError(400, "response_format json_schema needs a 'schema'", "response_format")
+    return True, fmt.json_schema.schema_
+
+
+def _events(request: Request, model: str, gen_request: GenerationRequest,
+            endpoint: str) -> AsyncIterator[Event]:
+    state = request.app.state
+    return stream_events(state.runtime, state.admission, state.metrics, model, gen_request,
+                         None, endpoint)
+
+
+@router.post("/chat/completions", response_model=ChatCompletion,
+             responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
+async def chat_completions(body: ChatCompletionRequest, request: Request):  # noqa: ANN201
+    model = check_model_name(body.model)
+    json_mode, schema = _json_settings(body)
+    params = convert.sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+                              stop=body.stop,
+                              max_tokens=body.max_completion_tokens or body.max_tokens)
+    gen_request = convert.chat_request([(m.role, m.text()) for m in body.messages], params,
+                                       json_mode, schema)
+    gen_request.validate()
+    request.app.state.runtime.store.get(model)  # unknown model: 404 before anything streams
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    events = _events(request, model, gen_request, "chat")
+    if not body.stream:
+        text, final = await collect(events)
+        if isinstance(final, ErrorEvent):
+            raise error_for_event(final)
+        return ChatCompletion(id=completion_id, created=created, model=body.model,
+                              choices=[ChatChoice(message=AssistantMessage(content=text),
+                                                  finish_reason=_finish(final.stats))],
+                              usage=_usage(final.stats))
+
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {"id": completion_id, "object": "chat.completion.chunk", "created": created,
+                "model": body.model, "system_fingerprint": None,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                             "logprobs": None}]}
+
+    async def sse() -> AsyncIterator[str]:
+        yield _sse(chunk({"role": "assistant", "content": ""}))
+        async for event in events:
+            if isinstance(event, DoneEvent):
+                yield _sse(chunk({}, _finish(event.stats)))
+                if include_usage:
+                    yield _sse({**chunk({}), "choices": [],
+                                "usage": _usage(event.stats).model_dump()})
+            elif isinstance(event, ErrorEvent):
+                yield _sse({"error": error_for_event(event).body()})
+            else:
+                yield _sse(chunk({"content": event.text}))
+        yield _sse("[DONE]")
+
+    return StreamingResponse(sse(), media_type="text/event-stream")
+
+
+@router.post("/completions", response_model=Completion,
+             responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
+async def completions(body: CompletionRequest, request: Request):  # noqa: ANN201
+    model = check_model_name(body.model)
+    prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
+    params = convert.sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+                              stop=body.stop, max_tokens=body.max_tokens)
+    gen_request = convert.completion_request(prompt, params)
+    gen_request.validate()
+    request.app.state.runtime.store.get(model)
+    completion_id = f"cmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    events = _events(request, model, gen_request, "completions")
+    if not body.stream:
+        text, final = await collect(events)
+        if isinstance(final, ErrorEvent):
+            raise error_for_event(final)
+        return Completion(id=completion_id, created=created, model=body.model,
+                          choices=[CompletionChoice(text=text,
+                                                    finish_reason=_finish(final.stats))],
+                          usage=_usage(final.stats))
+
+    def chunk(text: str, finish: str | None = None) -> dict:
+        return {"id": completion_id, "object": "text_completion", "created": created,
+                "model": body.model,
+                "choices": [{"index": 0, "text": text, "finish_reason": finish,
+                             "logprobs": None}]}
+
+    async def sse() -> AsyncIterator[str]:
+        async for event in events:
+            if isinstance(event, DoneEvent):
+                yield _sse(chunk("", _finish(event.stats)))
+            elif isinstance(event, ErrorEvent):
+                yield _sse({"error": error_for_event(event).body()})
+            else:
+                yield _sse(chunk(event.text))
+        yield _sse("[DONE]")
+
+    return StreamingResponse(sse(), media_type="text/event-stream")
