@@ -136,8 +136,11 @@ def cli(ctx: click.Context, serve_flag: bool) -> None:
               help="seconds a model stays loaded after its last request")
 @click.option("--queue-limit", default=16, show_default=True, type=int,
               help="requests that may wait; beyond, 429")
+@click.option("--parallel", default=8, show_default=True, type=int,
+              help="sequences decoded together per model (fewer if memory is short)")
 def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
-          cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int) -> None:
+          cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int,
+          parallel: int) -> None:
     """Serve the OpenAI- and Ollama-compatible HTTP API."""
     try:
         import uvicorn
@@ -150,9 +153,9 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
 
     settings = ServerSettings(host=host, port=port, api_key=api_key,
                               insecure_no_auth=insecure_no_auth, cors_origins=cors_origin,
-                              idle_ttl_s=idle_ttl, queue_limit=queue_limit)
+                              idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel)
     check_bind(settings)
-    app = create_app(Runtime(idle_ttl_s=idle_ttl), settings)
+    app = create_app(Runtime(idle_ttl_s=idle_ttl, parallel=parallel), settings)
     click.echo(f"Ember API on http://{host}:{port} (OpenAI: /v1, Ollama: /api)"
                + (", API key required" if api_key else ""), err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

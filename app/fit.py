@@ -331,7 +331,8 @@ def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
 
 def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
               parallel: int = 1) -> LoadPlan:
-    """The llama.cpp load plan: the largest context up to the one asked for that fits."""
+    """The llama.cpp load plan: up to `parallel` sequences (halved until their KV caches
+    fit), each with the largest context up to the one asked for that fits."""
     arch = arch_from_gguf(info)
     wanted = context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT
     ctx = max(MIN_CONTEXT, min(wanted, info.context_length))
@@ -339,11 +340,16 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
     repacked = file_repacked_bytes(info, hw)
     fit = estimate(info.name, arch, params, variant, hw, ctx, parallel, repacked)
+    while fit.placement == "wont_fit" and parallel > 1:
+        parallel //= 2
+        fit = estimate(info.name, arch, params, variant, hw, ctx, parallel, repacked)
     while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
         ctx //= 2
         fit = estimate(info.name, arch, params, variant, hw, ctx, parallel, repacked)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
     reason = f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads"
+    if parallel > 1:
+        reason += f"; {parallel} parallel sequences"
     if ctx < min(wanted, info.context_length):
         reason += f" (context cut from {wanted} to fit)"
     gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)

@@ -240,8 +240,10 @@ class LoadedModel:
 
 class Runtime:
     def __init__(self, store: Store | None = None, hardware: HardwareProfile | None = None,
-                 backend: str = "llamacpp", idle_ttl_s: float | None = None) -> None:
+                 backend: str = "llamacpp", idle_ttl_s: float | None = None,
+                 parallel: int = 1) -> None:
         self.store = store or Store()
+        self.parallel = parallel  # sequences decoded together per model (the fit may cut it)
         self._hardware = hardware
         self.backend = backend
         self.idle_ttl_s = idle_ttl_s  # None: models stay loaded until unloaded
@@ -273,7 +275,7 @@ class Runtime:
                 worker.stop()
                 del self._workers[model.ref]
             info = read_gguf(model.path)  # a clear error here beats a native crash later
-            plan = plan_load(info, self.hardware, context)
+            plan = plan_load(info, self.hardware, context, self.parallel)
             worker = Worker(model, plan, self.backend)
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)

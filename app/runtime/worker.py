@@ -24,7 +24,9 @@ from app.runtime.protocol import (
     Tokenize,
 )
 from app.store import InstalledModel
-from backends.base import Backend, ErrorEvent, LoadPlan
+from backends.base import Backend, DoneEvent, ErrorEvent, LoadPlan
+
+IDLE = object()  # no command waiting: time for an engine step
 
 
 def make_backend(name: str) -> Backend:
@@ -74,26 +76,39 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 jobs.put(msg)
 
     threading.Thread(target=read_commands, daemon=True, name="ember-worker-reader").start()
-    while (job := jobs.get()) is not None:
+    # Drain every queued command, then take one engine step; block only when idle.
+    while True:
+        try:
+            job = jobs.get(block=not backend.has_work())
+        except queue.Empty:
+            job = IDLE
+        if job is None:
+            break
         try:
             if isinstance(job, Tokenize):
                 try:
                     conn.send(Reply(job.call_id, value=backend.tokenize(job.text)))
                 except Exception as e:
                     conn.send(Reply(job.call_id, error=f"{type(e).__name__}: {e}"))
-                continue
-            with lock:
-                flag = cancels.setdefault(job.stream_id, threading.Event())
-            try:
-                for event in backend.generate(job.request, flag):
-                    conn.send(Out(job.stream_id, event))
-            except EmberError as e:
-                conn.send(Out(job.stream_id, ErrorEvent(str(e), "invalid")))
-            except Exception as e:
-                conn.send(Out(job.stream_id, ErrorEvent(f"{type(e).__name__}: {e}")))
-            finally:
+            elif isinstance(job, Generate):
                 with lock:
-                    cancels.pop(job.stream_id, None)
+                    flag = cancels.setdefault(job.stream_id, threading.Event())
+                try:
+                    backend.submit(job.stream_id, job.request, flag)
+                except EmberError as e:
+                    conn.send(Out(job.stream_id, ErrorEvent(str(e), "invalid")))
+                except Exception as e:
+                    conn.send(Out(job.stream_id, ErrorEvent(f"{type(e).__name__}: {e}")))
+            else:
+                try:
+                    events = backend.step()
+                except Exception as e:  # fail what was running, keep the worker
+                    events = backend.fail_all(f"{type(e).__name__}: {e}")
+                for stream_id, event in events:
+                    conn.send(Out(stream_id, event))
+                    if isinstance(event, DoneEvent | ErrorEvent):
+                        with lock:
+                            cancels.pop(stream_id, None)
         except (BrokenPipeError, EOFError, OSError):
             break
     backend.unload()

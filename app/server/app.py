@@ -36,7 +36,7 @@ class ServerSettings:
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 2 << 20
     queue_limit: int = 16
-    parallel: int = 1
+    parallel: int = 8  # sequences decoded together (llama-server's -np 8)
     idle_ttl_s: float = 600.0
     open_paths: tuple[str, ...] = field(default=("/health",))
 
@@ -140,6 +140,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     app.state.admission = Admission(capacity=settings.parallel, queue_limit=settings.queue_limit)
     if runtime.idle_ttl_s is None:
         runtime.idle_ttl_s = settings.idle_ttl_s
+    runtime.parallel = settings.parallel
     app.include_router(openai.router)
     app.include_router(ollama.router)
 

@@ -1,0 +1,231 @@
+"""GGUF models through llama-cpp-python, CPU first (GPU offload where the build has it).
+
+We use llama-cpp-python's low-level model, context and sampler objects, and do everything
+around them ourselves: the chat template (sandboxed, app.templates), fitting the
+conversation into the context, several sequences decoded together (engine.BatchEngine),
+stop strings and UTF-8-safe streaming (text.TextStream), and stats.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from app.errors import BackendError, InvalidRequestError, ModelFileError
+from app.templates import render_chat
+from backends.base import (
+    CancelFlag,
+    Capabilities,
+    DoneEvent,
+    Event,
+    GenerationRequest,
+    LoadPlan,
+    Message,
+)
+from backends.llamacpp.engine import BatchEngine, Job
+from backends.llamacpp.text import TextStream
+
+if TYPE_CHECKING:
+    from app.store import InstalledModel
+
+ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers meaning "every layer"
+PENALTY_LAST_N = 64  # llama.cpp's default repeat-penalty window
+
+
+class LlamaCppBackend:
+    name = "llamacpp"
+
+    def __init__(self) -> None:
+        self._model = None  # llama_cpp._internals.LlamaModel
+        self._ctx = None  # llama_cpp._internals.LlamaContext
+        self.engine: BatchEngine | None = None
+        self._installed: InstalledModel | None = None
+        self._template: str | None = None
+        self._bos_text = ""
+        self._eos_text = ""
+        self._add_bos = False
+        self._n_ctx_seq = 0
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(formats=("gguf",), batching=True)
+
+    # -- loading ---------------------------------------------------------------------------
+    def load(self, model: InstalledModel, plan: LoadPlan) -> None:
+        import llama_cpp
+        from llama_cpp._internals import LlamaContext, LlamaModel
+        from llama_cpp._logger import set_verbose
+
+        set_verbose(False)
+        llama_cpp.llama_backend_init()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = ALL_LAYERS if plan.gpu_layers < 0 else plan.gpu_layers
+        try:
+            self._model = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
+            cparams = llama_cpp.llama_context_default_params()
+            cparams.n_ctx = plan.context * plan.parallel  # each sequence gets `context` cells
+            cparams.n_batch = cparams.n_ubatch = plan.batch
+            cparams.n_seq_max = plan.parallel
+            cparams.n_threads = cparams.n_threads_batch = plan.threads
+            cparams.swa_full = False  # sliding-window layers keep only their window
+            self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
+        except (ValueError, RuntimeError) as e:
+            self.unload()
+            raise ModelFileError(f"{model.path}: llama.cpp could not load it ({e})") from e
+        self._installed = model
+        self._n_ctx_seq = plan.context
+        meta = self._model.metadata()
+        self._template = meta.get("tokenizer.chat_template") or None
+        self._bos_text = _token_text(self._model, self._model.token_bos())
+        self._eos_text = _token_text(self._model, self._model.token_eos())
+        self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") == "true"
+        self.engine = BatchEngine(self._ctx, plan.parallel, plan.context, plan.batch,
+                                  self._piece, self._is_eog)
+
+    def unload(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        for part in (self._ctx, self._model):
+            if part is not None:
+                part.close()
+        self._ctx = self._model = None
+
+    def _loaded(self):  # noqa: ANN202 - llama_cpp._internals.LlamaModel, imported lazily
+        if self._model is None or self.engine is None:
+            raise BackendError("no model is loaded")
+        return self._model
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def _piece(self, token: int) -> bytes:
+        return self._loaded().detokenize([token], special=False)
+
+    def _is_eog(self, token: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self._loaded().vocab, token))
+
+    # -- prompt ----------------------------------------------------------------------------
+    def render(self, messages: tuple[Message, ...]) -> str:
+        if self._template is None:
+            raise InvalidRequestError(
+                f"{self._installed.ref if self._installed else 'this model'} has no chat template "
+                "(a base model): send a plain prompt instead of a conversation")
+        return render_chat(self._template, [{"role": m.role, "content": m.content}
+                                            for m in messages],
+                           bos_token=self._bos_text, eos_token=self._eos_text)
+
+    def _encode(self, text: str) -> list[int]:
+        add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
+        return self._loaded().tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool]:
+        """The prompt as tokens, and whether something had to be dropped to fit the context.
+
+        A conversation loses its oldest turns after the system prompt, one at a time, until it
+        fits with room to answer; the last message is always kept. A raw prompt keeps its end.
+        """
+        n_ctx = self._n_ctx_seq
+        wanted = request.sampling.max_tokens or n_ctx // 4
+        limit = n_ctx - max(1, min(wanted, n_ctx // 2))
+        if request.prompt is not None:
+            tokens = self._encode(request.prompt)
+            if len(tokens) <= limit:
+                return tokens, False
+            return tokens[-limit:], True
+
+        messages = list(request.messages or ())
+        truncated = False
+        while True:
+            tokens = self._encode(self.render(tuple(messages)))
+            if len(tokens) <= limit:
+                return tokens, truncated
+            first = 1 if messages[0].role == "system" else 0
+            if len(messages) - first <= 1:
+                raise InvalidRequestError(
+                    f"the last message alone is {len(tokens)} tokens; with room for the answer "
+                    f"the context ({n_ctx} tokens) holds {limit}: shorten it or load the model "
+                    "with a larger context")
+            del messages[first]
+            truncated = True
+
+    @staticmethod
+    def _grammar(request: GenerationRequest):  # noqa: ANN205 - llama_cpp.LlamaGrammar
+        """JSON mode and JSON schemas become a llama.cpp grammar that constrains sampling."""
+        if not request.json_mode:
+            return None
+        from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
+
+        try:
+            if request.json_schema is not None:
+                return LlamaGrammar.from_json_schema(json.dumps(request.json_schema),
+                                                     verbose=False)
+            return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+        except (ValueError, TypeError, KeyError, RuntimeError) as e:
+            raise InvalidRequestError(f"unsupported JSON schema: {e}") from e
+
+    def _sampler(self, request: GenerationRequest):  # noqa: ANN202 - LlamaSampler
+        """The same chain as llama-cpp-python's Llama.generate: penalties, grammar, then
+        greedy, or top-k, typical (off), top-p, min-p, temperature and a seeded draw."""
+        from llama_cpp._internals import LlamaSampler
+
+        s = request.sampling
+        sampler = LlamaSampler()
+        sampler.add_penalties(n_vocab=self._loaded().n_vocab(), penalty_last_n=PENALTY_LAST_N,
+                              penalty_repeat=s.repeat_penalty, penalty_freq=0.0,
+                              penalty_present=0.0)
+        grammar = self._grammar(request)
+        if grammar is not None:
+            sampler.add_grammar(self._loaded(), grammar)
+        if s.temperature == 0.0:
+            sampler.add_greedy()
+        else:
+            sampler.add_top_k(s.top_k)
+            sampler.add_typical(1.0, 1)
+            sampler.add_top_p(s.top_p, 1)
+            sampler.add_min_p(s.min_p, 1)
+            sampler.add_temp(s.temperature)
+            sampler.add_dist(s.seed if s.seed is not None else random.randrange(2**32))
+        return sampler
+
+    # -- generation ------------------------------------------------------------------------
+    def submit(self, stream_id: str, request: GenerationRequest,
+               cancelled: CancelFlag | None = None) -> None:
+        """Queue a request in the engine; `step()` then yields its events."""
+        prompt, truncated = self.prompt_tokens(request)
+        budget = self._n_ctx_seq - len(prompt)
+        max_new = min(request.sampling.max_tokens or budget, budget)
+        engine = self.engine
+        assert engine is not None
+        engine.submit(Job(stream_id, request, cancelled, prompt, truncated,
+                          self._sampler(request), max_new, TextStream(request.sampling.stop)))
+
+    def step(self) -> list[tuple[str, Event]]:
+        return self.engine.step() if self.engine is not None else []
+
+    def fail_all(self, message: str) -> list[tuple[str, Event]]:
+        return self.engine.fail_all(message) if self.engine is not None else []
+
+    def has_work(self) -> bool:
+        return self.engine is not None and self.engine.has_work()
+
+    def generate(self, request: GenerationRequest,
+                 cancelled: CancelFlag | None = None) -> Iterator[Event]:
+        """One request on its own (the other requests of the engine, if any, run too)."""
+        self._loaded()
+        stream_id = f"solo-{request.id}-{random.randrange(2**32)}"
+        self.submit(stream_id, request, cancelled)
+        while True:
+            for sid, event in self.step():
+                if sid != stream_id:
+                    continue
+                yield event
+                if isinstance(event, DoneEvent):
+                    return
+
+
+def _token_text(model, token: int) -> str:  # noqa: ANN001 - llama_cpp._internals.LlamaModel
+    return model.token_get_text(token) if token >= 0 else ""
