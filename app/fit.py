@@ -354,4 +354,10 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
         reason += f" (context cut from {wanted} to fit)"
     gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)
     return LoadPlan(context=ctx, threads=threads, gpu_layers=gpu_layers, parallel=parallel,
-                    reason=reason)
+                    reason=reason, memory_bytes=fit.memory.total)
+
+
+def memory_budget(hw: HardwareProfile) -> int:
+    """Bytes the loaded models may use together (GPU memory when there is a GPU)."""
+    gpu, ram, kind = _budgets(hw)
+    return gpu if kind == "nvidia" and gpu > 0 else ram

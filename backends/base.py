@@ -139,6 +139,7 @@ class LoadPlan:
     batch: int = 512
     parallel: int = 1
     reason: str = ""
+    memory_bytes: int = 0  # what the fit model says this load needs (for eviction)
 
 
 class Backend(Protocol):

@@ -236,3 +236,33 @@ def test_a_file_llama_cpp_rejects_fails_inside_the_worker_with_a_clear_error(iso
         with pytest.raises(BackendError, match=r"could not load hollow:ALL_F32: .*hollow\.gguf"):
             rt.load(model.ref)
         assert rt.loaded() == []
+
+
+def test_a_model_that_would_not_fit_beside_another_evicts_the_least_recently_used(store, qwen,
+                                                                                  gemma):
+    from app.fit import plan_load
+    from app.hardware import HardwareProfile
+
+    # RAM for one of them at a time: the fit model says qwen needs ~0.66 GB, gemma ~0.41 GB
+    need = {m.ref: plan_load(read_gguf(m.path), detect_small(1), 2048).memory_bytes
+            for m in (qwen, gemma)}
+    budget = max(need.values()) + min(need.values()) // 2
+    small = HardwareProfile(os="t", machine="x86_64", cpu="t", physical_cores=2,
+                            logical_cores=2, isa=("avx2",), ram_total=8 * 2**30,
+                            ram_available=int(budget / 0.9) + 1)
+    with Runtime(store=store, hardware=small) as rt:
+        rt.load(qwen.ref, context=2048)
+        rt.load(gemma.ref, context=2048)
+        assert [m.model.ref for m in rt.loaded()] == [gemma.ref]
+        text, _ = rt.generate(qwen.ref, GenerationRequest(
+            prompt="def add(a, b):", sampling=SamplingParams(temperature=0, max_tokens=4))
+        ).result()
+        assert text and [m.model.ref for m in rt.loaded()] == [qwen.ref]
+
+
+def detect_small(cores: int):  # noqa: ANN201
+    from app.hardware import HardwareProfile
+
+    return HardwareProfile(os="t", machine="x86_64", cpu="t", physical_cores=cores,
+                           logical_cores=cores, isa=("avx2",), ram_total=64 * 2**30,
+                           ram_available=60 * 2**30)

@@ -325,3 +325,22 @@ JSON = st.recursive(SCALARS, lambda c: st.lists(c, max_size=4)
 def test_no_request_body_gets_a_500(server, body, path):
     r = httpx.post(server[0] + path, json=body, timeout=60)
     assert r.status_code < 500, (path, body, r.text)
+
+
+def test_embeddings_place_related_texts_closer(oai, oll, qwen):
+    texts = ["How do I reverse a string in Python?", "Python: reversing a str with slicing",
+             "The weather in Paris is sunny today."]
+    r = oai.embeddings.create(model=qwen.id, input=texts)
+    vectors = [d.embedding for d in r.data]
+    assert len(vectors) == 3 and len(vectors[0]) == 896  # Qwen2.5-0.5B's hidden size
+    assert all(abs(sum(x * x for x in v) - 1) < 1e-3 for v in vectors)  # normalised
+
+    def cos(a, b):  # noqa: ANN001, ANN202
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    assert cos(vectors[0], vectors[1]) > cos(vectors[0], vectors[2])
+    assert r.usage.prompt_tokens > 10
+    same = oll.embed(model=qwen.id, input=texts[0]).embeddings[0]
+    assert cos(same, vectors[0]) > 0.9999
+    with pytest.raises(openai.BadRequestError):
+        oai.embeddings.create(model=qwen.id, input="word " * 1000)

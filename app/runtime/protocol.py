@@ -26,6 +26,12 @@ class Tokenize:
 
 
 @dataclass(frozen=True)
+class Embed:
+    call_id: str
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -50,7 +56,14 @@ class Out:
 
 
 @dataclass(frozen=True)
+class OutBatch:
+    """The events of one engine step, for several streams: one pipe message per step."""
+    events: tuple[tuple[str, Event], ...]
+
+
+@dataclass(frozen=True)
 class Reply:
     call_id: str
     value: object = None
     error: str | None = None
+    invalid: bool = False  # the error is the caller's (bad input), not the worker's

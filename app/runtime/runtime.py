@@ -14,19 +14,22 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.errors import BackendError, EmberError, InvalidRequestError, WorkerCrashedError
-from app.fit import plan_load
+from app.fit import memory_budget, plan_load
 from app.gguf_file import read_gguf
 from app.hardware import HardwareProfile, detect
 from app.runtime.protocol import (
     Cancel,
+    Embed,
     Generate,
     Loaded,
     LoadFailed,
     Out,
+    OutBatch,
     Reply,
     Shutdown,
     Tokenize,
@@ -104,7 +107,13 @@ class Worker:
                 msg = self._conn.recv()
             except (EOFError, OSError):
                 break
-            if isinstance(msg, Out):
+            if isinstance(msg, OutBatch):
+                with self._streams_lock:
+                    targets = [(self._streams.get(sid), event) for sid, event in msg.events]
+                for stream, event in targets:
+                    if stream is not None:
+                        stream.put(event)
+            elif isinstance(msg, Out):
                 with self._streams_lock:
                     stream = self._streams.get(msg.stream_id)
                 if stream is not None:
@@ -128,8 +137,9 @@ class Worker:
         with self._send_lock:
             self._conn.send(msg)
 
-    def open_stream(self, stream_id: str, request: GenerationRequest) -> queue.Queue[Event]:
-        stream: queue.Queue[Event] = queue.Queue()
+    def open_stream(self, stream_id: str, request: GenerationRequest,
+                    sink: EventSink | None = None) -> EventSink:
+        stream: EventSink = sink if sink is not None else queue.Queue()
         with self._streams_lock:
             self._streams[stream_id] = stream
         if not self.alive:
@@ -152,20 +162,22 @@ class Worker:
         with self._streams_lock:
             return bool(self._streams or self._replies)
 
-    def call_tokenize(self, text: str, timeout: float = 60.0) -> list[int]:
+    def call(self, make: Callable[[str], object], timeout: float = 120.0) -> object:
+        """Send a command that gets one Reply (tokenize, embed) and wait for it."""
         call_id = uuid.uuid4().hex
         waiter: queue.Queue[Reply] = queue.Queue()
         with self._streams_lock:
             self._replies[call_id] = waiter
         try:
-            self.send(Tokenize(call_id, text))
+            self.send(make(call_id))
             reply = waiter.get(timeout=timeout)
         finally:
             with self._streams_lock:
                 self._replies.pop(call_id, None)
+            self.last_used = time.monotonic()
         if reply.error:
-            raise BackendError(reply.error)
-        return list(reply.value)  # type: ignore[arg-type]
+            raise (InvalidRequestError if reply.invalid else BackendError)(reply.error)
+        return reply.value
 
     def stop(self) -> None:
         with contextlib.suppress(BrokenPipeError, OSError):
@@ -177,15 +189,25 @@ class Worker:
         self._conn.close()
 
 
-class Generation:
-    """A stream of events from one request; iterate it, or call `result()`. `cancel()` stops it."""
+class EventSink(Protocol):
+    """Where a stream's events go: a queue.Queue, or an asyncio adapter (app.server)."""
+    def put(self, event: Event) -> None: ...
 
-    def __init__(self, worker: Worker, request: GenerationRequest) -> None:
+
+class Generation:
+    """A stream of events from one request; iterate it, or call `result()`. `cancel()` stops it.
+    With a `sink`, events go there instead (for async consumers); call `close()` when done."""
+
+    def __init__(self, worker: Worker, request: GenerationRequest,
+                 sink: EventSink | None = None) -> None:
         self.request = request
         self.stream_id = uuid.uuid4().hex
         self._worker = worker
-        self._stream = worker.open_stream(self.stream_id, request)
+        self._stream = worker.open_stream(self.stream_id, request, sink)
         self._finished = False
+
+    def close(self) -> None:
+        self._worker.close_stream(self.stream_id)
 
     def __iter__(self) -> Iterator[Event]:
         try:
@@ -276,9 +298,24 @@ class Runtime:
                 del self._workers[model.ref]
             info = read_gguf(model.path)  # a clear error here beats a native crash later
             plan = plan_load(info, self.hardware, context, self.parallel)
+            self._make_room(plan.memory_bytes)
             worker = Worker(model, plan, self.backend)
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
+
+    def _make_room(self, needed: int) -> None:
+        """Unload idle models, least recently used first, until `needed` fits beside the rest
+        in the fit model's budget. Called with the lock held. Busy models are never evicted."""
+        budget = memory_budget(self.hardware)
+        in_use = sum(w.plan.memory_bytes for w in self._workers.values())
+        for ref, w in sorted(self._workers.items(), key=lambda kv: kv[1].last_used):
+            if in_use + needed <= budget:
+                return
+            if w.busy:
+                continue
+            w.stop()
+            del self._workers[ref]
+            in_use -= w.plan.memory_bytes
 
     def _worker(self, name: str) -> Worker:
         model = self.store.get(name)
@@ -290,12 +327,19 @@ class Runtime:
                 worker = self._workers[model.ref]
         return worker
 
-    def generate(self, name: str, request: GenerationRequest) -> Generation:
+    def generate(self, name: str, request: GenerationRequest,
+                 sink: EventSink | None = None) -> Generation:
         request.validate()
-        return Generation(self._worker(name), request)
+        return Generation(self._worker(name), request, sink)
 
     def tokenize(self, name: str, text: str) -> list[int]:
-        return self._worker(name).call_tokenize(text)
+        return list(self._worker(name).call(lambda cid: Tokenize(cid, text)))  # type: ignore[call-overload]
+
+    def embed(self, name: str, texts: list[str]) -> tuple[list[list[float]], int]:
+        """L2-normalised embeddings of `texts`, and the number of tokens read."""
+        if not texts:
+            raise InvalidRequestError("no input to embed")
+        return self._worker(name).call(lambda cid: Embed(cid, tuple(texts)))  # type: ignore[return-value]
 
     def keep_alive(self, name: str, seconds: float | None) -> None:
         """How long this model stays loaded after its last request (None: the default;

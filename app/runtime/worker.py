@@ -15,10 +15,12 @@ from multiprocessing.connection import Connection
 from app.errors import EmberError
 from app.runtime.protocol import (
     Cancel,
+    Embed,
     Generate,
     Loaded,
     LoadFailed,
     Out,
+    OutBatch,
     Reply,
     Shutdown,
     Tokenize,
@@ -71,8 +73,9 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 jobs.put(msg)
             elif isinstance(msg, Cancel):
                 with lock:
-                    cancels.setdefault(msg.stream_id, threading.Event()).set()
-            elif isinstance(msg, Tokenize):
+                    if msg.stream_id in cancels:  # a finished stream has nothing to cancel
+                        cancels[msg.stream_id].set()
+            elif isinstance(msg, Tokenize | Embed):
                 jobs.put(msg)
 
     threading.Thread(target=read_commands, daemon=True, name="ember-worker-reader").start()
@@ -85,9 +88,13 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
         if job is None:
             break
         try:
-            if isinstance(job, Tokenize):
+            if isinstance(job, Tokenize | Embed):
                 try:
-                    conn.send(Reply(job.call_id, value=backend.tokenize(job.text)))
+                    value = (backend.tokenize(job.text) if isinstance(job, Tokenize)
+                             else backend.embed(list(job.texts)))
+                    conn.send(Reply(job.call_id, value=value))
+                except EmberError as e:
+                    conn.send(Reply(job.call_id, error=str(e), invalid=True))
                 except Exception as e:
                     conn.send(Reply(job.call_id, error=f"{type(e).__name__}: {e}"))
             elif isinstance(job, Generate):
@@ -104,8 +111,9 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                     events = backend.step()
                 except Exception as e:  # fail what was running, keep the worker
                     events = backend.fail_all(f"{type(e).__name__}: {e}")
+                if events:
+                    conn.send(OutBatch(tuple(events)))
                 for stream_id, event in events:
-                    conn.send(Out(stream_id, event))
                     if isinstance(event, DoneEvent | ErrorEvent):
                         with lock:
                             cancels.pop(stream_id, None)

@@ -17,12 +17,20 @@ from app.download import pull as download
 from app.errors import EmberError
 from app.gguf_file import read_gguf
 from app.server import convert
-from app.server.bridge import check_model_name, collect, parse_keep_alive, stream_events
+from app.server.bridge import (
+    check_model_name,
+    collect,
+    embed,
+    parse_keep_alive,
+    stream_events,
+)
 from app.server.errors import ApiError, error_for_event
 from app.server.schemas import (
     OllamaBase,
     OllamaChatRequest,
+    OllamaEmbedRequest,
     OllamaGenerateRequest,
+    OllamaLegacyEmbeddingRequest,
     OllamaModelRequest,
     OllamaPullRequest,
 )
@@ -209,6 +217,22 @@ async def _respond(request: Request, body: OllamaBase, model: str,
                 yield json.dumps(piece(event.text)) + "\n"
 
     return StreamingResponse(ndjson(), media_type="application/x-ndjson")
+
+
+@router.post("/embed")
+async def embed_route(body: OllamaEmbedRequest, request: Request) -> dict:
+    model = _name(body.model)
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    started = time.monotonic()
+    vectors, tokens = await embed(request, model, texts)
+    return {"model": body.model, "embeddings": vectors, "prompt_eval_count": tokens,
+            "total_duration": int((time.monotonic() - started) * NS), "load_duration": 0}
+
+
+@router.post("/embeddings")
+async def embeddings_legacy(body: OllamaLegacyEmbeddingRequest, request: Request) -> dict:
+    vectors, _ = await embed(request, _name(body.model), [body.prompt])
+    return {"embedding": vectors[0]}
 
 
 @router.post("/chat")

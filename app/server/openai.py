@@ -1,17 +1,20 @@
-"""OpenAI-compatible routes: /v1/models, /v1/chat/completions, /v1/completions."""
+"""OpenAI-compatible routes: /v1/models, chat/completions, completions, embeddings."""
 
 from __future__ import annotations
 
+import base64
 import json
+import sys
 import time
 import uuid
+from array import array
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from app.server import convert
-from app.server.bridge import check_model_name, collect, stream_events
+from app.server.bridge import check_model_name, collect, embed, stream_events
 from app.server.errors import ApiError, error_for_event
 from app.server.schemas import (
     AssistantMessage,
@@ -21,6 +24,10 @@ from app.server.schemas import (
     Completion,
     CompletionChoice,
     CompletionRequest,
+    EmbeddingData,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    EmbeddingUsage,
     ModelCard,
     ModelList,
     Usage,
@@ -115,6 +122,29 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):  # no
         yield _sse("[DONE]")
 
     return StreamingResponse(sse(), media_type="text/event-stream")
+
+
+def _float32_le(vector: list[float]) -> bytes:
+    packed = array("f", vector)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+@router.post("/embeddings", response_model=EmbeddingResponse,
+             responses={400: {}, 401: {}, 404: {}, 500: {}})
+async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingResponse:
+    model = check_model_name(body.model)
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    vectors, tokens = await embed(request, model, texts)
+    if body.encoding_format == "base64":
+        encoded = [base64.b64encode(_float32_le(v)).decode() for v in vectors]
+        data = [EmbeddingData(index=i, embedding=e) for i, e in enumerate(encoded)]
+    else:
+        data = [EmbeddingData(index=i, embedding=v) for i, v in enumerate(vectors)]
+    return EmbeddingResponse(
+        data=data,
+        model=body.model, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens))
 
 
 @router.post("/completions", response_model=Completion,

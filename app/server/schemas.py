@@ -73,6 +73,32 @@ class CompletionRequest(SamplingFields):
     max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS_LIMIT)  # OpenAI's default
 
 
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(max_length=200)
+    input: str | list[str] = Field(min_length=1)
+    encoding_format: Literal["float", "base64"] = "float"  # the openai SDK asks for base64
+    user: str | None = None
+
+
+class EmbeddingData(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # str: base64 of little-endian float32
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingData]
+    model: str
+    usage: EmbeddingUsage
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
@@ -187,6 +213,19 @@ class OllamaModelRequest(BaseModel):
     @property
     def ref(self) -> str:
         return self.model or self.name or ""
+
+
+class OllamaEmbedRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(max_length=200)
+    input: str | list[str] = Field(min_length=1)
+    keep_alive: str | int | float | None = None
+
+
+class OllamaLegacyEmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(max_length=200)
+    prompt: str = Field(min_length=1)
 
 
 class OllamaPullRequest(OllamaModelRequest):

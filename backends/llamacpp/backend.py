@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from app.store import InstalledModel
 
 ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers meaning "every layer"
+EMBED_MAX_TOKENS = 512  # per input of an embeddings request
 PENALTY_LAST_N = 64  # llama.cpp's default repeat-penalty window
 
 
@@ -47,6 +48,9 @@ class LlamaCppBackend:
         self._eos_text = ""
         self._add_bos = False
         self._n_ctx_seq = 0
+        self._threads = 1
+        self._embed_ctx = None  # a second context, made on the first embeddings request
+        self._embed_batch = None
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf",), batching=True)
@@ -75,6 +79,7 @@ class LlamaCppBackend:
             raise ModelFileError(f"{model.path}: llama.cpp could not load it ({e})") from e
         self._installed = model
         self._n_ctx_seq = plan.context
+        self._threads = plan.threads
         meta = self._model.metadata()
         self._template = meta.get("tokenizer.chat_template") or None
         self._bos_text = _token_text(self._model, self._model.token_bos())
@@ -87,10 +92,50 @@ class LlamaCppBackend:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
-        for part in (self._ctx, self._model):
+        for part in (self._embed_batch, self._embed_ctx, self._ctx, self._model):
             if part is not None:
                 part.close()
-        self._ctx = self._model = None
+        self._embed_batch = self._embed_ctx = self._ctx = self._model = None
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """One L2-normalised vector per text, and the tokens read. An embedding model pools
+        as its file says; a generative one gets the mean of its last hidden states (what
+        llama-server --embeddings and Ollama do)."""
+        import math
+
+        import llama_cpp
+        from llama_cpp._internals import LlamaBatch, LlamaContext
+
+        model = self._loaded()
+        if self._embed_ctx is None:
+            own_pooling = any(k.endswith(".pooling_type") for k in model.metadata())
+            cparams = llama_cpp.llama_context_default_params()
+            cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = EMBED_MAX_TOKENS
+            cparams.n_seq_max = 1
+            cparams.n_threads = cparams.n_threads_batch = self._threads
+            cparams.embeddings = True
+            cparams.pooling_type = (llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED if own_pooling
+                                    else llama_cpp.LLAMA_POOLING_TYPE_MEAN)
+            self._embed_ctx = LlamaContext(model=model, params=cparams, verbose=False)
+            self._embed_batch = LlamaBatch(n_tokens=EMBED_MAX_TOKENS, embd=0, n_seq_max=1,
+                                           verbose=False)
+        n_embd = llama_cpp.llama_model_n_embd(model.model)
+        vectors, total = [], 0
+        for i, text in enumerate(texts):
+            tokens = self._encode(text)
+            if not text or not tokens:
+                raise InvalidRequestError(f"input {i} is empty")
+            if len(tokens) > EMBED_MAX_TOKENS:
+                raise InvalidRequestError(f"input {i} is {len(tokens)} tokens; Ember embeds at "
+                                          f"most {EMBED_MAX_TOKENS} per input")
+            total += len(tokens)
+            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self._embed_ctx.ctx), True)
+            self._embed_batch.set_batch(tokens, 0, False)
+            self._embed_ctx.decode(self._embed_batch)
+            vector = llama_cpp.llama_get_embeddings_seq(self._embed_ctx.ctx, 0)[:n_embd]
+            norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+            vectors.append([x / norm for x in vector])
+        return vectors, total
 
     def _loaded(self):  # noqa: ANN202 - llama_cpp._internals.LlamaModel, imported lazily
         if self._model is None or self.engine is None:
