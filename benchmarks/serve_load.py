@@ -130,6 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--ember-only", action="store_true",
+                        help="skip llama-cpp-python's server (no comparison)")
     args = parser.parse_args()
     model = Store().get(args.model)
     from app.runtime import Runtime
@@ -155,6 +157,9 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
+        if args.ember_only:
+            print(json.dumps(results, indent=2))
+            return
         port = free_port()
         lcp_url = f"http://127.0.0.1:{port}"
         proc = run_server([sys.executable, "-m", "llama_cpp.server", "--model", str(model.path),
