@@ -143,10 +143,25 @@ async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]
         state.admission.leave()
 
 
-async def collect(events: AsyncIterator[Event]) -> tuple[str, DoneEvent | ErrorEvent]:
+def open_events(state, model: str, request: GenerationRequest, endpoint: str,  # noqa: ANN001
+                keep_alive_s: float | None = None) -> AsyncIterator[Event]:
+    """Check the request and the model (400, 404 and 429 come here, before any response has
+    started), then the generation's events."""
+    request.validate()
+    state.runtime.store.get(model)
+    return stream_events(state.runtime, state.admission, state.metrics, model, request,
+                         keep_alive_s, endpoint)
+
+
+async def collect(events: AsyncIterator[Event]) -> tuple[str, DoneEvent]:
+    """The whole answer of a non-streaming request; an error event becomes its ApiError."""
+    from app.server.errors import error_for_event
+
     text = []
     async for event in events:
-        if isinstance(event, DoneEvent | ErrorEvent):
+        if isinstance(event, ErrorEvent):
+            raise error_for_event(event)
+        if isinstance(event, DoneEvent):
             return "".join(text), event
         text.append(event.text)
     raise RuntimeError("stream ended without a final event")

@@ -21,10 +21,10 @@ from app.server.bridge import (
     check_model_name,
     collect,
     embed,
+    open_events,
     parse_keep_alive,
-    stream_events,
 )
-from app.server.errors import ApiError, error_for_event
+from app.server.errors import ApiError
 from app.server.schemas import (
     OllamaBase,
     OllamaChatRequest,
@@ -36,7 +36,7 @@ from app.server.schemas import (
 )
 from app.store import InstalledModel
 from app.transfer import Progress
-from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
+from backends.base import DoneEvent, ErrorEvent, GenerationRequest
 
 router = APIRouter(prefix="/api", tags=["ollama"])
 NS = 1_000_000_000
@@ -182,14 +182,11 @@ def _final(model: str, stats, started: float, field: str) -> dict:  # noqa: ANN0
 async def _respond(request: Request, body: OllamaBase, model: str,
                    gen_request: GenerationRequest, field: str):  # noqa: ANN202
     state = request.app.state
-    gen_request.validate()
-    state.runtime.store.get(model)
+    keep_alive = parse_keep_alive(body.keep_alive)
+    events = open_events(state, model, gen_request, field, keep_alive)
     if body.options and body.options.num_ctx:
         await anyio.to_thread.run_sync(state.runtime.load, model, body.options.num_ctx)
-    keep_alive = parse_keep_alive(body.keep_alive)
     started = time.monotonic()
-    events: AsyncIterator[Event] = stream_events(state.runtime, state.admission, state.metrics,
-                                                 model, gen_request, keep_alive, field)
 
     def piece(text: str) -> dict:
         content = {"message": {"role": "assistant", "content": text}} if field == "message" \
@@ -198,8 +195,6 @@ async def _respond(request: Request, body: OllamaBase, model: str,
 
     if not body.stream:
         text, final = await collect(events)
-        if isinstance(final, ErrorEvent):
-            raise error_for_event(final)
         out = _final(body.model, final.stats, started, field)
         if field == "message":
             out["message"]["content"] = text

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from app.server import convert
-from app.server.bridge import check_model_name, collect, embed, stream_events
+from app.server.bridge import check_model_name, collect, embed, open_events
 from app.server.errors import ApiError, error_for_event
 from app.server.schemas import (
     AssistantMessage,
@@ -32,7 +32,7 @@ from app.server.schemas import (
     ModelList,
     Usage,
 )
-from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, Stats
+from backends.base import DoneEvent, ErrorEvent, Stats
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -68,13 +68,6 @@ def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
     return True, fmt.json_schema.schema_
 
 
-def _events(request: Request, model: str, gen_request: GenerationRequest,
-            endpoint: str) -> AsyncIterator[Event]:
-    state = request.app.state
-    return stream_events(state.runtime, state.admission, state.metrics, model, gen_request,
-                         None, endpoint)
-
-
 @router.post("/chat/completions", response_model=ChatCompletion,
              responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
 async def chat_completions(body: ChatCompletionRequest, request: Request):  # noqa: ANN201
@@ -85,15 +78,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):  # no
                               max_tokens=body.max_completion_tokens or body.max_tokens)
     gen_request = convert.chat_request([(m.role, m.text()) for m in body.messages], params,
                                        json_mode, schema)
-    gen_request.validate()
-    request.app.state.runtime.store.get(model)  # unknown model: 404 before anything streams
+    events = open_events(request.app.state, model, gen_request, "chat")
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    events = _events(request, model, gen_request, "chat")
     if not body.stream:
         text, final = await collect(events)
-        if isinstance(final, ErrorEvent):
-            raise error_for_event(final)
         return ChatCompletion(id=completion_id, created=created, model=body.model,
                               choices=[ChatChoice(message=AssistantMessage(content=text),
                                                   finish_reason=_finish(final.stats))],
@@ -155,15 +144,11 @@ async def completions(body: CompletionRequest, request: Request):  # noqa: ANN20
     params = convert.sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                               stop=body.stop, max_tokens=body.max_tokens)
     gen_request = convert.completion_request(prompt, params)
-    gen_request.validate()
-    request.app.state.runtime.store.get(model)
+    events = open_events(request.app.state, model, gen_request, "completions")
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    events = _events(request, model, gen_request, "completions")
     if not body.stream:
         text, final = await collect(events)
-        if isinstance(final, ErrorEvent):
-            raise error_for_event(final)
         return Completion(id=completion_id, created=created, model=body.model,
                           choices=[CompletionChoice(text=text,
                                                     finish_reason=_finish(final.stats))],
