@@ -1,0 +1,53 @@
+"""The `ember` command: a click group whose commands live in this package's modules."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from app import __version__
+from app.config import DEFAULT_MODEL
+from app.errors import EmberError
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ember")
+@click.option("--serve", "serve_flag", is_flag=True, help="same as `ember serve`")
+@click.pass_context
+def cli(ctx: click.Context, serve_flag: bool) -> None:
+    """Ember: run large language models on your own machine.
+
+    With no command, Ember starts an interactive chat on the default model
+    (installing it first if needed).
+    """
+    if ctx.invoked_subcommand is None:
+        if serve_flag:
+            from app.cli.serve import serve
+
+            ctx.invoke(serve)
+        else:
+            from app.cli.generate import chat
+
+            ctx.invoke(chat, model=DEFAULT_MODEL)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except EmberError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+
+# The commands register themselves on `cli` when their modules are imported.
+from app.cli import generate, models, serve  # noqa: E402, F401

@@ -1,0 +1,103 @@
+"""What the commands share: sampling options, the download progress bar, model lookup."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import click
+
+from app.errors import ModelNotFoundError
+from app.store import InstalledModel, Store
+from backends.base import SamplingParams
+
+
+def sampling_options(f: Callable) -> Callable:
+    options = [
+        click.option("--temperature", type=float, default=0.8, show_default=True,
+                     help="0 = greedy"),
+        click.option("--top-p", type=float, default=0.95, show_default=True),
+        click.option("--top-k", type=int, default=40, show_default=True),
+        click.option("--min-p", type=float, default=0.05, show_default=True),
+        click.option("--repeat-penalty", type=float, default=1.0, show_default=True),
+        click.option("--seed", type=int, default=None),
+        click.option("--stop", multiple=True, help="stop string (repeatable)"),
+        click.option("--max-tokens", type=int, default=512, show_default=True),
+        click.option("--ctx", "context", type=int, default=None,
+                     help="context size (default: from the load plan)"),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def sampling_from(kw: dict) -> SamplingParams:
+    return SamplingParams(temperature=kw["temperature"], top_p=kw["top_p"], top_k=kw["top_k"],
+                          min_p=kw["min_p"], repeat_penalty=kw["repeat_penalty"],
+                          seed=kw["seed"], stop=tuple(kw["stop"]), max_tokens=kw["max_tokens"])
+
+
+class ProgressBar:
+    """tqdm bars fed by download Progress events: bytes, speed, ETA."""
+
+    def __init__(self) -> None:
+        self._bar = None
+        self._phase = None
+
+    def __call__(self, p) -> None:  # noqa: ANN001 - app.download.Progress
+        from tqdm import tqdm
+
+        if p.phase == "done":
+            self.close()
+            click.echo(f"{p.model}: {p.message}", err=True)
+            return
+        if p.phase != self._phase:
+            self.close()
+            self._phase = p.phase
+            label = {"download": "downloading", "verify": "verifying", "install": "installing"}
+            self._bar = tqdm(total=p.total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+                             desc=f"{label.get(p.phase, p.phase)} {p.model}", file=sys.stderr,
+                             initial=p.done_bytes)
+            if p.message:
+                self._bar.write(f"{p.model}: {p.message}")
+        if self._bar is not None:
+            self._bar.update(p.done_bytes - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def pull_with_bar(name: str) -> InstalledModel:
+    from app.download import pull, resolve
+
+    if ":" not in name:
+        spec, variant = resolve(name)
+        click.echo(f"{spec.id}: picked {variant.quant} for this machine "
+                   f"(`ember pull {spec.id}:QUANT` picks another)", err=True)
+        name = f"{spec.id}:{variant.quant}"
+    bar = ProgressBar()
+    try:
+        return pull(name, on_progress=bar)
+    finally:
+        bar.close()
+
+
+def installed_or_pull(name: str) -> InstalledModel:
+    """Like Ollama: a registry model that is not installed yet is pulled first."""
+    store = Store()
+    try:
+        return store.get(name)
+    except ModelNotFoundError:
+        from app.registry import load_registry
+
+        load_registry().get(name.partition(":")[0])  # not in the registry either: that error
+        click.echo(f"{name} is not installed yet; pulling it first", err=True)
+        return pull_with_bar(name)
+
+
+
+
+def gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"

@@ -1,0 +1,154 @@
+"""Commands about models and this machine: pull, list, rm, import, hw, catalog."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from app.cli import cli
+from app.cli.common import gb, pull_with_bar
+from app.store import Store
+
+BEST_MODELS_SHOWN = 8
+READABLE_SPEED = 8.0  # tokens/s: below this a model is listed after the faster ones
+
+
+def _best_models(hw, context: int | None = None) -> list:  # noqa: ANN001
+    from app.fit import recommend
+    from app.registry import load_registry
+
+    fits = []
+    for spec in load_registry().models:
+        fit = recommend(spec, hw, context)
+        if spec.chat and fit is not None and fit.decode_tokens_per_s >= 1.0:
+            fits.append((spec, fit))
+    fits.sort(key=lambda sf: (sf[1].decode_tokens_per_s >= READABLE_SPEED, sf[0].params),
+              reverse=True)
+    return fits[:BEST_MODELS_SHOWN]
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--ctx", "context", type=int, default=None, help="context for the predictions")
+def hw(as_json: bool, context: int | None) -> None:
+    """This machine, the backend Ember uses here and why, and the models that run best."""
+    from app.hardware import detect
+    from app.selection import choose_backend
+
+    profile = detect()
+    choice = choose_backend(profile)
+    best = _best_models(profile, context)
+    if as_json:
+        click.echo(json.dumps({
+            "hardware": profile.to_json(),
+            "backend": {"name": choice.name, "reason": choice.reason},
+            "recommendations": [{"id": spec.id, "name": spec.name, **fit.to_json()}
+                                for spec, fit in best]}, indent=2))
+        return
+    click.echo("Your machine")
+    isa = ", ".join(f.upper() for f in profile.isa if f in ("avx2", "avx512f", "amx_tile", "neon"))
+    click.echo(f"  CPU      {profile.cpu}, {profile.physical_cores} cores ({isa}), "
+               f"{profile.cpu_bandwidth_gbps:.0f} GB/s {profile.bandwidth_source}")
+    click.echo(f"  RAM      {gb(profile.ram_total)} total, {gb(profile.ram_available)} "
+               "available")
+    for g in profile.gpus:
+        click.echo(f"  GPU      {g.name}, {gb(g.vram_total)} ({gb(g.vram_free)} free)"
+                   + (f", {g.bandwidth_gbps:.0f} GB/s" if g.bandwidth_gbps else ""))
+    if not profile.gpus:
+        click.echo("  GPU      none")
+    for note in profile.notes:
+        click.echo(f"  note     {note}")
+    click.echo(f"Backend    {choice.name}: {choice.reason}")
+    click.echo("")
+    click.echo("Best models for this machine:")
+    for spec, fit in best:
+        click.echo(f"  {spec.id:34} {fit.quant:7} {fit.explain()}")
+
+
+def _variant_json(v) -> dict:  # noqa: ANN001
+    sources = []
+    for s in v.sources:
+        if s.kind == "hf":
+            sources.append({"kind": "hf", "repo": s.repo, "file": s.file})
+        else:
+            sources.append({"kind": s.kind, "packages": list(s.packages)})
+    return {"format": v.format, "quant": v.quant, "file": v.file, "size_bytes": v.size_bytes,
+            "sha256": v.sha256, "sources": sources}
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--fit", "with_fit", is_flag=True, help="add the best variant for this machine")
+def catalog(as_json: bool, with_fit: bool) -> None:
+    """The models Ember knows (the registry), optionally with how each fits here."""
+    from dataclasses import asdict
+
+    from app.fit import recommend
+    from app.hardware import detect
+    from app.registry import load_registry
+
+    profile = detect() if with_fit else None
+    rows = []
+    for spec in load_registry().models:
+        row = {"id": spec.id, "family": spec.family, "name": spec.name,
+               "description": spec.description, "license": spec.license, "params": spec.params,
+               "context": {"default": spec.context_default, "max": spec.context_max},
+               "chat": spec.chat, "embedding": spec.embedding, "arch": asdict(spec.arch),
+               "variants": [_variant_json(v) for v in spec.variants]}
+        if profile is not None:
+            fit = recommend(spec, profile)
+            row["fit"] = None if fit is None else {
+                "variant": {"format": fit.format, "quant": fit.quant}, **fit.to_json()}
+        rows.append(row)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        quants = ", ".join(sorted({v["quant"] for v in row["variants"] if v["format"] == "gguf"}))
+        line = f"{row['id']:34} {row['params'] / 1e9:6.2f}B  {quants}"
+        if row.get("fit"):
+            line += f"  -> {row['fit']['quant']}: {row['fit']['explanation']}"
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("model")
+def pull(model: str) -> None:
+    """Download and install MODEL[:QUANT] (SHA-256 verified)."""
+    pull_with_bar(model)
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def list_models(as_json: bool) -> None:
+    """List installed models."""
+    models = Store().list()
+    if as_json:
+        click.echo(json.dumps([m.to_json() for m in models], indent=2))
+        return
+    if not models:
+        click.echo("no models installed; try `ember pull qwen2.5-coder-0.5b-instruct`")
+        return
+    click.echo(f"{'MODEL':40} {'QUANT':8} {'SIZE':>9}  {'ARCH':8} PATH")
+    for m in models:
+        click.echo(f"{m.id:40} {m.quant:8} {m.size_bytes / 1e9:7.2f}GB  {m.architecture:8} "
+                   f"{m.path}")
+
+
+@cli.command()
+@click.argument("model")
+def rm(model: str) -> None:
+    """Remove an installed model (its file and manifest)."""
+    removed = Store().remove(model)
+    click.echo(f"removed {removed.ref} ({removed.path})")
+
+
+@cli.command("import")
+@click.argument("path", type=click.Path(dir_okay=False))
+def import_(path: str) -> None:
+    """Install your own GGUF file (copied; named from its metadata)."""
+    m = Store().import_gguf(path)
+    click.echo(f"imported {m.ref} ({m.architecture}, {m.size_bytes / 1e9:.2f} GB) -> {m.path}")
+
+

@@ -1,0 +1,46 @@
+"""`ember serve`: the OpenAI- and Ollama-compatible HTTP API."""
+
+from __future__ import annotations
+
+import click
+
+from app.cli import cli
+from app.errors import EmberError
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=11435, show_default=True, type=int)
+@click.option("--api-key", default=None, envvar="EMBER_API_KEY",
+              help="require 'Authorization: Bearer KEY' (needed off loopback)")
+@click.option("--insecure-no-auth", is_flag=True, help="allow a non-loopback bind without a key")
+@click.option("--cors-origin", multiple=True, help="allow browser calls from this origin")
+@click.option("--idle-ttl", default=600.0, show_default=True, type=float,
+              help="seconds a model stays loaded after its last request")
+@click.option("--queue-limit", default=16, show_default=True, type=int,
+              help="requests that may wait; beyond, 429")
+@click.option("--parallel", default=8, show_default=True, type=int,
+              help="sequences decoded together per model (fewer if memory is short)")
+def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
+          cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int,
+          parallel: int) -> None:
+    """Serve the OpenAI- and Ollama-compatible HTTP API."""
+    try:
+        import uvicorn
+
+        from app.server.app import ServerSettings, check_bind, create_app
+    except ImportError as e:
+        raise EmberError(f"the server needs the 'serve' extra ({e.name} is missing): "
+                         "pip install -e '.[serve]'") from e
+    from app.runtime import Runtime
+
+    settings = ServerSettings(host=host, port=port, api_key=api_key,
+                              insecure_no_auth=insecure_no_auth, cors_origins=cors_origin,
+                              idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel)
+    check_bind(settings)
+    app = create_app(Runtime(idle_ttl_s=idle_ttl, parallel=parallel), settings)
+    click.echo(f"Ember API on http://{host}:{port} (OpenAI: /v1, Ollama: /api)"
+               + (", API key required" if api_key else ""), err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
