@@ -108,9 +108,11 @@ class Store:
         """Move a verified file into place, then write its manifest."""
         target = self.target_path(spec, variant)
         info = read_gguf(verified_file)
+        # a file verified against the hub's hash has no registry checksum: record its own
+        digest = variant.sha256 or sha256_file(verified_file)
         model = InstalledModel(
             id=spec.id, quant=variant.quant, format=variant.format, path=target,
-            size_bytes=verified_file.stat().st_size, sha256=variant.sha256 or "",
+            size_bytes=verified_file.stat().st_size, sha256=digest,
             architecture=info.architecture, context_length=info.context_length,
             chat=spec.chat and info.chat_template is not None, origin="registry",
             installed_at=time.time())

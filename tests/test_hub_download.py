@@ -178,4 +178,6 @@ def test_without_a_registry_checksum_the_hubs_lfs_sha256_is_checked(hub, monkeyp
     with pytest.raises(ChecksumError, match="checksum mismatch"):
         pull("tiny-hub", store=hub["store"])
     hub["hub"].files[(REPO, FILE)].corrupt = False
-    assert pull("tiny-hub", store=hub["store"]).path.read_bytes() == hub["data"]
+    model = pull("tiny-hub", store=hub["store"])
+    assert model.path.read_bytes() == hub["data"]
+    assert model.sha256 == hashlib.sha256(hub["data"]).hexdigest()  # recorded in the manifest
