@@ -28,10 +28,10 @@ wheel=$(bash packaging/llama_cpp_wheel.sh "$py")
 "$py" "${pip_q[@]}" "$wheel"
 
 if [ "$mode" = test ]; then
-  "$py" "${pip_q[@]}" -e ".[serve,dev]"
+  "$py" "${pip_q[@]}" -e ".[gui,serve,dev]"
   export PYTHONFAULTHANDLER=1
   exec "$py" -m pytest "$@"
 fi
-"$py" "${pip_q[@]}" -e ".[serve]"
+"$py" "${pip_q[@]}" -e ".[gui,serve]"
 "$VENV/bin/ember" pull qwen2.5-coder-0.5b-instruct
 exec "$VENV/bin/ember" "$@"

@@ -15,6 +15,8 @@ from app.download import pull
 from app.runtime import Runtime
 from app.store import InstalledModel, Store
 
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
+
 QWEN = "qwen2.5-coder-0.5b-instruct"
 QWEN15 = "qwen2.5-coder-1.5b-instruct"
 GEMMA = "gemma-3-270m"

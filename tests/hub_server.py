@@ -20,6 +20,7 @@ class HubFile:
     gated: bool = False
     corrupt: bool = False  # serve other bytes than the ETag (sha256) promises
     drop_after: int | None = None  # close the first GET after this many bytes
+    bytes_per_s: int | None = None  # throttle the body (a slow link, to watch progress)
 
 
 @dataclass
@@ -95,7 +96,18 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return None
-            self.wfile.write(part)
+            if f.bytes_per_s is None:
+                self.wfile.write(part)
+                return None
+            import time
+
+            step = max(1, f.bytes_per_s // 20)
+            for i in range(0, len(part), step):
+                try:
+                    self.wfile.write(part[i:i + step])
+                except (BrokenPipeError, ConnectionResetError):  # the client cancelled
+                    return None
+                time.sleep(0.05)
             return None
 
         def do_HEAD(self) -> None:  # noqa: N802

@@ -18,18 +18,44 @@ from app.errors import EmberError
 def cli(ctx: click.Context, serve_flag: bool) -> None:
     """Ember: run large language models on your own machine.
 
-    With no command, Ember starts an interactive chat on the default model
-    (installing it first if needed).
+    With no command, Ember opens its window (or, without a display or without the 'gui'
+    extra, a chat in the terminal on the default model).
     """
     if ctx.invoked_subcommand is None:
         if serve_flag:
             from app.cli.serve import serve
 
             ctx.invoke(serve)
+        elif gui_available():
+            ctx.invoke(gui)
         else:
             from app.cli.generate import chat
 
+            click.echo("(no display or no PySide6: chatting in the terminal)", err=True)
             ctx.invoke(chat, model=DEFAULT_MODEL)
+
+
+def gui_available() -> bool:
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("PySide6") is None:
+        return False
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+                    or os.environ.get("QT_QPA_PLATFORM"))
+    return True
+
+
+@cli.command()
+def gui() -> None:
+    """Open Ember's window."""
+    try:
+        from app.gui import main as gui_main
+    except ImportError as e:
+        raise EmberError(f"the window needs the 'gui' extra ({e.name} is missing): "
+                         "pip install -e '.[gui]'") from e
+    sys.exit(gui_main([sys.argv[0]]))
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ class ServerSettings:
     parallel: int = 8  # sequences decoded together (llama-server's -np 8)
     idle_ttl_s: float = 600.0
     open_paths: tuple[str, ...] = field(default=("/health",))
+    owns_runtime: bool = True  # False when the window shares its Runtime with the server
 
 
 def is_loopback(host: str) -> bool:
@@ -130,7 +131,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
                 yield
             finally:
                 tg.cancel_scope.cancel()
-        await anyio.to_thread.run_sync(runtime.shutdown)
+        if settings.owns_runtime:
+            await anyio.to_thread.run_sync(runtime.shutdown)
 
     app = FastAPI(title="Ember", version=__version__, lifespan=lifespan,
                   description="OpenAI- and Ollama-compatible API of Ember, a local LLM app.")

@@ -1,0 +1,263 @@
+"""The conversation pane: one widget per message, the composer, the context meter."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QGuiApplication, QKeyEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui.markdown import render_markdown
+
+STATUS_NOTE = {
+    "interrupted": "Interrupted: Ember stopped while this answer was streaming.",
+    "stopped": "Stopped.",
+    "error": "This answer ended with an error.",
+}
+
+
+BANNER_ACTIONS = ("Retry", "Pick a smaller quantization", "Dismiss")
+
+
+def stats_text(stats: dict) -> str:
+    line = (f"{stats.get('completion_tokens', 0)} tokens · first token "
+            f"{stats.get('ttft_s', 0):.2f} s · {stats.get('decode_tokens_per_s', 0):.1f} tokens/s")
+    if stats.get("cached_tokens"):
+        line += f" · {stats['cached_tokens']} prompt tokens from cache"
+    return line
+
+
+class MessageText(QTextBrowser):
+    """Rendered Markdown that is as tall as its content (the pane scrolls, not the message)."""
+
+    def __init__(self, dark: bool) -> None:
+        super().__init__()
+        self.dark = dark
+        self.code_blocks: list[str] = []
+        self.setOpenLinks(False)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.anchorClicked.connect(self._link)
+
+    def set_markdown(self, text: str) -> None:
+        rendered = render_markdown(text, self.dark)
+        self.code_blocks = rendered.code_blocks
+        self.setHtml(rendered.html)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        self.document().setTextWidth(max(self.viewport().width(), 100))
+        self.setFixedHeight(int(self.document().size().height()) + 6)
+
+    def _link(self, url: QUrl) -> None:
+        if url.scheme() == "copy":
+            index = int(url.path() or url.toString().split(":", 1)[1])
+            QGuiApplication.clipboard().setText(self.code_blocks[index])
+        elif url.scheme() in ("http", "https"):
+            from PySide6.QtGui import QDesktopServices
+
+            QDesktopServices.openUrl(url)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802, ANN001
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self._fit_height()
+
+
+class MessageWidget(QFrame):
+    def __init__(self, role: str, text: str, dark: bool, status: str = "complete",
+                 stats: dict | None = None) -> None:
+        super().__init__()
+        self.role = role
+        self.text = text
+        self.setObjectName("message-" + role)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        who = QLabel({"user": "You", "assistant": "Ember", "system": "System"}.get(role, role))
+        who.setObjectName("role")
+        layout.addWidget(who)
+        self.body = MessageText(dark)
+        layout.addWidget(self.body)
+        self.note = QLabel()
+        self.note.setObjectName("note")
+        self.note.setWordWrap(True)
+        layout.addWidget(self.note)
+        self.stats = QLabel()
+        self.stats.setObjectName("stats")
+        layout.addWidget(self.stats)
+        self.body.set_markdown(text)
+        self.set_status(status, stats)
+
+    def append(self, piece: str) -> None:
+        self.text += piece
+        self.body.set_markdown(self.text)
+
+    def set_text(self, text: str) -> None:
+        self.text = text
+        self.body.set_markdown(text)
+
+    def set_status(self, status: str, stats: dict | None = None, note: str = "") -> None:
+        note = note or STATUS_NOTE.get(status, "")
+        if stats and stats.get("truncated"):
+            note = (note + " " if note else "") + ("Earlier turns were dropped to fit the "
+                                                   "context: the model did not see them.")
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
+        self.stats.setText(stats_text(stats) if stats and self.role == "assistant" else "")
+        self.stats.setVisible(bool(self.stats.text()))
+
+
+class Composer(QPlainTextEdit):
+    """Enter sends, Shift+Enter makes a new line."""
+    submitted = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setPlaceholderText("Message Ember (Enter sends, Shift+Enter: new line)")
+        self.setMaximumHeight(120)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+                event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class ChatView(QWidget):
+    send_clicked = Signal()
+    stop_clicked = Signal()
+    regenerate_clicked = Signal()
+    edit_clicked = Signal()
+    banner_action = Signal(str)  # one of BANNER_ACTIONS
+
+    def __init__(self, dark: bool = False) -> None:
+        super().__init__()
+        self.dark = dark
+        self.messages: list[MessageWidget] = []
+        layout = QVBoxLayout(self)
+        top = QHBoxLayout()
+        self.title = QLabel("New chat")
+        self.title.setObjectName("title")
+        top.addWidget(self.title, 1)
+        self.meter = QProgressBar()
+        self.meter.setObjectName("context-meter")
+        self.meter.setMinimumWidth(300)
+        self.meter.setFormat("context %v / %m tokens")
+        self.meter.setRange(0, 1)
+        self.meter.setValue(0)
+        top.addWidget(self.meter)
+        layout.addLayout(top)
+        self.banner = QFrame()
+        self.banner.setObjectName("banner")
+        banner_row = QHBoxLayout(self.banner)
+        self.banner_text = QLabel()
+        self.banner_text.setObjectName("banner")
+        self.banner_text.setWordWrap(True)
+        banner_row.addWidget(self.banner_text, 1)
+        self.banner_buttons: dict[str, QPushButton] = {}
+        for action in BANNER_ACTIONS:
+            button = QPushButton(action)
+            button.clicked.connect(lambda _=False, a=action: self.banner_action.emit(a))
+            banner_row.addWidget(button)
+            self.banner_buttons[action] = button
+        self.banner.hide()
+        layout.addWidget(self.banner)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        inner = QWidget()
+        self.column = QVBoxLayout(inner)
+        self.column.addStretch(1)
+        self.scroll.setWidget(inner)
+        layout.addWidget(self.scroll, 1)
+        actions = QHBoxLayout()
+        self.regenerate = QPushButton("Regenerate")
+        self.edit = QPushButton("Edit last message")
+        actions.addWidget(self.regenerate)
+        actions.addWidget(self.edit)
+        actions.addStretch(1)
+        layout.addLayout(actions)
+        row = QHBoxLayout()
+        self.composer = Composer()
+        row.addWidget(self.composer, 1)
+        self.send = QPushButton("Send")
+        self.send.setObjectName("send")
+        row.addWidget(self.send)
+        layout.addLayout(row)
+        self.send.clicked.connect(self._send_or_stop)
+        self.composer.submitted.connect(self._submit)
+        self.regenerate.clicked.connect(self.regenerate_clicked)
+        self.edit.clicked.connect(self.edit_clicked)
+        self.streaming = False
+        self._scroll_timer = QTimer(self, singleShot=True, interval=0)
+        self._scroll_timer.timeout.connect(self._scroll_to_end)
+
+    def _submit(self) -> None:
+        if not self.streaming:
+            self.send_clicked.emit()
+
+    def _send_or_stop(self) -> None:
+        (self.stop_clicked if self.streaming else self.send_clicked).emit()
+
+    def set_streaming(self, on: bool) -> None:
+        self.streaming = on
+        self.send.setText("Stop" if on else "Send")
+        self.regenerate.setEnabled(not on and any(m.role == "assistant" for m in self.messages))
+        self.edit.setEnabled(not on and any(m.role == "user" for m in self.messages))
+
+    def clear(self) -> None:
+        for m in self.messages:
+            self.column.removeWidget(m)
+            m.deleteLater()
+        self.messages = []
+        self.banner.hide()
+        self.set_streaming(False)
+
+    def add_message(self, role: str, text: str, status: str = "complete",
+                    stats: dict | None = None) -> MessageWidget:
+        widget = MessageWidget(role, text, self.dark, status, stats)
+        self.column.insertWidget(self.column.count() - 1, widget)
+        self.messages.append(widget)
+        self._scroll_timer.start()
+        return widget
+
+    def remove_from(self, index: int) -> None:
+        for m in self.messages[index:]:
+            self.column.removeWidget(m)
+            m.deleteLater()
+        del self.messages[index:]
+
+    def show_banner(self, text: str, actions: tuple[str, ...] = ("Dismiss",)) -> None:
+        """A readable message above the conversation, with the actions that can help."""
+        self.banner_text.setText(text)
+        for action, button in self.banner_buttons.items():
+            button.setVisible(action in actions)
+        self.banner.setVisible(bool(text))
+
+    def banner_message(self) -> str:
+        return "" if self.banner.isHidden() else self.banner_text.text()
+
+    def set_context_use(self, used: int, context: int) -> None:
+        self.meter.setRange(0, max(context, 1))
+        self.meter.setValue(min(used, context))
+
+    def _scroll_to_end(self) -> None:
+        bar = self.scroll.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def follow(self) -> None:
+        self._scroll_timer.start()

@@ -1,0 +1,113 @@
+""""Your machine": what Ember found, the backend it picked and why, and the models that
+suit this machine, each with its fit, memory breakdown and predicted speed."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.fit import GB, Fit, recommend
+from app.gui.hub import BADGE_COLOR, speed_text
+from app.hardware import HardwareProfile
+from app.registry import ModelSpec, load_registry
+from app.selection import choose_backend
+
+MIN_USEFUL_TOKENS_PER_S = 8.0  # slower than reading speed feels broken in a chat
+RECOMMENDED_COUNT = 4
+
+
+def machine_lines(hw: HardwareProfile) -> list[tuple[str, str]]:
+    lines = [("CPU", f"{hw.cpu} · {hw.physical_cores} cores · "
+                     f"{hw.cpu_bandwidth_gbps:.0f} GB/s ({hw.bandwidth_source})"),
+             ("Memory", f"{hw.ram_total / GB:.1f} GB RAM, {hw.ram_available / GB:.1f} GB free")]
+    if hw.apple_chip:
+        lines.append(("Chip", f"Apple {hw.apple_chip}, unified memory"))
+    for gpu in hw.gpus:
+        if gpu.vendor == "nvidia":
+            lines.append(("GPU", f"{gpu.name} · {gpu.vram_total / GB:.1f} GB VRAM "
+                                 f"({gpu.vram_free / GB:.1f} GB free)"))
+    if not hw.gpus and not hw.apple_chip:
+        lines.append(("GPU", "none found: models run on the CPU"))
+    choice = choose_backend(hw)
+    lines.append(("Backend", f"{choice.name}: {choice.reason}"))
+    lines.extend(("Note", note) for note in hw.notes)
+    return lines
+
+
+def recommended_models(hw: HardwareProfile, count: int = RECOMMENDED_COUNT
+                       ) -> list[tuple[ModelSpec, Fit]]:
+    """Chat models that fit with the fit model's headroom and answer at a useful speed,
+    the largest (most capable) first."""
+    fitting = []
+    for spec in load_registry().models:
+        if not spec.chat or spec.embedding:
+            continue
+        fit = recommend(spec, hw)
+        if fit is not None and fit.placement != "wont_fit":
+            fitting.append((spec, fit))
+    useful = [p for p in fitting if p[1].decode_tokens_per_s >= MIN_USEFUL_TOKENS_PER_S]
+    if not useful:  # a slow machine still gets its fastest choices, labelled with their speed
+        return sorted(fitting, key=lambda p: -p[1].decode_tokens_per_s)[:count]
+    useful.sort(key=lambda p: p[0].params, reverse=True)
+    return useful[:count]
+
+
+class MachinePanel(QWidget):
+    download_requested = Signal(str)  # MODEL:QUANT
+    hub_requested = Signal()
+
+    def __init__(self, hardware: HardwareProfile, installed: set[str]) -> None:
+        super().__init__()
+        layout = QVBoxLayout(self)
+        heading = QLabel("Your machine")
+        heading.setObjectName("heading")
+        layout.addWidget(heading)
+        facts = QGridLayout()
+        for row, (key, value) in enumerate(machine_lines(hardware)):
+            facts.addWidget(QLabel(f"<b>{key}</b>"), row, 0)
+            label = QLabel(value)
+            label.setWordWrap(True)
+            facts.addWidget(label, row, 1)
+        layout.addLayout(facts)
+        heading = QLabel("Recommended for this machine")
+        heading.setObjectName("heading")
+        layout.addWidget(heading)
+        self.buttons: dict[str, QPushButton] = {}
+        picks = recommended_models(hardware)
+        if not picks:
+            layout.addWidget(QLabel("No model in the registry runs at a useful speed here; "
+                                    "see Get models for all of them."))
+        for spec, fit in picks:
+            layout.addWidget(self._card(spec, fit, f"{spec.id}:{fit.quant}" in installed))
+        more = QPushButton("All models…")
+        more.clicked.connect(self.hub_requested)
+        layout.addWidget(more)
+        layout.addStretch(1)
+
+    def _card(self, spec: ModelSpec, fit: Fit, installed: bool) -> QFrame:
+        card = QFrame()
+        card.setObjectName("card")
+        grid = QGridLayout(card)
+        grid.addWidget(QLabel(f"<b>{spec.name}</b> · {fit.quant}"), 0, 0)
+        badge = QLabel(fit.label)
+        badge.setStyleSheet(f"color: white; background: {BADGE_COLOR[fit.placement]}; "
+                            "border-radius: 4px; padding: 1px 6px;")
+        grid.addWidget(badge, 0, 1)
+        grid.addWidget(QLabel(speed_text(fit.decode_tokens_per_s)), 0, 2)
+        memory = QLabel(f"{fit.memory.total / GB:.2f} GB = {fit.memory.describe(fit.context)}")
+        memory.setWordWrap(True)
+        grid.addWidget(memory, 1, 0, 1, 3)
+        ref = f"{spec.id}:{fit.quant}"
+        button = QPushButton("Installed" if installed else "Download")
+        button.setEnabled(not installed)
+        button.clicked.connect(lambda _=False: self.download_requested.emit(ref))
+        self.buttons[ref] = button
+        grid.addWidget(button, 0, 3, 2, 1)
+        return card

@@ -1,0 +1,272 @@
+"""Ember's main window: conversations on the left; chat, "Your machine" and "Get models" pages
+on the right; the model picker, settings and the API server in the tool bar."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QSplitter,
+    QStackedWidget,
+    QToolBar,
+)
+
+from app.config import Paths
+from app.errors import EmberError
+from app.gui.chat_controller import ChatController
+from app.gui.chat_view import ChatView
+from app.gui.conversations import ConversationList
+from app.gui.hub import HubWidget
+from app.gui.machine import MachinePanel
+from app.gui.settings_dialog import SettingsDialog
+from app.gui.tasks import ServerTask
+from app.gui.theme import apply_theme
+from app.history import History
+from app.runtime import Runtime
+from app.selection import choose_backend
+from app.settings import Settings, save_settings
+from app.store import InstalledModel
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, runtime: Runtime, history: History, settings: Settings,
+                 home: Paths, settings_error: str = "") -> None:
+        super().__init__()
+        self.runtime, self.history, self.settings, self.home = runtime, history, settings, home
+        self.settings_error = settings_error  # a broken config.toml is never overwritten
+        self.server: ServerTask | None = None
+        self.server_text = "stopped"
+        self.setWindowTitle("Ember")
+        self.resize(1180, 760)
+
+        self.conversations = ConversationList(history)
+        self.chat = ChatView(dark=settings.theme == "dark")
+        self.controller = ChatController(self.chat, history, runtime, settings)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(self.chat)
+        self.machine_page = QScrollArea()
+        self.machine_page.setWidgetResizable(True)
+        self.pages.addWidget(self.machine_page)
+        self.hub = HubWidget(runtime.store, runtime.hardware)
+        self.pages.addWidget(self.hub)
+        split = QSplitter()
+        split.addWidget(self.conversations)
+        split.addWidget(self.pages)
+        split.setStretchFactor(1, 1)
+        split.setSizes([260, 920])
+        self.setCentralWidget(split)
+
+        bar = QToolBar("Main")
+        bar.setMovable(False)
+        self.addToolBar(bar)
+        bar.addWidget(QLabel(" Model: "))
+        self.model_picker = QComboBox()
+        self.model_picker.setMinimumWidth(320)
+        bar.addWidget(self.model_picker)
+        self.actions_by_name: dict[str, QAction] = {}
+        for name, slot in (("Chat", self.show_chat), ("Your machine", self.show_machine),
+                           ("Get models", self.show_hub), ("Settings", self.open_settings)):
+            action = bar.addAction(name)
+            action.triggered.connect(slot)
+            self.actions_by_name[name] = action
+        self.server_label = QLabel()
+        self.statusBar().addPermanentWidget(self.server_label)
+
+        QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_chat)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.controller.stop)
+        self.conversations.new_requested.connect(self.new_chat)
+        self.conversations.selected.connect(self._open_conversation)
+        self.conversations.deleted.connect(self._deleted)
+        self.controller.conversation_changed.connect(self.conversations.refresh)
+        self.controller.busy_changed.connect(self._busy)
+        self.chat.banner_action.connect(self._banner_action)
+        self.model_picker.currentIndexChanged.connect(self._model_picked)
+        self.hub.installed.connect(self._installed)
+
+        self.refresh_models()
+        self._build_machine_page()
+        self.conversations.refresh()
+        existing = history.conversations()
+        if not self.runtime.store.list():
+            self.show_machine()  # first run: what this machine can do, and what to get
+        else:
+            if existing:
+                self.conversations.refresh(select=existing[0].id)
+                self.controller.open(existing[0].id)
+            self.show_chat()
+        if history.interrupted_on_open:
+            self.statusBar().showMessage(f"{history.interrupted_on_open} answer(s) were cut off "
+                                         "when Ember last stopped; they are kept, marked "
+                                         "interrupted.", 15000)
+        if history.recovered_from:
+            QMessageBox.warning(self, "Ember", f"The history file could not be read; it was "
+                                f"kept as {history.recovered_from} and a new one started.")
+
+    # pages
+
+    def show_chat(self) -> None:
+        self.pages.setCurrentWidget(self.chat)
+        self.chat.composer.setFocus()
+
+    def show_machine(self) -> None:
+        self.pages.setCurrentWidget(self.machine_page)
+
+    def show_hub(self, spec_id: str | None = None) -> None:
+        if isinstance(spec_id, str):
+            self.hub.expand(spec_id)
+        self.pages.setCurrentWidget(self.hub)
+
+    def _build_machine_page(self) -> None:
+        installed = {m.ref for m in self.runtime.store.list()}
+        panel = MachinePanel(self.runtime.hardware, installed)
+        panel.download_requested.connect(self._download_from_machine_page)
+        panel.hub_requested.connect(self.show_hub)
+        self.machine_panel = panel
+        self.machine_page.setWidget(panel)
+
+    def _download_from_machine_page(self, ref: str) -> None:
+        self.hub.download(ref)
+        self.show_hub()
+
+    # models
+
+    def refresh_models(self, select: str | None = None) -> None:
+        backend = choose_backend(self.runtime.hardware).name
+        current = select or self.controller.model or self.settings.default_model
+        self.model_picker.blockSignals(True)
+        self.model_picker.clear()
+        for m in self.runtime.store.list():
+            if m.chat:
+                self.model_picker.addItem(f"{m.ref}  ·  {backend}", m.ref)
+        index = self.model_picker.findData(current)
+        if index < 0:
+            index = next((i for i in range(self.model_picker.count())
+                          if str(self.model_picker.itemData(i)).startswith(current + ":")), 0)
+        self.model_picker.setCurrentIndex(index)
+        self.model_picker.blockSignals(False)
+        self.controller.model = self.model_picker.currentData()
+
+    def _model_picked(self, _index: int) -> None:
+        self.controller.model = self.model_picker.currentData()
+        if self.controller.conversation_id is not None:
+            self.history.set_model(self.controller.conversation_id, self.controller.model)
+
+    def _installed(self, model: InstalledModel) -> None:
+        """A verified download is ready: select it and go chat."""
+        self.refresh_models(select=model.ref)
+        self._build_machine_page()
+        if model.chat:
+            self.statusBar().showMessage(f"{model.ref} is installed and verified: ready to chat",
+                                         10000)
+
+    def _banner_action(self, action: str) -> None:
+        if action == "Pick a smaller quantization" and self.controller.model:
+            self.show_hub(self.controller.model.split(":")[0])
+
+    # conversations
+
+    def new_chat(self) -> None:
+        conv_id = self.controller.new_conversation()
+        self.conversations.refresh(select=conv_id)
+        self.show_chat()
+
+    def _open_conversation(self, conv_id: int) -> None:
+        self.controller.open(conv_id)
+        model = self.history.get(conv_id).model
+        if model and self.model_picker.findData(model) >= 0:
+            self.model_picker.setCurrentIndex(self.model_picker.findData(model))
+        self.show_chat()
+
+    def _deleted(self, conv_id: int) -> None:
+        if self.controller.conversation_id == conv_id:
+            self.controller.stop(wait=True)
+            self.controller.conversation_id = None
+            self.chat.clear()
+            self.chat.title.setText("")
+
+    def _busy(self, busy: bool) -> None:
+        self.model_picker.setEnabled(not busy)
+
+    # settings and server
+
+    def open_settings(self) -> None:
+        conv_id = self.controller.conversation_id
+        system = self.history.get(conv_id).system_prompt if conv_id else \
+            self.settings.system_prompt
+        installed = [m.ref for m in self.runtime.store.list()]
+        dialog = SettingsDialog(self.settings, self.runtime.hardware, system, installed,
+                                self.server_text, self.server is not None)
+        dialog.server_toggled.connect(lambda: (self.toggle_server(),
+                                               dialog.set_server(self.server_text,
+                                                                 self.server is not None)))
+        self.settings_dialog = dialog
+        if dialog.exec():
+            self.apply_settings(dialog.result_settings(), dialog.result_system_prompt())
+        self.settings_dialog = None
+
+    def apply_settings(self, settings: Settings, system_prompt: str) -> None:
+        try:
+            settings.validate()
+        except EmberError as e:
+            QMessageBox.warning(self, "Settings", str(e))
+            return
+        old_context = self.settings.context
+        for name, value in vars(settings).items():
+            setattr(self.settings, name, value)
+        if self.controller.conversation_id is not None:
+            self.history.set_system_prompt(self.controller.conversation_id, system_prompt)
+        else:
+            self.settings.system_prompt = system_prompt
+        app = QApplication.instance()
+        if app is not None:
+            apply_theme(app, self.settings.theme, self.settings.font_size)
+        self.chat.dark = self.settings.theme == "dark"
+        if self.controller.conversation_id is not None:
+            self.controller.open(self.controller.conversation_id)  # re-render in the theme
+        if old_context != self.settings.context and self.controller.model:
+            self.runtime.unload(self.controller.model)  # the next answer loads it anew
+        if self.settings_error:
+            QMessageBox.warning(self, "Settings", "Not saved: config.toml could not be read "
+                                f"({self.settings_error}). Fix it, then save again.")
+            return
+        save_settings(self.settings, self.home)
+
+    def toggle_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+            self._server_state("stopped")
+            return
+        self.server = ServerTask(self.runtime)
+        self.server.started.connect(lambda url, key: self._server_state(
+            f"{url}  (OpenAI: {url}/v1, Ollama: {url}/api)  key: {key}"))
+        self.server.stopped.connect(self._server_stopped)
+        self._server_state("starting…")
+        self.server.start()
+
+    def _server_stopped(self, why: str) -> None:
+        if why:
+            self.server = None
+            self._server_state(f"stopped: {why}")
+
+    def _server_state(self, text: str) -> None:
+        self.server_text = text
+        self.server_label.setText("API server: " + text)
+        dialog = getattr(self, "settings_dialog", None)
+        if dialog is not None:
+            dialog.set_server(text, self.server is not None)
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        self.controller.stop(wait=True)
+        for row in self.hub.rows.values():
+            if row.task is not None:
+                row.task.cancel()
+        if self.server is not None:
+            self.server.stop()
+        super().closeEvent(event)

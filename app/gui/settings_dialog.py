@@ -1,0 +1,134 @@
+"""Settings: generation, backend and hardware, appearance, and the local API server."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+)
+
+from app.hardware import HardwareProfile
+from app.selection import choose_backend, llama_cpp_gpu_offload
+from app.settings import THEMES, Settings
+
+
+class SettingsDialog(QDialog):
+    server_toggled = Signal()
+
+    def __init__(self, settings: Settings, hardware: HardwareProfile, system_prompt: str,
+                 installed: list[str], server_text: str, server_running: bool,
+                 speculative_supported: bool = False) -> None:
+        super().__init__()
+        self.setWindowTitle("Settings")
+        self.settings = settings
+        layout = QVBoxLayout(self)
+
+        chat = QGroupBox("This conversation and new ones")
+        form = QFormLayout(chat)
+        self.system_prompt = QPlainTextEdit(system_prompt)
+        self.system_prompt.setMaximumHeight(80)
+        form.addRow("System prompt (this conversation)", self.system_prompt)
+        self.temperature = QDoubleSpinBox(minimum=0.0, maximum=2.0, singleStep=0.05,
+                                          value=settings.temperature)
+        form.addRow("Temperature", self.temperature)
+        self.top_p = QDoubleSpinBox(minimum=0.01, maximum=1.0, singleStep=0.01,
+                                    value=settings.top_p)
+        form.addRow("Top p", self.top_p)
+        self.max_tokens = QSpinBox(minimum=1, maximum=131072, value=settings.max_tokens)
+        form.addRow("Max tokens", self.max_tokens)
+        self.context = QSpinBox(minimum=0, maximum=1 << 20, singleStep=1024,
+                                value=settings.context, specialValueText="automatic (fit model)")
+        form.addRow("Context length", self.context)
+        layout.addWidget(chat)
+
+        engine = QGroupBox("Backend")
+        form = QFormLayout(engine)
+        choice = choose_backend(hardware)
+        self.backend = QComboBox()
+        self.backend.addItem(f"auto ({choice.name})", "auto")
+        self.backend.addItem("llamacpp", "llamacpp")
+        self.backend.setCurrentIndex(max(0, self.backend.findData(settings.backend)))
+        form.addRow("Backend", self.backend)
+        reason = QLabel(choice.reason)
+        reason.setWordWrap(True)
+        form.addRow("Why", reason)
+        offload = hardware.has_nvidia or hardware.apple_chip is not None
+        self.gpu_layers = QSpinBox(minimum=-1, maximum=999, value=settings.gpu_layers,
+                                   specialValueText="automatic (fit model)")
+        can_offload = offload and llama_cpp_gpu_offload()
+        self.gpu_layers.setEnabled(can_offload)
+        if not can_offload:
+            self.gpu_layers.setToolTip("no GPU offload here: " + choice.reason)
+        form.addRow("GPU offload layers", self.gpu_layers)
+        self.speculative = QCheckBox("Speculative decoding")
+        self.speculative.setChecked(settings.speculative)
+        self.draft_model = QComboBox()
+        self.draft_model.addItem("(none)", "")
+        for ref in installed:
+            self.draft_model.addItem(ref, ref)
+        self.draft_model.setCurrentIndex(max(0, self.draft_model.findData(settings.draft_model)))
+        for w in (self.speculative, self.draft_model):
+            w.setEnabled(speculative_supported)
+            if not speculative_supported:
+                w.setToolTip(f"the {choice.name} backend of this build does not do "
+                             "speculative decoding")
+        form.addRow(self.speculative)
+        form.addRow("Draft model", self.draft_model)
+        layout.addWidget(engine)
+
+        look = QGroupBox("Appearance")
+        form = QFormLayout(look)
+        self.theme = QComboBox()
+        self.theme.addItems(list(THEMES))
+        self.theme.setCurrentText(settings.theme)
+        form.addRow("Theme", self.theme)
+        self.font_size = QSpinBox(minimum=7, maximum=32, value=settings.font_size)
+        form.addRow("Font size", self.font_size)
+        layout.addWidget(look)
+
+        server = QGroupBox("Local API server (OpenAI and Ollama compatible)")
+        row = QHBoxLayout(server)
+        self.server_status = QLineEdit(server_text)
+        self.server_status.setReadOnly(True)
+        row.addWidget(self.server_status, 1)
+        self.server_button = QPushButton("Stop" if server_running else "Start")
+        self.server_button.clicked.connect(self.server_toggled)
+        row.addWidget(self.server_button)
+        layout.addWidget(server)
+
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
+                                   | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def set_server(self, text: str, running: bool) -> None:
+        self.server_status.setText(text)
+        self.server_button.setText("Stop" if running else "Start")
+
+    def result_settings(self) -> Settings:
+        return replace(self.settings, temperature=round(self.temperature.value(), 3),
+                       top_p=round(self.top_p.value(), 3), max_tokens=self.max_tokens.value(),
+                       context=self.context.value(), backend=self.backend.currentData(),
+                       gpu_layers=self.gpu_layers.value(),
+                       speculative=self.speculative.isChecked(),
+                       draft_model=self.draft_model.currentData() or "",
+                       theme=self.theme.currentText(), font_size=self.font_size.value())
+
+    def result_system_prompt(self) -> str:
+        return self.system_prompt.toPlainText()

@@ -1,0 +1,177 @@
+"""Work that must never run on the UI thread: loading and generating, downloading, serving.
+
+Each task runs in a plain Python thread and reports through Qt signals; the signals'
+receivers live on the UI thread, so Qt queues every emission to it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+
+from PySide6.QtCore import QObject, Signal
+
+from app.errors import EmberError
+from app.runtime import Runtime
+from app.store import Store
+from app.transfer import Cancelled, Progress
+from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
+
+
+class GenerationTask(QObject):
+    """Load `model` (if needed), then stream one answer."""
+    loaded = Signal(object)  # app.runtime.LoadedModel
+    token = Signal(str)
+    finished = Signal(object, str)  # Stats, the whole text
+    failed = Signal(str, str, str)  # message, kind (load | crash | invalid | backend), text so far
+
+    def __init__(self, runtime: Runtime, model: str, request: GenerationRequest,
+                 context: int | None = None) -> None:
+        super().__init__()
+        self.runtime, self.model, self.request, self.context = runtime, model, request, context
+        self._stop = threading.Event()
+        self._generation = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-generate")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._generation is not None:
+            self._generation.cancel()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        text = ""
+        try:
+            loaded = self.runtime.load(self.model, self.context)
+        except EmberError as e:
+            self.failed.emit(str(e), "load", "")
+            return
+        except Exception as e:  # a bug must not leave the window waiting forever
+            self.failed.emit(f"{type(e).__name__}: {e}", "load", "")
+            return
+        self.loaded.emit(loaded)
+        try:
+            self._generation = self.runtime.generate(self.model, self.request)
+            if self._stop.is_set():
+                self._generation.cancel()
+            for event in self._generation:
+                if isinstance(event, TokenEvent):
+                    text += event.text
+                    self.token.emit(event.text)
+                elif isinstance(event, DoneEvent):
+                    self.finished.emit(event.stats, event.text)
+                    return
+                elif isinstance(event, ErrorEvent):
+                    self.failed.emit(event.message, event.kind, text)
+                    return
+            self.failed.emit("the answer ended without a result", "backend", text)
+        except EmberError as e:
+            self.failed.emit(str(e), "backend", text)
+        except Exception as e:
+            self.failed.emit(f"{type(e).__name__}: {e}", "backend", text)
+
+
+class DownloadTask(QObject):
+    """`ember pull REF` with progress; cancel keeps the partial file for a later resume."""
+    progress = Signal(object)  # app.transfer.Progress
+    installed = Signal(object)  # app.store.InstalledModel
+    failed = Signal(str, bool)  # message, cancelled
+
+    def __init__(self, ref: str, store: Store, hardware=None) -> None:  # noqa: ANN001
+        super().__init__()
+        self.ref, self.store, self.hardware = ref, store, hardware
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-pull")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _report(self, p: Progress) -> None:
+        self.progress.emit(p)
+
+    def _run(self) -> None:
+        from app.download import pull
+
+        try:
+            model = pull(self.ref, store=self.store, on_progress=self._report,
+                         cancel=self._cancel, hw=self.hardware)
+        except Cancelled:
+            self.failed.emit("cancelled: the partial download is kept, Resume continues it",
+                             True)
+        except EmberError as e:
+            self.failed.emit(str(e), False)
+        except Exception as e:
+            self.failed.emit(f"{type(e).__name__}: {e}", False)
+        else:
+            self.installed.emit(model)
+
+
+class ServerTask(QObject):
+    """Ember's HTTP API, sharing the window's Runtime, on a thread of its own."""
+    started = Signal(str, str)  # url, key
+    stopped = Signal(str)  # why ("" when asked to stop)
+
+    def __init__(self, runtime: Runtime, host: str = "127.0.0.1", port: int = 11435) -> None:
+        super().__init__()
+        self.runtime, self.host, self.port = runtime, host, port
+        self.key = secrets.token_urlsafe(24)
+        self._server = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-serve")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            import uvicorn
+
+            from app.server.app import ServerSettings, create_app
+        except ImportError as e:
+            self.stopped.emit(f"the API server needs the 'serve' extra ({e.name} is missing)")
+            return
+        settings = ServerSettings(host=self.host, port=self.port, api_key=self.key,
+                                  owns_runtime=False)
+        config = uvicorn.Config(create_app(self.runtime, settings), host=self.host,
+                                port=self.port, log_level="warning", lifespan="on")
+        self._server = uvicorn.Server(config)
+        threading.Thread(target=self._announce, daemon=True).start()
+        try:
+            self._server.run()
+        except SystemExit:  # uvicorn exits when it cannot bind
+            pass
+        except Exception as e:
+            self.stopped.emit(f"{type(e).__name__}: {e}")
+            return
+        self.stopped.emit("" if self._server.started else
+                          f"could not listen on {self.host}:{self.port} (is the port in use?)")
+
+    def _announce(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self._thread.is_alive():
+            if self._server is not None and self._server.started:
+                self.started.emit(self.url, self.key)
+                return
+            time.sleep(0.05)

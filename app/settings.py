@@ -1,0 +1,95 @@
+"""The app's settings: the `[app]` table of config.toml, read into a dataclass.
+
+Saving rewrites config.toml atomically (write a temporary file, then rename) and keeps every
+other table and key the user or another part of Ember put there.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass, fields
+
+import tomli_w
+
+from app.config import DEFAULT_MODEL, Paths, load_config, paths
+from app.errors import ConfigError
+
+SECTION = "app"
+THEMES = ("light", "dark")
+BACKENDS = ("auto", "llamacpp")
+
+
+@dataclass
+class Settings:
+    default_model: str = DEFAULT_MODEL
+    system_prompt: str = ""  # for new conversations; each conversation keeps its own
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 1024
+    context: int = 0  # 0: the load plan's choice
+    backend: str = "auto"
+    gpu_layers: int = -1  # -1: the load plan's choice (only where llama.cpp can offload)
+    speculative: bool = False
+    draft_model: str = ""
+    theme: str = "light"
+    font_size: int = 11
+
+    def validate(self) -> None:
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ConfigError(f"temperature must be between 0 and 2, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 1 <= self.max_tokens <= 131072:
+            raise ConfigError(f"max_tokens must be between 1 and 131072, got {self.max_tokens}")
+        if self.context and not 256 <= self.context <= 1 << 20:
+            raise ConfigError(f"context must be 0 (automatic) or at least 256, got {self.context}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.theme not in THEMES:
+            raise ConfigError(f"theme must be light or dark, got {self.theme!r}")
+        if not 7 <= self.font_size <= 32:
+            raise ConfigError(f"font_size must be between 7 and 32, got {self.font_size}")
+
+
+def load_settings(p: Paths | None = None) -> Settings:
+    """Settings from config.toml; keys it does not know are ignored, wrong types are errors."""
+    raw = load_config(p).get(SECTION, {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{SECTION}] in config.toml must be a table")
+    s = Settings()
+    for f in fields(Settings):
+        if f.name not in raw:
+            continue
+        value, default = raw[f.name], getattr(s, f.name)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not type(default):
+            raise ConfigError(f"config.toml [{SECTION}] {f.name} = {value!r}: expected "
+                              f"{type(default).__name__}")
+        setattr(s, f.name, value)
+    s.validate()
+    return s
+
+
+def save_config_table(section: str, values: dict, p: Paths | None = None) -> None:
+    """Replace one table of config.toml, keeping the rest of the file's content."""
+    p = p or paths()
+    config = load_config(p)
+    config[section] = values
+    p.home.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.home, prefix=".config-", suffix=".toml")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            tomli_w.dump(config, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p.config_file)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def save_settings(s: Settings, p: Paths | None = None) -> None:
+    s.validate()
+    save_config_table(SECTION, asdict(s), p)
