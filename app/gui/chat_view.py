@@ -27,6 +27,7 @@ STATUS_NOTE = {
 }
 
 
+RENDER_INTERVAL_MS = 100
 BANNER_ACTIONS = ("Retry", "Pick a smaller quantization", "Dismiss")
 
 
@@ -100,12 +101,21 @@ class MessageWidget(QFrame):
         layout.addWidget(self.stats)
         self.body.set_markdown(text)
         self.set_status(status, stats)
+        self._render_timer = QTimer(self, singleShot=True, interval=RENDER_INTERVAL_MS)
+        self._render_timer.timeout.connect(self._render)
 
     def append(self, piece: str) -> None:
+        """Add streamed text; re-rendering waits for the next frame (RENDER_INTERVAL_MS), so a
+        fast model costs the UI thread ~10 renders a second, not one per token."""
         self.text += piece
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def _render(self) -> None:
         self.body.set_markdown(self.text)
 
     def set_text(self, text: str) -> None:
+        self._render_timer.stop()
         self.text = text
         self.body.set_markdown(text)
 

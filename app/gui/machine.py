@@ -9,10 +9,12 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
 
+from app.config import DEFAULT_MODEL
 from app.fit import GB, Fit, recommend
 from app.gui.hub import BADGE_COLOR, speed_text
 from app.hardware import HardwareProfile
@@ -43,8 +45,8 @@ def machine_lines(hw: HardwareProfile) -> list[tuple[str, str]]:
 
 def recommended_models(hw: HardwareProfile, count: int = RECOMMENDED_COUNT
                        ) -> list[tuple[ModelSpec, Fit]]:
-    """Chat models that fit with the fit model's headroom and answer at a useful speed,
-    the largest (most capable) first."""
+    """Ember's default model first (small, fast, what `setup.sh` installs), then chat models
+    that fit with the fit model's headroom and answer at a useful speed, largest first."""
     fitting = []
     for spec in load_registry().models:
         if not spec.chat or spec.embedding:
@@ -55,7 +57,7 @@ def recommended_models(hw: HardwareProfile, count: int = RECOMMENDED_COUNT
     useful = [p for p in fitting if p[1].decode_tokens_per_s >= MIN_USEFUL_TOKENS_PER_S]
     if not useful:  # a slow machine still gets its fastest choices, labelled with their speed
         return sorted(fitting, key=lambda p: -p[1].decode_tokens_per_s)[:count]
-    useful.sort(key=lambda p: p[0].params, reverse=True)
+    useful.sort(key=lambda p: (p[0].id != DEFAULT_MODEL, -p[0].params))
     return useful[:count]
 
 
@@ -69,7 +71,12 @@ class MachinePanel(QWidget):
         heading = QLabel("Your machine")
         heading.setObjectName("heading")
         layout.addWidget(heading)
+        intro = QLabel("What Ember found, and the models that run well on it. Memory and "
+                       "speed are the fit model's predictions for this machine.")
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
         facts = QGridLayout()
+        facts.setColumnStretch(1, 1)
         for row, (key, value) in enumerate(machine_lines(hardware)):
             facts.addWidget(QLabel(f"<b>{key}</b>"), row, 0)
             label = QLabel(value)
@@ -99,6 +106,7 @@ class MachinePanel(QWidget):
         badge = QLabel(fit.label)
         badge.setStyleSheet(f"color: white; background: {BADGE_COLOR[fit.placement]}; "
                             "border-radius: 4px; padding: 1px 6px;")
+        badge.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         grid.addWidget(badge, 0, 1)
         grid.addWidget(QLabel(speed_text(fit.decode_tokens_per_s)), 0, 2)
         memory = QLabel(f"{fit.memory.total / GB:.2f} GB = {fit.memory.describe(fit.context)}")
@@ -110,4 +118,5 @@ class MachinePanel(QWidget):
         button.clicked.connect(lambda _=False: self.download_requested.emit(ref))
         self.buttons[ref] = button
         grid.addWidget(button, 0, 3, 2, 1)
+        grid.setColumnStretch(0, 1)
         return card

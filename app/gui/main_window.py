@@ -149,6 +149,7 @@ class MainWindow(QMainWindow):
             index = next((i for i in range(self.model_picker.count())
                           if str(self.model_picker.itemData(i)).startswith(current + ":")), 0)
         self.model_picker.setCurrentIndex(index)
+        self.model_picker.setPlaceholderText("no model installed: see Your machine")
         self.model_picker.blockSignals(False)
         self.controller.model = self.model_picker.currentData()
 
@@ -164,6 +165,8 @@ class MainWindow(QMainWindow):
         if model.chat:
             self.statusBar().showMessage(f"{model.ref} is installed and verified: ready to chat",
                                          10000)
+            if not self.history.conversations():  # first run: straight to the first chat
+                self.new_chat()
 
     def _banner_action(self, action: str) -> None:
         if action == "Pick a smaller quantization" and self.controller.model:

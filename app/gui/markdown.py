@@ -49,7 +49,8 @@ def render_markdown(text: str, dark: bool = False) -> Rendered:
         return (f'<table width="100%" cellspacing="0" cellpadding="6" bgcolor="{frame}">'
                 f'<tr><td><small>{label}</small></td><td align="right">'
                 f'<a href="copy:{len(blocks) - 1}" style="color:{link}">Copy</a></td></tr>'
-                f'<tr><td colspan="2"><pre style="margin:0">{body}</pre></td></tr></table>\n')
+                f'<tr><td colspan="2"><pre style="margin:0; white-space:pre-wrap">{body}</pre>'
+                f'</td></tr></table>\n')
 
     md.add_render_rule("fence", fence)
     md.add_render_rule("code_block", fence)
