@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 from hub_server import start_hub
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, QUrl
+from PySide6.QtGui import QGuiApplication
 from test_hub_download import FILE, REPO, write_registry
 from tiny_gguf import write_tiny_gguf
 
@@ -71,6 +72,9 @@ def test_sending_streams_a_rendered_answer_with_its_stats(qtbot, window: MainWin
     assert len(tokens) > 3  # it streamed, token by token
     html = answer.body.toHtml()
     assert "Copy" in html and answer.body.code_blocks  # a highlighted code block
+    answer.body.anchorClicked.emit(QUrl("copy:0"))
+    assert QGuiApplication.clipboard().text() == answer.body.code_blocks[0]
+    assert "def " in answer.body.code_blocks[0] and "```" not in answer.body.code_blocks[0]
     assert "tokens/s" in answer.stats.text() and "first token" in answer.stats.text()
     assert window.chat.meter.value() > 0 and window.chat.meter.maximum() == 4096
     assert stored(window)[-1][2] == "complete"
