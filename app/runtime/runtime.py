@@ -33,6 +33,8 @@ from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
 from backends.remote import Endpoint, RemoteBackend, RemoteModel
 
+REMOTE_LIST_TTL_S = 10.0
+
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -53,6 +55,7 @@ class Runtime:
         self.idle_ttl_s = idle_ttl_s  # None: models stay loaded until unloaded
         self._workers: dict[str, Worker] = {}
         self._remotes: dict[str, RemoteBackend] = {}
+        self._listed: dict[str, tuple[float, list[str]]] = {}  # endpoint -> (when, model ids)
         self._lock = threading.Lock()
 
     @property
@@ -90,6 +93,19 @@ class Runtime:
                 failed[endpoint.name] = str(e)
         return found, failed
 
+    def _remote_ids(self, endpoint: Endpoint) -> list[str]:
+        """The endpoint's model ids, remembered for REMOTE_LIST_TTL_S: a server checks the
+        model of every request, and a round trip each time would add to every answer."""
+        now = time.monotonic()
+        with self._lock:
+            seen = self._listed.get(endpoint.name)
+        if seen is not None and now - seen[0] < REMOTE_LIST_TTL_S:
+            return seen[1]
+        ids = [m.id for m in self._remote(endpoint).list_models()]
+        with self._lock:
+            self._listed[endpoint.name] = (now, ids)
+        return ids
+
     def _endpoints(self) -> dict[str, Endpoint]:
         return remotes.endpoints(self.store.paths)
 
@@ -100,7 +116,7 @@ class Runtime:
             self.store.get(name)
             return
         endpoint, model = remotes.resolve(name, self.store.paths)
-        ids = [m.id for m in self._remote(endpoint).list_models()]
+        ids = self._remote_ids(endpoint)
         if model not in ids:
             raise ModelNotFoundError(model, suggest(model, ids), f"remote {endpoint.name!r}")
 
