@@ -195,7 +195,7 @@ class RemoteBackend:
         """The events of one request; never raises for a server's or the network's failure:
         that is the final ErrorEvent, after the text already received."""
         path = "/chat/completions" if request.messages is not None else "/completions"
-        run = _Run(time.monotonic())
+        run = Received(time.monotonic())
         try:
             if stream:
                 yield from self._stream(path, model, request, cancelled, run)
@@ -210,7 +210,7 @@ class RemoteBackend:
                              partial="".join(run.text))
 
     def _whole(self, path: str, model: str, request: GenerationRequest,
-               run: _Run) -> Iterator[Event]:
+               run: Received) -> Iterator[Event]:
         response = self._client.post(path, json=request_body(model, request, stream=False))
         if response.status_code != 200:
             raise self._status_error(response, model)
@@ -232,7 +232,7 @@ class RemoteBackend:
                            f"answer: {_shown(text)!r}")
 
     def _stream(self, path: str, model: str, request: GenerationRequest,
-                cancelled: CancelFlag | None, run: _Run) -> Iterator[Event]:
+                cancelled: CancelFlag | None, run: Received) -> Iterator[Event]:
         body = request_body(model, request, stream=True)
         # Leaving the `with` closes the response: that is how a cancel reaches the server
         # (Ember's own server, vLLM and llama-server stop generating when the client leaves).
@@ -278,8 +278,8 @@ class RemoteBackend:
 
 
 @dataclass
-class _Run:
-    """What one request has received so far, and when."""
+class Received:
+    """What one request has received so far, and when; `done()` makes its Stats."""
     started: float
     first: float | None = None
     last: float | None = None

@@ -132,7 +132,8 @@ def list_models(as_json: bool) -> None:
         click.echo(f"warning: {name}/*: {why}", err=True)
     if as_json:
         click.echo(json.dumps([m.to_json() for m in models]
-                              + [{"id": m.ref, "remote": m.endpoint, "remote_id": m.id,
+                              + [{"id": m.ref, "quant": "remote", "format": "remote",
+                                  "remote": m.endpoint, "remote_id": m.id,
                                   "owned_by": m.owned_by} for m in remote], indent=2))
         return
     if not models and not remote:

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
+from dataclasses import dataclass, field
 
 from app.runtime.process import EventSink
-from backends.base import ErrorEvent, GenerationRequest
-from backends.remote import RemoteBackend
+from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
+from backends.remote import Received, RemoteBackend
+
+
+@dataclass
+class _Stream:
+    sink: EventSink
+    received: Received
+    flag: threading.Event = field(default_factory=threading.Event)
+    ended: bool = False  # its final event was delivered: later events are dropped
 
 
 class RemoteStreams:
@@ -25,35 +35,51 @@ class RemoteStreams:
     def __init__(self, backend: RemoteBackend, model: str) -> None:
         self.backend, self.model = backend, model
         self.label = f"{backend.endpoint.name}/{model}"
-        self._flags: dict[str, threading.Event] = {}
+        self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()
 
     def open_stream(self, stream_id: str, request: GenerationRequest,
                     sink: EventSink | None = None) -> EventSink:
-        stream: EventSink = sink if sink is not None else queue.Queue()
-        flag = threading.Event()
+        stream = _Stream(sink if sink is not None else queue.Queue(),
+                         Received(time.monotonic()))
         with self._lock:
-            self._flags[stream_id] = flag
-        threading.Thread(target=self._run, args=(stream_id, request, stream, flag),
+            self._streams[stream_id] = stream
+        threading.Thread(target=self._run, args=(stream_id, request, stream),
                          daemon=True, name=f"ember-remote-{self.label}").start()
-        return stream
+        return stream.sink
 
-    def _run(self, stream_id: str, request: GenerationRequest, stream: EventSink,
-             flag: threading.Event) -> None:
+    def _run(self, stream_id: str, request: GenerationRequest, stream: _Stream) -> None:
         try:
-            for event in self.backend.generate(self.model, request, flag):
-                stream.put(event)
+            for event in self.backend.generate(self.model, request, stream.flag):
+                if not self._deliver(stream, event):
+                    return  # cancelled: leaving closes the response, the server stops
         except Exception as e:  # a bug of ours must still end the stream, not hang it
-            stream.put(ErrorEvent(f"{self.label}: {type(e).__name__}: {e}"))
+            self._deliver(stream, ErrorEvent(f"{self.label}: {type(e).__name__}: {e}"))
         finally:
             with self._lock:
-                self._flags.pop(stream_id, None)
+                self._streams.pop(stream_id, None)
+
+    def _deliver(self, stream: _Stream, event: object) -> bool:
+        with self._lock:
+            if stream.ended:
+                return False
+            if isinstance(event, TokenEvent):
+                stream.received.token(event.text)
+            stream.ended = isinstance(event, DoneEvent | ErrorEvent)
+            stream.sink.put(event)  # type: ignore[arg-type]
+            return True
 
     def cancel(self, stream_id: str) -> None:
+        """End the stream now, as cancelled. The request's thread may be blocked reading a
+        stalled server; it notices the flag at the next line (or its read timeout), then
+        closes the response, which tells the server to stop."""
         with self._lock:
-            flag = self._flags.get(stream_id)
-        if flag is not None:
-            flag.set()
+            stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        stream.flag.set()
+        stream.received.finish = "cancelled"
+        self._deliver(stream, stream.received.done())
 
     def close_stream(self, stream_id: str) -> None:
         self.cancel(stream_id)  # a consumer that stops listening stops the request too
