@@ -81,7 +81,10 @@ def add(name: str, url: str, api_key: str | None = None,
 def remove(name: str, paths: config.Paths | None = None) -> Endpoint:
     known = endpoints(paths)
     if name not in known:
-        raise ModelNotFoundError(name, suggest(name, list(known)), "remote endpoints")
+        hint = suggest(name, list(known))
+        raise ConfigError(f"no remote endpoint {name!r}"
+                          + (f"; did you mean {', '.join(hint)}?" if hint else
+                             f" (known: {', '.join(known) or 'none'})"))
 
     def edit(doc: tomlkit.TOMLDocument) -> None:
         del doc["remotes"][name]  # type: ignore[union-attr]
