@@ -7,11 +7,14 @@ Data dir: `EMBER_HOME` if set, else the platform's user data dir (platformdirs).
 from __future__ import annotations
 
 import os
+import tempfile
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+import tomlkit
 
 from app.errors import ConfigError
 
@@ -60,6 +63,32 @@ def load_config(p: Paths | None = None) -> dict:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: not valid TOML ({e}); fix or move the file") from e
+
+
+def update_config(edit: Callable[[tomlkit.TOMLDocument], None],
+                  p: Paths | None = None) -> None:
+    """Apply `edit` to config.toml and write it back. tomlkit keeps the user's comments,
+    order and other keys as they were; the new file replaces the old one by rename, so a
+    crash mid-write leaves the old file, never half of one. Owner-only: it holds API keys."""
+    path = (p or paths()).config_file
+    text = ""
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        load_config(p)  # a broken file is reported, not overwritten
+    doc = tomlkit.parse(text)
+    edit(doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(tomlkit.dumps(doc))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def env_int(name: str, default: int | None = None) -> int | None:

@@ -45,3 +45,12 @@ class WorkerCrashedError(EmberError):
 
 class BackendError(EmberError):
     pass
+
+
+class RemoteError(BackendError):
+    """A remote endpoint failed: unreachable, timed out, refused the key, or answered badly.
+    `status` is the HTTP status when the server sent one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

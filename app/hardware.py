@@ -67,6 +67,7 @@ class HardwareProfile:
     cpu_bandwidth_gbps: float = DEFAULT_CPU_BANDWIDTH_GBPS
     bandwidth_source: str = "default"  # "measured" | "table" | "default"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    torch_cuda: str | None = None  # torch's version when torch.cuda works here (cuda backend)
 
     @property
     def unified_memory(self) -> bool:
@@ -214,6 +215,19 @@ def _cached_cpu_bandwidth(cpu: str, cores: int) -> float:
     return value
 
 
+def torch_cuda_version() -> str | None:
+    """torch's version when it is installed and CUDA works through it, else None. Only
+    called on machines with an NVIDIA GPU: importing torch takes seconds."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    try:
+        import torch
+
+        return str(torch.__version__) if torch.cuda.is_available() else None
+    except Exception:  # a broken CUDA install means "no", not a crash
+        return None
+
+
 def llama_cpp_uses_amx() -> bool | None:
     """Whether the installed llama.cpp build has AMX compiled in (None: not installed)."""
     if importlib.util.find_spec("llama_cpp") is None:
@@ -249,4 +263,5 @@ def detect(measure: bool = True) -> HardwareProfile:
         os=f"{platform.system()} {platform.release()}", machine=platform.machine(), cpu=brand,
         physical_cores=physical, logical_cores=logical, isa=isa, ram_total=vm.total,
         ram_available=vm.available, gpus=gpus, apple_chip=chip, cpu_bandwidth_gbps=bandwidth,
-        bandwidth_source=source, notes=tuple(notes))
+        bandwidth_source=source, notes=tuple(notes),
+        torch_cuda=torch_cuda_version() if any(g.vendor == "nvidia" for g in gpus) else None)

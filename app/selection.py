@@ -1,17 +1,38 @@
-"""Which backend Ember uses on this machine, and why (shown by `ember hw` and the GUI)."""
+"""Which backend runs a model on this machine, and why (shown by `ember hw` and the GUI).
+
+The rule: an NVIDIA GPU with a working torch CUDA runs Ember's CUDA engine (it loads GGUF and
+safetensors); Apple Silicon runs MLX for a model in MLX format; everything else runs
+llama.cpp. The user overrides it per request (`--backend`, a request's `backend` option) or
+per model in config.toml:
+
+    [models."qwen2.5-coder-0.5b-instruct"]
+    backend = "llamacpp"
+"""
 
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
 
+from app import config
+from app.errors import ConfigError, InvalidRequestError
 from app.hardware import HardwareProfile
+
+BACKENDS = ("llamacpp", "cuda", "mlx")
+CUDA_FORMATS = ("gguf", "safetensors")
 
 
 @dataclass(frozen=True)
 class BackendChoice:
     name: str
     reason: str
+
+
+def check_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise InvalidRequestError(f"unknown backend {name!r}: choose one of "
+                                  f"{', '.join(BACKENDS)}")
+    return name
 
 
 def llama_cpp_gpu_offload() -> bool:
@@ -22,9 +43,19 @@ def llama_cpp_gpu_offload() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
-def choose_backend(hw: HardwareProfile, gpu_offload: bool | None = None) -> BackendChoice:
-    """llama.cpp is the backend Ember ships today; this says how it will run here."""
-    offload = llama_cpp_gpu_offload() if gpu_offload is None else gpu_offload
+def configured_backend(model_id: str, paths: config.Paths | None = None) -> str | None:
+    """The backend config.toml sets for `model_id` ([models."ID"] backend = ...), if any."""
+    entry = config.load_config(paths).get("models", {}).get(model_id, {})
+    name = entry.get("backend") if isinstance(entry, dict) else None
+    if name is None:
+        return None
+    if name not in BACKENDS:
+        raise ConfigError(f"config.toml [models.\"{model_id}\"]: unknown backend {name!r} "
+                          f"(choose one of {', '.join(BACKENDS)})")
+    return name
+
+
+def _llamacpp(hw: HardwareProfile, offload: bool, why_not: str = "") -> BackendChoice:
     simd = next((f.upper() for f in ("avx512f", "avx2", "neon") if f in hw.isa), "generic")
     simd = simd.replace("AVX512F", "AVX-512")
     if hw.has_nvidia:
@@ -33,10 +64,42 @@ def choose_backend(hw: HardwareProfile, gpu_offload: bool | None = None) -> Back
                "on the CPU: this llama-cpp-python build has no GPU offload (rebuild it with "
                "CMAKE_ARGS=-DGGML_CUDA=on to use the GPU)")
         return BackendChoice("llamacpp", f"NVIDIA {gpu.name} ({gpu.vram_total / 2**30:.0f} GB): "
-                                         f"llama.cpp {how}")
+                                         f"llama.cpp {how}{why_not}")
     if hw.apple_chip:
         how = "with Metal" if offload else "on the CPU (this build has no Metal)"
         return BackendChoice("llamacpp", f"Apple {hw.apple_chip}, unified memory: llama.cpp "
-                                         f"{how}")
+                                         f"{how}{why_not}")
     return BackendChoice("llamacpp", f"no GPU: llama.cpp on the CPU ({hw.physical_cores} "
                                      f"cores, {simd}, {hw.cpu_bandwidth_gbps:.0f} GB/s)")
+
+
+def choose_backend(hw: HardwareProfile, gpu_offload: bool | None = None,
+                   formats: tuple[str, ...] | None = None, requested: str | None = None,
+                   configured: str | None = None) -> BackendChoice:
+    """The backend for a model available in `formats` (None: any model, as `ember hw` asks).
+    `requested` (this request) wins over `configured` (config.toml), which wins over the
+    hardware rule."""
+    if requested is not None:
+        return BackendChoice(check_backend(requested), "asked for in this request")
+    if configured is not None:
+        return BackendChoice(check_backend(configured), "set for this model in config.toml")
+    cuda_loads = formats is None or any(f in CUDA_FORMATS for f in formats)
+    if hw.has_nvidia and hw.torch_cuda and cuda_loads:
+        gpu = max((g for g in hw.gpus if g.vendor == "nvidia"), key=lambda g: g.vram_total)
+        return BackendChoice("cuda", f"NVIDIA {gpu.name} ({gpu.vram_total / 2**30:.0f} GB) "
+                                     f"with torch {hw.torch_cuda} CUDA: Ember's CUDA engine")
+    offload = llama_cpp_gpu_offload() if gpu_offload is None else gpu_offload
+    if formats is not None and "mlx" in formats and "gguf" not in formats:
+        return BackendChoice("mlx", "the model is in MLX format, which only MLX loads")
+    if hw.apple_chip and formats is not None and "mlx" in formats:
+        return BackendChoice("mlx", f"Apple {hw.apple_chip}, unified memory: MLX (the model "
+                                    "has an MLX variant)")
+    why_not = ""
+    if hw.has_nvidia and not hw.torch_cuda:
+        why_not = "; the cuda backend needs torch with CUDA (pip install -e '.[cuda]')"
+    elif hw.has_nvidia:
+        why_not = f"; the cuda backend loads {' or '.join(CUDA_FORMATS)}, not {formats}"
+    elif hw.apple_chip:
+        why_not = ("; MLX is used for models with an MLX variant" if formats is None
+                   else "; this model has no MLX variant")
+    return _llamacpp(hw, offload, why_not)

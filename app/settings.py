@@ -1,18 +1,14 @@
 """The app's settings: the `[app]` table of config.toml, read into a dataclass.
 
-Saving rewrites config.toml atomically (write a temporary file, then rename) and keeps every
-other table and key the user or another part of Ember put there.
+Saving goes through `app.config.update_config`: atomic, and every other table, key and
+comment in the file stays as it was.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import asdict, dataclass, fields
 
-import tomli_w
-
-from app.config import DEFAULT_MODEL, Paths, load_config, paths
+from app.config import DEFAULT_MODEL, Paths, load_config, update_config
 from app.errors import ConfigError
 
 SECTION = "app"
@@ -72,24 +68,10 @@ def load_settings(p: Paths | None = None) -> Settings:
     return s
 
 
-def save_config_table(section: str, values: dict, p: Paths | None = None) -> None:
-    """Replace one table of config.toml, keeping the rest of the file's content."""
-    p = p or paths()
-    config = load_config(p)
-    config[section] = values
-    p.home.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.home, prefix=".config-", suffix=".toml")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            tomli_w.dump(config, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p.config_file)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def save_settings(s: Settings, p: Paths | None = None) -> None:
     s.validate()
-    save_config_table(SECTION, asdict(s), p)
+
+    def edit(doc) -> None:  # noqa: ANN001 - a tomlkit document
+        doc[SECTION] = asdict(s)
+
+    update_config(edit, p)

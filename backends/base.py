@@ -117,6 +117,7 @@ class DoneEvent:
 class ErrorEvent:
     message: str
     kind: Literal["invalid", "crash", "backend"] = "backend"
+    partial: str = ""  # the answer's text received before the failure (remote streams)
 
 
 Event = TokenEvent | DoneEvent | ErrorEvent

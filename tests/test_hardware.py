@@ -83,4 +83,5 @@ def test_backend_choice_explains_itself_for_each_kind_of_machine():
     apple = GPU("Apple M2 GPU", "apple", 11 * 2**30, 11 * 2**30, None, 100)
     mac = choose_backend(profile(machine="arm64", isa=("neon",), gpus=(apple,), apple_chip="M2"),
                          gpu_offload=True)
-    assert mac.reason == "Apple M2, unified memory: llama.cpp with Metal"
+    assert mac.reason == ("Apple M2, unified memory: llama.cpp with Metal; MLX is used for "
+                          "models with an MLX variant")

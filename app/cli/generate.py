@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import click
 
@@ -11,6 +13,7 @@ from app.cli import cli
 from app.cli.common import installed_or_pull, sampling_from, sampling_options
 from app.config import DEFAULT_MODEL
 from app.errors import EmberError
+from app.selection import BACKENDS
 from backends.base import (
     DoneEvent,
     ErrorEvent,
@@ -29,32 +32,65 @@ def _stats_line(stats: Stats) -> str:
     return line
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a `run` or `chat` talks to: a local model loaded in a backend, or a remote one."""
+    ref: str
+    chat: bool  # takes messages (a chat template), not only a raw prompt
+    backend: str
+    model: str  # as --json reports it
+    about: str  # one line for the chat banner
+
+
+def open_target(rt, model: str, context: int | None, backend: str | None) -> Target:  # noqa: ANN001
+    """Load a local model (pulling it first if it is in the registry), or check that a
+    remote one exists, so that a wrong name fails before the first prompt."""
+    if rt.is_remote(model):
+        rt.check_model(model)
+        # OpenAI-compatible servers apply their own chat template; --raw uses /completions
+        return Target(model, True, "remote", model, "on its remote server")
+    installed = installed_or_pull(model)
+    loaded = rt.load(installed.ref, context, backend)
+    return Target(installed.ref, installed.chat, loaded.backend, installed.id,
+                  f"on {loaded.backend} ({loaded.plan.reason})")
+
+
+def backend_option(f: Callable) -> Callable:
+    return click.option("--backend", type=click.Choice(BACKENDS), default=None,
+                        help="run a local model on this backend (default: chosen for this "
+                             "machine, see `ember hw`)")(f)
+
+
 @cli.command()
 @click.argument("model")
 @click.argument("prompt")
 @sampling_options
+@backend_option
 @click.option("--system", default=None, help="system prompt")
 @click.option("--raw", is_flag=True, help="send PROMPT as-is, without the chat template")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object with the stats")
-def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool, **kw) -> None:
-    """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin)."""
+def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
+        backend: str | None, **kw) -> None:
+    """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin).
+    MODEL is an installed model or NAME/model on a remote endpoint (`ember remote`)."""
     from app.runtime import Runtime
 
     if prompt == "-":
         prompt = sys.stdin.read()
-    installed = installed_or_pull(model)
     sampling = sampling_from(kw)
-    if raw or not installed.chat:
-        if system:
-            raise EmberError(f"--system needs a chat model; {installed.ref} takes a raw prompt")
-        request = GenerationRequest(prompt=prompt, sampling=sampling)
-    else:
-        messages = ((Message("system", system),) if system else ()) + (Message("user", prompt),)
-        request = GenerationRequest(messages=messages, sampling=sampling)
-    request.validate()
+    sampling.validate()
     with Runtime() as rt:
-        loaded = rt.load(installed.ref, kw["context"])
-        generation = rt.generate(installed.ref, request)
+        target = open_target(rt, model, kw["context"], backend)
+        if raw or not target.chat:
+            if system:
+                raise EmberError(f"--system needs a chat model; {target.ref} takes a raw prompt")
+            request = GenerationRequest(prompt=prompt, sampling=sampling)
+        else:
+            messages = (((Message("system", system),) if system else ())
+                        + (Message("user", prompt),))
+            request = GenerationRequest(messages=messages, sampling=sampling)
+        request.validate()
+        generation = rt.generate(target.ref, request, backend=backend)
         done = None
         try:
             for event in generation:
@@ -63,6 +99,8 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool, *
                 elif isinstance(event, DoneEvent):
                     done = event
                 elif isinstance(event, ErrorEvent):
+                    if event.partial and not as_json:
+                        click.echo()  # the partial answer stays on screen, the error below it
                     raise EmberError(event.message)
         except KeyboardInterrupt:
             generation.cancel()
@@ -72,7 +110,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool, *
     if as_json:
         st = done.stats
         click.echo(json.dumps({
-            "text": done.text, "model": installed.id, "backend": loaded.backend,
+            "text": done.text, "model": target.model, "backend": target.backend,
             "prompt_tokens": st.prompt_tokens, "completion_tokens": st.completion_tokens,
             "ttft_s": st.ttft_s, "decode_tokens_per_s": st.decode_tokens_per_s,
             "finish_reason": st.finish_reason, "truncated": st.truncated}))
@@ -87,21 +125,22 @@ CHAT_HELP = "/reset clears the conversation, /system TEXT sets the system prompt
 @cli.command()
 @click.argument("model", default=DEFAULT_MODEL)
 @sampling_options
+@backend_option
 @click.option("--system", default=None, help="system prompt")
-def chat(model: str, system: str | None, **kw) -> None:
-    """Chat with MODEL in the terminal. Ctrl+C stops an answer; Ctrl+D or /bye leaves."""
+def chat(model: str, system: str | None, backend: str | None, **kw) -> None:
+    """Chat with MODEL (installed, or NAME/model on a remote endpoint) in the terminal.
+    Ctrl+C stops an answer; Ctrl+D or /bye leaves."""
     from app.runtime import Runtime
 
-    installed = installed_or_pull(model)
-    if not installed.chat:
-        raise EmberError(f"{installed.ref} has no chat template (a base model); "
-                         f"use `ember run {installed.id} PROMPT` for completions")
     sampling = sampling_from(kw)
     sampling.validate()
     history: list[Message] = []
     with Runtime() as rt:
-        loaded = rt.load(installed.ref, kw["context"])
-        click.echo(f"{installed.ref} on {loaded.backend} ({loaded.plan.reason})", err=True)
+        target = open_target(rt, model, kw["context"], backend)
+        if not target.chat:
+            raise EmberError(f"{target.ref} has no chat template (a base model); "
+                             f"use `ember run {target.model} PROMPT` for completions")
+        click.echo(f"{target.ref} {target.about}", err=True)
         click.echo(CHAT_HELP, err=True)
         while True:
             try:
@@ -130,8 +169,9 @@ def chat(model: str, system: str | None, **kw) -> None:
                 continue
             history.append(Message("user", line))
             messages = ((Message("system", system),) if system else ()) + tuple(history)
-            generation = rt.generate(installed.ref, GenerationRequest(messages=messages,
-                                                                       sampling=sampling))
+            generation = rt.generate(target.ref, GenerationRequest(messages=messages,
+                                                                    sampling=sampling),
+                                     backend=backend)
             answer = ""
             try:
                 for event in generation:

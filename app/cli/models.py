@@ -122,18 +122,30 @@ def pull(model: str) -> None:
 @cli.command("list")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def list_models(as_json: bool) -> None:
-    """List installed models."""
+    """List installed models, and the models of remote endpoints (NAME/model)."""
+    from app.runtime import Runtime
+
     models = Store().list()
+    with Runtime() as rt:
+        remote, failed = rt.remote_models()
+    for name, why in failed.items():  # on stderr: stdout stays one list of models
+        click.echo(f"warning: {name}/*: {why}", err=True)
     if as_json:
-        click.echo(json.dumps([m.to_json() for m in models], indent=2))
+        click.echo(json.dumps([m.to_json() for m in models]
+                              + [{"id": m.ref, "quant": "remote", "format": "remote",
+                                  "remote": m.endpoint, "remote_id": m.id,
+                                  "owned_by": m.owned_by} for m in remote], indent=2))
         return
-    if not models:
+    if not models and not remote:
         click.echo("no models installed; try `ember pull qwen2.5-coder-0.5b-instruct`")
         return
-    click.echo(f"{'MODEL':40} {'QUANT':8} {'SIZE':>9}  {'ARCH':8} PATH")
+    if models:
+        click.echo(f"{'MODEL':40} {'QUANT':8} {'SIZE':>9}  {'ARCH':8} PATH")
     for m in models:
         click.echo(f"{m.id:40} {m.quant:8} {m.size_bytes / 1e9:7.2f}GB  {m.architecture:8} "
                    f"{m.path}")
+    for m in remote:
+        click.echo(f"{m.ref:40} {'remote':8} {'':>9}  {'':8} {m.owned_by}")
 
 
 @cli.command()

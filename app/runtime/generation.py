@@ -6,18 +6,31 @@ import contextlib
 import queue
 import uuid
 from collections.abc import Iterator
+from typing import Protocol
 
 from app.errors import BackendError, InvalidRequestError, WorkerCrashedError
-from app.runtime.process import EventSink, Worker
-from app.runtime.protocol import Cancel
+from app.runtime.process import EventSink
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, Stats
+
+
+class StreamHost(Protocol):
+    """Where a generation runs: a worker process (app.runtime.process.Worker) or the app's
+    own process for remote models (app.runtime.remote.RemoteStreams)."""
+    label: str
+
+    @property
+    def running(self) -> bool: ...
+    def open_stream(self, stream_id: str, request: GenerationRequest,
+                    sink: EventSink | None = None) -> EventSink: ...
+    def close_stream(self, stream_id: str) -> None: ...
+    def cancel(self, stream_id: str) -> None: ...
 
 
 class Generation:
     """A stream of events from one request; iterate it, or call `result()`. `cancel()` stops it.
     With a `sink`, events go there instead (for async consumers); call `close()` when done."""
 
-    def __init__(self, worker: Worker, request: GenerationRequest,
+    def __init__(self, worker: StreamHost, request: GenerationRequest,
                  sink: EventSink | None = None) -> None:
         self.request = request
         self.stream_id = uuid.uuid4().hex
@@ -34,9 +47,9 @@ class Generation:
                 try:
                     event = self._stream.get(timeout=1.0)
                 except queue.Empty:
-                    if not self._worker.process.is_alive() and not self._worker.alive:
+                    if not self._worker.running:
                         self._finished = True
-                        yield ErrorEvent(f"the worker running {self._worker.model.ref} stopped",
+                        yield ErrorEvent(f"the worker running {self._worker.label} stopped",
                                          "crash")
                     continue
                 if isinstance(event, DoneEvent | ErrorEvent):
@@ -57,7 +70,7 @@ class Generation:
         if self._finished:
             return
         with contextlib.suppress(BrokenPipeError, OSError):
-            self._worker.send(Cancel(self.stream_id))
+            self._worker.cancel(self.stream_id)
 
     def result(self) -> tuple[str, Stats]:
         for event in self:
@@ -67,7 +80,9 @@ class Generation:
                 cls = WorkerCrashedError if event.kind == "crash" else BackendError
                 if event.kind == "invalid":
                     cls = InvalidRequestError
-                raise cls(event.message)
+                error = cls(event.message)
+                error.partial = event.partial  # type: ignore[attr-defined]
+                raise error
         raise BackendError("the stream ended without a result")
 
 

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from app.errors import BackendError, InvalidRequestError, WorkerCrashedError
 from app.runtime.protocol import (
+    Cancel,
     Generate,
     Loaded,
     LoadFailed,
@@ -73,6 +74,17 @@ class Worker:
     @property
     def pid(self) -> int | None:
         return self.process.pid
+
+    @property
+    def label(self) -> str:
+        return self.model.ref
+
+    @property
+    def running(self) -> bool:
+        return self.alive or self.process.is_alive()
+
+    def cancel(self, stream_id: str) -> None:
+        self.send(Cancel(stream_id))
 
     def _wait_loaded(self) -> None:
         deadline = time.monotonic() + LOAD_TIMEOUT_S

@@ -5,6 +5,11 @@ A crash in native code kills only the worker: requests in flight end with an
 ErrorEvent(kind="crash") that says so, and the next request for that model starts a fresh
 worker. The Runtime also owns the memory budget: idle models unload after a TTL, and the
 least recently used idle ones are evicted when the fit model says a new one would not fit.
+
+A model reference routes to its backend per model: `NAME/model` goes to the remote endpoint
+NAME (config.toml, app.remotes), generated in this process (app.runtime.remote says why);
+a local model goes to a worker running the backend app.selection picks for it (or the one a
+request, config.toml or the Runtime's `backend` asks for).
 """
 
 from __future__ import annotations
@@ -13,15 +18,22 @@ import threading
 import time
 from dataclasses import dataclass
 
-from app.errors import InvalidRequestError
+from app import remotes
+from app.errors import EmberError, InvalidRequestError, ModelNotFoundError
 from app.fit import memory_budget, plan_load
 from app.gguf_file import read_gguf
 from app.hardware import HardwareProfile, detect
+from app.registry import suggest
 from app.runtime.generation import Generation
 from app.runtime.process import EventSink, Worker
 from app.runtime.protocol import Embed, Tokenize
+from app.runtime.remote import RemoteStreams
+from app.selection import BackendChoice, check_backend, choose_backend, configured_backend
 from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
+from backends.remote import Endpoint, RemoteBackend, RemoteModel
+
+REMOTE_LIST_TTL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -34,14 +46,16 @@ class LoadedModel:
 
 class Runtime:
     def __init__(self, store: Store | None = None, hardware: HardwareProfile | None = None,
-                 backend: str = "llamacpp", idle_ttl_s: float | None = None,
+                 backend: str | None = None, idle_ttl_s: float | None = None,
                  parallel: int = 1) -> None:
         self.store = store or Store()
         self.parallel = parallel  # sequences decoded together per model (the fit may cut it)
         self._hardware = hardware
-        self.backend = backend
+        self.backend = backend  # None: app.selection picks per model
         self.idle_ttl_s = idle_ttl_s  # None: models stay loaded until unloaded
         self._workers: dict[str, Worker] = {}
+        self._remotes: dict[str, RemoteBackend] = {}
+        self._listed: dict[str, tuple[float, list[str]]] = {}  # endpoint -> (when, model ids)
         self._lock = threading.Lock()
 
     @property
@@ -53,17 +67,82 @@ class Runtime:
     def list_models(self) -> list[InstalledModel]:
         return self.store.list()
 
+    # -- remote models ---------------------------------------------------------------------
+    @staticmethod
+    def is_remote(name: str) -> bool:
+        return remotes.split_ref(name) is not None
+
+    def _remote(self, endpoint: Endpoint) -> RemoteBackend:
+        """One client per endpoint, remade when config.toml changed it."""
+        with self._lock:
+            backend = self._remotes.get(endpoint.name)
+            if backend is None or backend.endpoint != endpoint:
+                if backend is not None:
+                    backend.close()
+                backend = self._remotes[endpoint.name] = RemoteBackend(endpoint)
+            return backend
+
+    def remote_models(self) -> tuple[list[RemoteModel], dict[str, str]]:
+        """Every endpoint's models, and for an endpoint that could not list them, why (one
+        unreachable server must not hide the others' models, nor the local ones)."""
+        found, failed = [], {}
+        for endpoint in self._endpoints().values():
+            try:
+                found += self._remote(endpoint).list_models()
+            except EmberError as e:
+                failed[endpoint.name] = str(e)
+        return found, failed
+
+    def _remote_ids(self, endpoint: Endpoint) -> list[str]:
+        """The endpoint's model ids, remembered for REMOTE_LIST_TTL_S: a server checks the
+        model of every request, and a round trip each time would add to every answer."""
+        now = time.monotonic()
+        with self._lock:
+            seen = self._listed.get(endpoint.name)
+        if seen is not None and now - seen[0] < REMOTE_LIST_TTL_S:
+            return seen[1]
+        ids = [m.id for m in self._remote(endpoint).list_models()]
+        with self._lock:
+            self._listed[endpoint.name] = (now, ids)
+        return ids
+
+    def _endpoints(self) -> dict[str, Endpoint]:
+        return remotes.endpoints(self.store.paths)
+
+    def check_model(self, name: str) -> None:
+        """A ModelNotFoundError now (an API's 404) for a model that does not exist, local or
+        remote; an unreachable endpoint is its RemoteError."""
+        if not self.is_remote(name):
+            self.store.get(name)
+            return
+        endpoint, model = remotes.resolve(name, self.store.paths)
+        ids = self._remote_ids(endpoint)
+        if model not in ids:
+            raise ModelNotFoundError(model, suggest(model, ids), f"remote {endpoint.name!r}")
+
+    # -- local models ----------------------------------------------------------------------
+    def choose(self, model: InstalledModel, requested: str | None = None) -> BackendChoice:
+        if requested is None and self.backend is not None:
+            return BackendChoice(check_backend(self.backend), "set for this Runtime")
+        return choose_backend(self.hardware, formats=(model.format,), requested=requested,
+                              configured=configured_backend(model.id, self.store.paths))
+
     def loaded(self) -> list[LoadedModel]:
         with self._lock:
             return [LoadedModel(w.model, w.plan, w.backend, w.pid)
                     for w in self._workers.values() if w.alive]
 
-    def load(self, name: str, context: int | None = None) -> LoadedModel:
+    def load(self, name: str, context: int | None = None,
+             backend: str | None = None) -> LoadedModel:
+        """Load a local model (in the backend `backend`, or the one chosen for it)."""
+        if self.is_remote(name):
+            raise InvalidRequestError(f"{name} is a remote model: its server loads it")
         model = self.store.get(name)
+        backend = self.choose(model, backend).name
         with self._lock:
             worker = self._workers.get(model.ref)
-            if worker is not None and worker.alive and (context is None
-                                                        or worker.plan.context == context):
+            if worker is not None and worker.alive and worker.backend == backend and (
+                    context is None or worker.plan.context == context):
                 return LoadedModel(model, worker.plan, worker.backend, worker.pid)
             if worker is not None:
                 worker.stop()
@@ -71,7 +150,7 @@ class Runtime:
             info = read_gguf(model.path)  # a clear error here beats a native crash later
             plan = plan_load(info, self.hardware, context, self.parallel)
             self._make_room(plan.memory_bytes)
-            worker = Worker(model, plan, self.backend)
+            worker = Worker(model, plan, backend)
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
 
@@ -89,20 +168,29 @@ class Runtime:
             del self._workers[ref]
             in_use -= w.plan.memory_bytes
 
-    def _worker(self, name: str) -> Worker:
+    def _worker(self, name: str, backend: str | None = None) -> Worker:
+        if self.is_remote(name):
+            raise InvalidRequestError(f"{name} is a remote model: tokenize and embed run on "
+                                      "local models only")
         model = self.store.get(name)
         with self._lock:
             worker = self._workers.get(model.ref)
-        if worker is None or not worker.alive:
-            self.load(name, worker.plan.context if worker else None)
+        if worker is None or not worker.alive or (backend is not None
+                                                  and worker.backend != backend):
+            self.load(name, worker.plan.context if worker else None, backend)
             with self._lock:
                 worker = self._workers[model.ref]
         return worker
 
-    def generate(self, name: str, request: GenerationRequest,
-                 sink: EventSink | None = None) -> Generation:
+    def generate(self, name: str, request: GenerationRequest, sink: EventSink | None = None,
+                 backend: str | None = None) -> Generation:
+        """Start a generation; `backend` asks for one backend for this request (a model
+        loaded in another is reloaded). Remote models ignore it: their server decides."""
         request.validate()
-        return Generation(self._worker(name), request, sink)
+        if self.is_remote(name):
+            endpoint, model = remotes.resolve(name, self.store.paths)
+            return Generation(RemoteStreams(self._remote(endpoint), model), request, sink)
+        return Generation(self._worker(name, backend), request, sink)
 
     def tokenize(self, name: str, text: str) -> list[int]:
         return list(self._worker(name).call(lambda cid: Tokenize(cid, text)))  # type: ignore[call-overload]
@@ -116,6 +204,8 @@ class Runtime:
     def keep_alive(self, name: str, seconds: float | None) -> None:
         """How long this model stays loaded after its last request (None: the default;
         a negative value: forever; 0: unload as soon as it is idle)."""
+        if self.is_remote(name):
+            return  # the remote server decides what it keeps loaded
         model = self.store.get(name)
         with self._lock:
             worker = self._workers.get(model.ref)
@@ -138,6 +228,8 @@ class Runtime:
         return [ref for ref, _ in gone]
 
     def unload(self, name: str) -> bool:
+        if self.is_remote(name):
+            return False
         model = self.store.get(name)
         with self._lock:
             worker = self._workers.pop(model.ref, None)
@@ -149,8 +241,11 @@ class Runtime:
     def shutdown(self) -> None:
         with self._lock:
             workers, self._workers = list(self._workers.values()), {}
+            clients, self._remotes = list(self._remotes.values()), {}
         for w in workers:
             w.stop()
+        for c in clients:
+            c.close()
 
     def __enter__(self) -> Runtime:
         return self

@@ -6,6 +6,7 @@ generation runs) and the main thread that runs jobs and is the only one that sen
 
 from __future__ import annotations
 
+import importlib
 import os
 import queue
 import signal
@@ -31,11 +32,31 @@ from backends.base import Backend, DoneEvent, ErrorEvent, LoadPlan
 IDLE = object()  # no command waiting: time for an engine step
 
 
+# name -> (module, class, what makes it available). cuda and mlx are optional parts of a
+# build: a build without them says so here, in the worker's LoadFailed, not with an ImportError.
+BACKENDS = {
+    "llamacpp": ("backends.llamacpp", "LlamaCppBackend", "pip install -e ."),
+    "cuda": ("backends.cuda", "CudaBackend",
+             "pip install -e '.[cuda]' on a machine with an NVIDIA GPU"),
+    "mlx": ("backends.mlx", "MlxBackend", "pip install -e '.[mlx]'"),
+}
+
+
 def make_backend(name: str) -> Backend:
-    if name == "llamacpp":
-        from backends.llamacpp import LlamaCppBackend
-        return LlamaCppBackend()
-    raise EmberError(f"unknown backend {name!r}")
+    if name == "remote":
+        raise EmberError("the remote backend runs in the app's process, not in a worker")
+    if name not in BACKENDS:
+        raise EmberError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
+    module, cls, install = BACKENDS[name]
+    try:
+        backend = getattr(importlib.import_module(module), cls)
+    except ImportError as e:
+        raise EmberError(f"the {name} backend is not available in this build ({e}); it needs: "
+                         f"{install}, or choose another with --backend") from None
+    except AttributeError:
+        raise EmberError(f"the {name} backend is not available in this build ({module} has "
+                         f"no {cls})") from None
+    return backend()
 
 
 def worker_main(conn: Connection, backend_name: str, model: InstalledModel,

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
-from app.errors import EmberError, InvalidRequestError, ModelNotFoundError
+from app.errors import EmberError, InvalidRequestError, ModelNotFoundError, RemoteError
 from app.runtime import Runtime
 from app.server import ollama, openai
 from app.server.bridge import Admission, ServerBusyError
@@ -182,6 +182,11 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     async def busy(request: Request, err: ServerBusyError) -> JSONResponse:
         return _error_response(request, ApiError(
             429, str(err), code="server_busy", headers={"Retry-After": str(err.retry_after_s)}))
+
+    @app.exception_handler(RemoteError)
+    async def remote_error(request: Request, err: RemoteError) -> JSONResponse:
+        # the remote server (not this one, nor the client's request) failed: a bad gateway
+        return _error_response(request, ApiError(502, str(err), code="remote_error"))
 
     @app.exception_handler(EmberError)
     async def ember_error(request: Request, err: EmberError) -> JSONResponse:

@@ -15,11 +15,14 @@ import anyio
 
 from app.errors import InvalidRequestError
 from app.runtime import Runtime
+from app.selection import check_backend
 from app.server.metrics import Metrics
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
 
-# A model name is an id with an optional :QUANT, never a path.
+# A model name is an id with an optional :QUANT, never a path; or a remote model, NAME/model,
+# whose model part is the remote server's own id (which may hold "/" and ":").
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9._-]{1,32})?$")
+REMOTE_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}/[A-Za-z0-9._:@/+-]{1,160}$")
 
 
 MAX_EMBED_INPUTS = 256
@@ -32,9 +35,9 @@ class ServerBusyError(Exception):
 
 
 def check_model_name(name: str) -> str:
-    if not MODEL_NAME.match(name) or ".." in name:
+    if not (MODEL_NAME.match(name) or REMOTE_MODEL_NAME.match(name)) or ".." in name:
         raise InvalidRequestError(f"invalid model name {name[:80]!r}: use an id such as "
-                                  "qwen2.5-coder-0.5b-instruct or id:QUANT")
+                                  "qwen2.5-coder-0.5b-instruct or id:QUANT, or REMOTE/model")
     return name
 
 
@@ -82,12 +85,13 @@ class Admission:
 
 def stream_events(runtime: Runtime, admission: Admission, metrics: Metrics, model: str,
                   request: GenerationRequest, keep_alive_s: float | None,
-                  endpoint: str) -> AsyncIterator[Event]:
+                  endpoint: str, backend: str | None = None) -> AsyncIterator[Event]:
     """Events of one generation; raises ServerBusyError at once when the queue is full.
     Leaving early (the client disconnected and the task was cancelled, or the consumer
     stopped) cancels the generation in its worker at once."""
     admission.check()
-    return _events(runtime, admission, metrics, model, request, keep_alive_s, endpoint)
+    return _events(runtime, admission, metrics, model, request, keep_alive_s, endpoint,
+                   backend)
 
 
 class LoopSink:
@@ -104,14 +108,15 @@ class LoopSink:
 
 async def _events(runtime: Runtime, admission: Admission, metrics: Metrics, model: str,
                   request: GenerationRequest, keep_alive_s: float | None,
-                  endpoint: str) -> AsyncIterator[Event]:
+                  endpoint: str, backend: str | None) -> AsyncIterator[Event]:
     admission.enter()
     started = time.monotonic()
     generation = None
     finished = False
     sink = LoopSink()
     try:
-        generation = await anyio.to_thread.run_sync(runtime.generate, model, request, sink)
+        generation = await anyio.to_thread.run_sync(runtime.generate, model, request, sink,
+                                                    backend)
         if keep_alive_s is not None:
             runtime.keep_alive(model, keep_alive_s)
         while not finished:
@@ -143,14 +148,19 @@ async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]
         state.admission.leave()
 
 
-def open_events(state, model: str, request: GenerationRequest, endpoint: str,  # noqa: ANN001
-                keep_alive_s: float | None = None) -> AsyncIterator[Event]:
+async def open_events(state, model: str, request: GenerationRequest, endpoint: str,  # noqa: ANN001
+                      keep_alive_s: float | None = None,
+                      backend: str | None = None) -> AsyncIterator[Event]:
     """Check the request and the model (400, 404 and 429 come here, before any response has
-    started), then the generation's events."""
+    started), then the generation's events. `backend` is the request's choice of backend
+    for a local model. The model check runs in a thread: for a remote model it asks the
+    remote server."""
     request.validate()
-    state.runtime.store.get(model)
+    if backend is not None:
+        check_backend(backend)
+    await anyio.to_thread.run_sync(state.runtime.check_model, model)
     return stream_events(state.runtime, state.admission, state.metrics, model, request,
-                         keep_alive_s, endpoint)
+                         keep_alive_s, endpoint, backend)
 
 
 async def collect(events: AsyncIterator[Event]) -> tuple[str, DoneEvent]:

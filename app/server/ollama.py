@@ -37,6 +37,7 @@ from app.server.schemas import (
 from app.store import InstalledModel
 from app.transfer import Progress
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest
+from backends.remote import RemoteModel
 
 router = APIRouter(prefix="/api", tags=["ollama"])
 NS = 1_000_000_000
@@ -67,9 +68,20 @@ def version() -> dict:
     return {"version": __version__}
 
 
+def _remote_tag(m: RemoteModel) -> dict:
+    return {"name": m.ref, "model": m.ref, "size": 0, "digest": "",
+            "modified_at": datetime.fromtimestamp(m.created, UTC).isoformat(),
+            "details": {"format": "remote", "family": "", "families": [],
+                        "parameter_size": "", "quantization_level": "",
+                        "parent_model": m.endpoint}}
+
+
 @router.get("/tags")
 def tags(request: Request) -> dict:
-    return {"models": [_tag(m) for m in request.app.state.runtime.list_models()]}
+    runtime = request.app.state.runtime
+    remote, _ = runtime.remote_models()  # an unreachable endpoint is left out
+    return {"models": [_tag(m) for m in runtime.list_models()]
+            + [_remote_tag(m) for m in remote]}
 
 
 @router.post("/show")
@@ -183,9 +195,11 @@ async def _respond(request: Request, body: OllamaBase, model: str,
                    gen_request: GenerationRequest, field: str):  # noqa: ANN202
     state = request.app.state
     keep_alive = parse_keep_alive(body.keep_alive)
-    events = open_events(state, model, gen_request, field, keep_alive)
-    if body.options and body.options.num_ctx:
-        await anyio.to_thread.run_sync(state.runtime.load, model, body.options.num_ctx)
+    backend = body.options.backend if body.options else None
+    events = await open_events(state, model, gen_request, field, keep_alive, backend)
+    if body.options and body.options.num_ctx and not state.runtime.is_remote(model):
+        await anyio.to_thread.run_sync(state.runtime.load, model, body.options.num_ctx,
+                                       backend)
     started = time.monotonic()
 
     def piece(text: str) -> dict:
@@ -247,8 +261,10 @@ async def generate(body: OllamaGenerateRequest, request: Request):  # noqa: ANN2
     if not body.prompt:
         return await _load_or_unload(request, body, model, "response")
     json_mode, schema = _format(body)
-    installed = request.app.state.runtime.store.get(model)
-    if body.raw or not installed.chat:
+    runtime = request.app.state.runtime
+    # a remote server applies its own chat template; raw goes to its /completions
+    chat = runtime.is_remote(model) or runtime.store.get(model).chat
+    if body.raw or not chat:
         gen_request = convert.completion_request(body.prompt, _params(body), json_mode, schema)
     else:
         messages = ([("system", body.system)] if body.system else []) + [("user", body.prompt)]
@@ -258,9 +274,11 @@ async def generate(body: OllamaGenerateRequest, request: Request):  # noqa: ANN2
 
 async def _load_or_unload(request: Request, body: OllamaBase, model: str, field: str) -> dict:
     runtime = request.app.state.runtime
-    runtime.store.get(model)
+    await anyio.to_thread.run_sync(runtime.check_model, model)
     keep_alive = parse_keep_alive(body.keep_alive)
-    if keep_alive == 0:
+    if runtime.is_remote(model):
+        reason = "load"  # its server decides what it keeps loaded
+    elif keep_alive == 0:
         await anyio.to_thread.run_sync(runtime.unload, model)
         reason = "unload"
     else:

@@ -52,9 +52,14 @@ def _sse(data: dict | str) -> str:
 
 @router.get("/models", response_model=ModelList)
 def list_models(request: Request) -> ModelList:
+    """Local models, then remote ones as NAME/model (an unreachable endpoint is left out:
+    one server down must not break the list)."""
     runtime = request.app.state.runtime
+    remote, _ = runtime.remote_models()
     return ModelList(data=[ModelCard(id=m.id, created=int(m.installed_at))
-                           for m in runtime.list_models()])
+                           for m in runtime.list_models()]
+                     + [ModelCard(id=m.ref, created=m.created, owned_by=f"remote:{m.endpoint}")
+                        for m in remote])
 
 
 def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
@@ -78,7 +83,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):  # no
                               max_tokens=body.max_completion_tokens or body.max_tokens)
     gen_request = convert.chat_request([(m.role, m.text()) for m in body.messages], params,
                                        json_mode, schema)
-    events = open_events(request.app.state, model, gen_request, "chat")
+    events = await open_events(request.app.state, model, gen_request, "chat",
+                               backend=body.backend)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if not body.stream:
@@ -144,7 +150,8 @@ async def completions(body: CompletionRequest, request: Request):  # noqa: ANN20
     params = convert.sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                               stop=body.stop, max_tokens=body.max_tokens)
     gen_request = convert.completion_request(prompt, params)
-    events = open_events(request.app.state, model, gen_request, "completions")
+    events = await open_events(request.app.state, model, gen_request, "completions",
+                               backend=body.backend)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if not body.stream:

@@ -60,6 +60,7 @@ class SamplingFields(BaseModel):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     user: str | None = None
+    backend: str | None = None  # Ember's extension: run a local model on this backend
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -176,6 +177,7 @@ class OllamaOptions(BaseModel):
     repeat_penalty: float | None = Field(None, gt=0, le=10)
     seed: int | None = Field(None, ge=0, lt=2**32)
     num_predict: int | None = Field(None, ge=-2, le=MAX_TOKENS_LIMIT)
+    backend: str | None = None  # Ember's extension: run a local model on this backend
     num_ctx: int | None = Field(None, ge=256, le=131072)
     stop: list[str] | None = None
 

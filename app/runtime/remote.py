@@ -1,0 +1,85 @@
+"""Remote generations, hosted in the app's own process.
+
+Why not a worker process like local backends: a worker exists to isolate native code (a
+segfault in llama.cpp, MLX or CUDA must not take the app down). The remote backend is pure
+Python over httpx: its failures are exceptions, which become ErrorEvents here, and it holds
+no model memory. A process per remote model would cost a spawn (about a second) and tens of
+MB each, for nothing isolated. So each request runs on its own thread, and its events go to
+the same kind of stream a worker feeds, so `Generation` and every front end treat both alike.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from app.runtime.process import EventSink
+from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
+from backends.remote import Received, RemoteBackend
+
+
+@dataclass
+class _Stream:
+    sink: EventSink
+    received: Received
+    flag: threading.Event = field(default_factory=threading.Event)
+    ended: bool = False  # its final event was delivered: later events are dropped
+
+
+class RemoteStreams:
+    """The host of one remote model's generations (the counterpart of a Worker)."""
+    running = True  # nothing to die: a failure is an ErrorEvent on its own stream
+
+    def __init__(self, backend: RemoteBackend, model: str) -> None:
+        self.backend, self.model = backend, model
+        self.label = f"{backend.endpoint.name}/{model}"
+        self._streams: dict[str, _Stream] = {}
+        self._lock = threading.Lock()
+
+    def open_stream(self, stream_id: str, request: GenerationRequest,
+                    sink: EventSink | None = None) -> EventSink:
+        stream = _Stream(sink if sink is not None else queue.Queue(),
+                         Received(time.monotonic()))
+        with self._lock:
+            self._streams[stream_id] = stream
+        threading.Thread(target=self._run, args=(stream_id, request, stream),
+                         daemon=True, name=f"ember-remote-{self.label}").start()
+        return stream.sink
+
+    def _run(self, stream_id: str, request: GenerationRequest, stream: _Stream) -> None:
+        try:
+            for event in self.backend.generate(self.model, request, stream.flag):
+                if not self._deliver(stream, event):
+                    return  # cancelled: leaving closes the response, the server stops
+        except Exception as e:  # a bug of ours must still end the stream, not hang it
+            self._deliver(stream, ErrorEvent(f"{self.label}: {type(e).__name__}: {e}"))
+        finally:
+            with self._lock:
+                self._streams.pop(stream_id, None)
+
+    def _deliver(self, stream: _Stream, event: object) -> bool:
+        with self._lock:
+            if stream.ended:
+                return False
+            if isinstance(event, TokenEvent):
+                stream.received.token(event.text)
+            stream.ended = isinstance(event, DoneEvent | ErrorEvent)
+            stream.sink.put(event)  # type: ignore[arg-type]
+            return True
+
+    def cancel(self, stream_id: str) -> None:
+        """End the stream now, as cancelled. The request's thread may be blocked reading a
+        stalled server; it notices the flag at the next line (or its read timeout), then
+        closes the response, which tells the server to stop."""
+        with self._lock:
+            stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        stream.flag.set()
+        stream.received.finish = "cancelled"
+        self._deliver(stream, stream.received.done())
+
+    def close_stream(self, stream_id: str) -> None:
+        self.cancel(stream_id)  # a consumer that stops listening stops the request too

@@ -1,0 +1,342 @@
+"""The remote backend: any OpenAI-compatible server (vLLM, SGLang, llama-server, `ember serve`).
+
+It lists the server's models, streams chat and completions over SSE, maps Ember's sampling
+settings onto the request, and reports the same Stats as a local backend: token counts from
+the server's `usage` when it sends one, time to first token and decode speed measured here.
+Every way a server or network can fail becomes a RemoteError (or an ErrorEvent) whose message
+names the endpoint and what went wrong; none escapes as an httpx traceback.
+
+It runs in the app's process, not in a worker: see app/runtime/remote.py for why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+from app.errors import RemoteError
+from backends.base import (
+    CancelFlag,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    FinishReason,
+    GenerationRequest,
+    SamplingParams,
+    Stats,
+    TokenEvent,
+)
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 120.0  # between two chunks: a long prompt on a busy cluster can take a while
+LIST_TIMEOUT_S = 10.0
+DEFAULTS = SamplingParams()
+SHOWN_BODY_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    url: str  # the API base, ending in /v1 for most servers
+    api_key: str | None = None
+    timeout_s: float = READ_TIMEOUT_S
+
+    @property
+    def base(self) -> str:
+        """`http://host:8000` means `http://host:8000/v1`; a URL with a path is taken as-is
+        (OpenRouter's `/api/v1`, a proxy's own prefix)."""
+        url = self.url.rstrip("/")
+        return url + "/v1" if urlsplit(url).path in ("", "/") else url
+
+
+@dataclass(frozen=True)
+class RemoteModel:
+    endpoint: str
+    id: str
+    created: int = 0
+    owned_by: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.endpoint}/{self.id}"
+
+
+def request_body(model: str, request: GenerationRequest, stream: bool) -> dict:
+    """The OpenAI request for `request`. top_k, min_p and the repeat penalty are not OpenAI
+    fields; vLLM, SGLang and llama-server accept them, so they are sent only when the user
+    moved them off Ember's defaults (those are llama.cpp's; a remote engine has its own)."""
+    s = request.sampling
+    body: dict = {"model": model, "stream": stream, "temperature": s.temperature,
+                  "top_p": s.top_p}
+    if s.max_tokens is not None:
+        body["max_tokens"] = s.max_tokens
+    if s.seed is not None:
+        body["seed"] = s.seed
+    if s.stop:
+        body["stop"] = list(s.stop)
+    if s.top_k != DEFAULTS.top_k:
+        body["top_k"] = s.top_k
+    if s.min_p != DEFAULTS.min_p:
+        body["min_p"] = s.min_p
+    if s.repeat_penalty != DEFAULTS.repeat_penalty:
+        # vLLM and SGLang call it repetition_penalty, llama-server repeat_penalty
+        body["repetition_penalty"] = body["repeat_penalty"] = s.repeat_penalty
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if request.json_schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "response", "schema": request.json_schema}}
+    elif request.json_mode:
+        body["response_format"] = {"type": "json_object"}
+    if request.messages is not None:
+        body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+    else:
+        body["prompt"] = request.prompt
+    return body
+
+
+def _shown(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= SHOWN_BODY_CHARS else text[:SHOWN_BODY_CHARS] + "..."
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The error text a server put in its body: OpenAI's {"error": {"message"}}, Ollama's
+    and vLLM's {"error": "..."} / {"message": ...}, FastAPI's {"detail": ...}, or the text."""
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return _shown(response.text) if response.text.strip() else "(empty body)"
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            err = err.get("message") or err.get("detail") or err
+        return _shown(str(err))
+    return _shown(str(body))
+
+
+class RemoteBackend:
+    """One endpoint. Thread-safe: each request has its own streamed response on a shared
+    connection pool."""
+    name = "remote"
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        self._client = httpx.Client(
+            base_url=endpoint.base, headers=headers,
+            timeout=httpx.Timeout(endpoint.timeout_s, connect=CONNECT_TIMEOUT_S))
+
+    @property
+    def where(self) -> str:
+        return f"remote {self.endpoint.name!r} ({self.endpoint.base})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- errors ----------------------------------------------------------------------------
+    def _transport_error(self, e: httpx.HTTPError, doing: str) -> RemoteError:
+        if isinstance(e, httpx.ConnectTimeout):
+            return RemoteError(f"{self.where}: no connection within {CONNECT_TIMEOUT_S:.0f} s "
+                               f"while {doing}; is the host up and the port open?")
+        if isinstance(e, httpx.TimeoutException):
+            return RemoteError(f"{self.where}: timed out after {self.endpoint.timeout_s:g} s "
+                               f"without data while {doing}")
+        if isinstance(e, httpx.ConnectError):
+            return RemoteError(f"{self.where}: cannot connect while {doing} ({e}); is the "
+                               "server running at that address?")
+        if isinstance(e, httpx.RemoteProtocolError | httpx.ReadError):
+            return RemoteError(f"{self.where}: the connection dropped while {doing} ({e})")
+        return RemoteError(f"{self.where}: {type(e).__name__} while {doing}: {e}")
+
+    def _status_error(self, response: httpx.Response, model: str | None) -> RemoteError:
+        status, said = response.status_code, _server_message(response)
+        if status in (401, 403):
+            hint = ("the API key was rejected" if self.endpoint.api_key
+                    else "it needs an API key")
+            return RemoteError(f"{self.where} refused access (HTTP {status}): {hint}; set it "
+                               f"with `ember remote add {self.endpoint.name} "
+                               f"{self.endpoint.url} --api-key KEY` ({said})", status=status)
+        if status == 404:
+            what = f"has no model {model!r}" if model else "has no OpenAI API here"
+            return RemoteError(f"{self.where} {what} (HTTP 404: {said})", status=status)
+        if status == 429:
+            return RemoteError(f"{self.where} is busy (HTTP 429): {said}", status=status)
+        if status >= 500:
+            return RemoteError(f"{self.where} failed with HTTP {status}: {said}", status=status)
+        return RemoteError(f"{self.where} rejected the request (HTTP {status}): {said}",
+                           status=status)
+
+    # -- models ----------------------------------------------------------------------------
+    def list_models(self) -> list[RemoteModel]:
+        try:
+            response = self._client.get("/models", timeout=httpx.Timeout(
+                LIST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        except httpx.HTTPError as e:
+            raise self._transport_error(e, "listing its models") from None
+        if response.status_code != 200:
+            raise self._status_error(response, None)
+        try:
+            data = response.json()["data"]
+            return [RemoteModel(self.endpoint.name, str(m["id"]), int(m.get("created") or 0),
+                                str(m.get("owned_by") or "")) for m in data]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise RemoteError(f"{self.where}: /models did not answer with an OpenAI model list "
+                              f"(got {_shown(response.text)!r})") from None
+
+    # -- generation ------------------------------------------------------------------------
+    def generate(self, model: str, request: GenerationRequest,
+                 cancelled: CancelFlag | None = None, stream: bool = True) -> Iterator[Event]:
+        """The events of one request; never raises for a server's or the network's failure:
+        that is the final ErrorEvent, after the text already received."""
+        path = "/chat/completions" if request.messages is not None else "/completions"
+        run = Received(time.monotonic())
+        try:
+            if stream:
+                yield from self._stream(path, model, request, cancelled, run)
+            else:
+                yield from self._whole(path, model, request, run)
+        except RemoteError as e:
+            yield ErrorEvent(str(e), "backend", partial="".join(run.text))
+        except httpx.HTTPError as e:
+            doing = ("streaming the answer, after "
+                     f"{sum(len(t) for t in run.text)} characters") if run.text else "answering"
+            yield ErrorEvent(str(self._transport_error(e, doing)), "backend",
+                             partial="".join(run.text))
+
+    def _whole(self, path: str, model: str, request: GenerationRequest,
+               run: Received) -> Iterator[Event]:
+        response = self._client.post(path, json=request_body(model, request, stream=False))
+        if response.status_code != 200:
+            raise self._status_error(response, model)
+        try:
+            body = response.json()
+            choice = body["choices"][0]
+            text = choice["message"]["content"] if "message" in choice else choice["text"]
+            run.finish = choice.get("finish_reason")
+            run.usage = body.get("usage")
+        except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError):
+            raise self._garbage(response.text) from None
+        run.token(text or "")
+        if text:
+            yield TokenEvent(text)
+        yield run.done()
+
+    def _garbage(self, text: str) -> RemoteError:
+        return RemoteError(f"{self.where} sent something that is not an OpenAI-compatible "
+                           f"answer: {_shown(text)!r}")
+
+    def _stream(self, path: str, model: str, request: GenerationRequest,
+                cancelled: CancelFlag | None, run: Received) -> Iterator[Event]:
+        body = request_body(model, request, stream=True)
+        # Leaving the `with` closes the response: that is how a cancel reaches the server
+        # (Ember's own server, vLLM and llama-server stop generating when the client leaves).
+        with self._client.stream("POST", path, json=body) as response:
+            if response.status_code != 200:
+                response.read()
+                raise self._status_error(response, model)
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                raise self._garbage(response.read().decode("utf-8", "replace"))
+            for line in response.iter_lines():
+                if cancelled is not None and cancelled.is_set():
+                    run.finish = "cancelled"
+                    yield run.done()
+                    return
+                if not line.startswith("data:"):
+                    continue  # SSE comments, event: and id: lines, blank separators
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    yield run.done()
+                    return
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise self._garbage(data) from None
+                if not isinstance(chunk, dict):
+                    raise self._garbage(data)
+                if "error" in chunk:  # a failure after the stream began (Ember, vLLM)
+                    err = chunk["error"]
+                    said = err.get("message", err) if isinstance(err, dict) else err
+                    raise RemoteError(f"{self.where} failed in the middle of the answer: "
+                                      f"{_shown(str(said))}")
+                text = run.chunk(chunk)
+                if text is None:
+                    raise self._garbage(data)
+                if text:
+                    yield TokenEvent(text)
+        if run.finish is None:
+            got = sum(len(t) for t in run.text)
+            raise RemoteError(f"{self.where}: the stream ended in the middle of the answer "
+                              f"(after {got} characters, with no finish reason); the text "
+                              "received so far is kept")
+        yield run.done()  # no [DONE], but the server said why it finished: a complete answer
+
+
+@dataclass
+class Received:
+    """What one request has received so far, and when; `done()` makes its Stats."""
+    started: float
+    first: float | None = None
+    last: float | None = None
+    chunks: int = 0
+    finish: str | None = None
+    usage: dict | None = None
+
+    def __post_init__(self) -> None:
+        self.text: list[str] = []
+
+    def token(self, text: str) -> None:
+        if not text:
+            return
+        now = time.monotonic()
+        self.first = self.first or now
+        self.last = now
+        self.chunks += 1
+        self.text.append(text)
+
+    def chunk(self, chunk: dict) -> str | None:
+        """The text of one stream chunk (chat delta or completion text); None if the chunk
+        is not a valid one."""
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if choices is None and self.usage is not None:
+            return ""  # a usage-only chunk
+        if not isinstance(choices, list):
+            return None
+        text = ""
+        for choice in choices[:1]:
+            if not isinstance(choice, dict):
+                return None
+            delta = choice.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            text = piece if isinstance(piece, str) else ""
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        self.token(text)
+        return text
+
+    def done(self) -> DoneEvent:
+        end = time.monotonic()
+        usage = self.usage if isinstance(self.usage, dict) else {}
+        # Without usage (a server that ignores stream_options) a chunk is about one token.
+        completion = int(usage.get("completion_tokens") or self.chunks)
+        details = usage.get("prompt_tokens_details") or {}
+        first, last = self.first or end, self.last or end
+        decode_s = last - first
+        finish: FinishReason = ("cancelled" if self.finish == "cancelled" else
+                                "length" if self.finish == "length" else "stop")
+        stats = Stats(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=completion,
+            ttft_s=first - self.started,
+            decode_tokens_per_s=(completion - 1) / decode_s if decode_s > 0 and completion > 1
+            else 0.0,
+            finish_reason=finish, truncated=False, total_s=end - self.started,
+            cached_tokens=int(details.get("cached_tokens") or 0)
+            if isinstance(details, dict) else 0)
+        return DoneEvent(stats, "".join(self.text))
