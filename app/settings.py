@@ -10,10 +10,11 @@ from dataclasses import asdict, dataclass, fields
 
 from app.config import DEFAULT_MODEL, Paths, load_config, update_config
 from app.errors import ConfigError
+from app.selection import BACKENDS as SELECTABLE
 
 SECTION = "app"
 THEMES = ("light", "dark")
-BACKENDS = ("auto", "llamacpp")
+BACKENDS = ("auto", *SELECTABLE)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from app.fit import fits_for
 from app.gui import build_window
 from app.gui.hub import HubWidget
 from app.gui.main_window import MainWindow
+from app.gui.settings_dialog import SettingsDialog
 from app.hardware import GPU, HardwareProfile
 from app.history import History
 from app.registry import load_registry
@@ -373,3 +374,37 @@ def test_without_a_display_ember_falls_back_to_the_terminal_chat(monkeypatch):
     assert gui_available() is (not sys.platform.startswith("linux"))
     monkeypatch.setenv("DISPLAY", ":0")
     assert gui_available()
+
+
+def test_a_remote_server_added_in_settings_lists_its_models_and_streams_answers(
+        qtbot, tmp_path: Path):
+    from fake_openai import fake_server
+
+    home = Paths(tmp_path / "remote-home")  # the Runtime reads endpoints from its own home
+    with fake_server(slow_s=3.0) as url, Runtime(store=Store(home)) as rt:
+        window = build_window(home=home, runtime=rt)
+        qtbot.addWidget(window)
+        window.show()
+        dialog = SettingsDialog(window.settings, window.runtime.hardware, "", [], "", False,
+                                home=window.home)
+        qtbot.addWidget(dialog)
+        dialog.remotes_changed.connect(window.refresh_remote_models)
+        dialog.remote_name.setText("Bad Name!")
+        dialog.remote_url.setText(url)
+        qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
+        assert "invalid remote name" in dialog.remote_error.text()
+        dialog.remote_name.setText("lab")
+        qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
+        assert dialog.remote_error.text() == "" and dialog.remote_list.count() == 1
+        refs = lambda: [window.model_picker.itemData(i)  # noqa: E731
+                        for i in range(window.model_picker.count())]
+        qtbot.waitUntil(lambda: "lab/ok" in refs(), timeout=30_000)
+        window.model_picker.setCurrentIndex(refs().index("lab/ok"))
+        send(qtbot, window, "Hi")
+        wait_idle(qtbot, window)
+        assert stored(window)[-1][1:] == ("Hello world", "complete")
+        window.model_picker.setCurrentIndex(refs().index("lab/drop"))
+        send(qtbot, window, "Hi again")
+        wait_idle(qtbot, window)
+        assert "The answer failed" in window.chat.banner_message()
+        assert stored(window)[-1][2] == "error"

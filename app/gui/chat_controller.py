@@ -151,8 +151,9 @@ class ChatController(QObject):
         self._answer = self.view.add_message("assistant", "", "streaming")
         self._answer.set_status("streaming", note="Loading the model…"
                                 if not self._is_loaded() else "")
+        backend = None if self.settings.backend == "auto" else self.settings.backend
         self.task = GenerationTask(self.runtime, self.model, request,
-                                   self.settings.context or None)
+                                   self.settings.context or None, backend)
         self.task.loaded.connect(self._loaded)
         self.task.token.connect(self._token)
         self.task.finished.connect(self._finished)
@@ -162,10 +163,11 @@ class ChatController(QObject):
         self.task.start()
 
     def _is_loaded(self) -> bool:
-        return any(lm.model.ref == self.model for lm in self.runtime.loaded())
+        return self.runtime.is_remote(self.model or "") or any(
+            lm.model.ref == self.model for lm in self.runtime.loaded())
 
-    def _loaded(self, loaded) -> None:  # noqa: ANN001 - app.runtime.LoadedModel
-        self.context_size = loaded.plan.context
+    def _loaded(self, loaded) -> None:  # noqa: ANN001 - app.runtime.LoadedModel, None: remote
+        self.context_size = loaded.plan.context if loaded is not None else 0
         if self._answer is not None:
             self._answer.set_status("streaming")
 
@@ -192,14 +194,15 @@ class ChatController(QObject):
         self._end()
 
     def _failed(self, message: str, kind: str, text: str) -> None:
+        model = self.task.model if self.task is not None else self.model
         self.history.update_message(self._answer_id, text, "error")
         if self._answer is not None:
             self._answer.set_text(text)
             self._answer.set_status("error", note=message)
         if kind == "load":
-            self.view.show_banner(f"Could not load {self.model}: {message}",
+            self.view.show_banner(f"Could not load {model}: {message}",
                                   ("Retry", "Pick a smaller quantization", "Dismiss"))
-            self.model_failed.emit(self.model or "", message)
+            self.model_failed.emit(model or "", message)
         elif kind == "crash":
             self.view.show_banner(f"The model stopped unexpectedly ({message}). Ember restarts "
                                   "it with your next message.", ("Retry", "Dismiss"))

@@ -25,11 +25,10 @@ from app.gui.conversations import ConversationList
 from app.gui.hub import HubWidget
 from app.gui.machine import MachinePanel
 from app.gui.settings_dialog import SettingsDialog
-from app.gui.tasks import ServerTask
+from app.gui.tasks import RemoteModelsTask, ServerTask
 from app.gui.theme import apply_theme
 from app.history import History
 from app.runtime import Runtime
-from app.selection import choose_backend
 from app.settings import Settings, save_settings
 from app.store import InstalledModel
 
@@ -85,11 +84,16 @@ class MainWindow(QMainWindow):
         self.conversations.deleted.connect(self._deleted)
         self.controller.conversation_changed.connect(self.conversations.refresh)
         self.controller.busy_changed.connect(self._busy)
+        self.failed_model: str | None = None
+        self.controller.model_failed.connect(self._model_failed)
         self.chat.banner_action.connect(self._banner_action)
         self.model_picker.currentIndexChanged.connect(self._model_picked)
         self.hub.installed.connect(self._installed)
 
+        self.remote_models: list = []
+        self.remote_failures: dict[str, str] = {}
         self.refresh_models()
+        self.refresh_remote_models()
         self._build_machine_page()
         self.conversations.refresh()
         existing = history.conversations()
@@ -136,14 +140,37 @@ class MainWindow(QMainWindow):
 
     # models
 
+    def _backend_of(self, model: InstalledModel) -> str:
+        requested = None if self.settings.backend == "auto" else self.settings.backend
+        try:
+            return self.runtime.choose(model, requested).name
+        except EmberError as e:  # e.g. a bad backend for this model in config.toml
+            return f"error: {e}"
+
+    def refresh_remote_models(self) -> None:
+        """Ask the remote endpoints for their models; the picker lists them when they answer."""
+        task = RemoteModelsTask(self.runtime)
+        task.listed.connect(self._remote_models_listed)
+        self._remote_task = task
+        task.start()
+
+    def _remote_models_listed(self, found: list, failed: dict) -> None:
+        self.remote_models = found
+        self.remote_failures = failed
+        self.refresh_models()
+        if failed:
+            self.statusBar().showMessage("Remote servers not reachable: " + "; ".join(
+                f"{name}: {why}" for name, why in failed.items()), 15000)
+
     def refresh_models(self, select: str | None = None) -> None:
-        backend = choose_backend(self.runtime.hardware).name
         current = select or self.controller.model or self.settings.default_model
         self.model_picker.blockSignals(True)
         self.model_picker.clear()
         for m in self.runtime.store.list():
             if m.chat:
-                self.model_picker.addItem(f"{m.ref}  ·  {backend}", m.ref)
+                self.model_picker.addItem(f"{m.ref}  ·  {self._backend_of(m)}", m.ref)
+        for rm in self.remote_models:
+            self.model_picker.addItem(f"{rm.ref}  ·  remote", rm.ref)
         index = self.model_picker.findData(current)
         if index < 0:
             index = next((i for i in range(self.model_picker.count())
@@ -151,7 +178,8 @@ class MainWindow(QMainWindow):
         self.model_picker.setCurrentIndex(index)
         self.model_picker.setPlaceholderText("no model installed: see Your machine")
         self.model_picker.blockSignals(False)
-        self.controller.model = self.model_picker.currentData()
+        if self.model_picker.currentData() is not None:
+            self.controller.model = self.model_picker.currentData()
 
     def _model_picked(self, _index: int) -> None:
         self.controller.model = self.model_picker.currentData()
@@ -169,8 +197,12 @@ class MainWindow(QMainWindow):
                 self.new_chat()
 
     def _banner_action(self, action: str) -> None:
-        if action == "Pick a smaller quantization" and self.controller.model:
-            self.show_hub(self.controller.model.split(":")[0])
+        model = self.failed_model or self.controller.model
+        if action == "Pick a smaller quantization" and model:
+            self.show_hub(model.split(":")[0])  # the same model's other quantizations
+
+    def _model_failed(self, model: str, _message: str) -> None:
+        self.failed_model = model
 
     # conversations
 
@@ -204,7 +236,8 @@ class MainWindow(QMainWindow):
             self.settings.system_prompt
         installed = [m.ref for m in self.runtime.store.list()]
         dialog = SettingsDialog(self.settings, self.runtime.hardware, system, installed,
-                                self.server_text, self.server is not None)
+                                self.server_text, self.server is not None, home=self.home)
+        dialog.remotes_changed.connect(self.refresh_remote_models)
         dialog.server_toggled.connect(lambda: (self.toggle_server(),
                                                dialog.set_server(self.server_text,
                                                                  self.server is not None)))

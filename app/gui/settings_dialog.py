@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -16,24 +16,32 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
 )
 
+from app import remotes
+from app.config import Paths
+from app.errors import EmberError
 from app.hardware import HardwareProfile
+from app.selection import BACKENDS as SELECTABLE
 from app.selection import choose_backend, llama_cpp_gpu_offload
 from app.settings import THEMES, Settings
 
 
 class SettingsDialog(QDialog):
     server_toggled = Signal()
+    remotes_changed = Signal()
 
     def __init__(self, settings: Settings, hardware: HardwareProfile, system_prompt: str,
                  installed: list[str], server_text: str, server_running: bool,
-                 speculative_supported: bool = False) -> None:
+                 speculative_supported: bool = False, home: Paths | None = None) -> None:
         super().__init__()
+        self.home = home
         self.setWindowTitle("Settings")
         self.settings = settings
         layout = QVBoxLayout(self)
@@ -61,7 +69,8 @@ class SettingsDialog(QDialog):
         choice = choose_backend(hardware)
         self.backend = QComboBox()
         self.backend.addItem(f"auto ({choice.name})", "auto")
-        self.backend.addItem("llamacpp", "llamacpp")
+        for name in SELECTABLE:
+            self.backend.addItem(name, name)
         self.backend.setCurrentIndex(max(0, self.backend.findData(settings.backend)))
         form.addRow("Backend", self.backend)
         reason = QLabel(choice.reason)
@@ -111,11 +120,77 @@ class SettingsDialog(QDialog):
         row.addWidget(self.server_button)
         layout.addWidget(server)
 
+        layout.addWidget(self._remotes_box())
+
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
                                    | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
+
+    def _remotes_box(self) -> QGroupBox:
+        """OpenAI-compatible servers (vLLM, SGLang, llama-server, another Ember): their models
+        appear in the model picker as NAME/model."""
+        box = QGroupBox("Remote servers")
+        column = QVBoxLayout(box)
+        self.remote_list = QListWidget()
+        self.remote_list.setMaximumHeight(80)
+        column.addWidget(self.remote_list)
+        row = QHBoxLayout()
+        self.remote_name = QLineEdit(placeholderText="name, e.g. lab")
+        self.remote_url = QLineEdit(placeholderText="http://host:8000/v1")
+        self.remote_key = QLineEdit(placeholderText="API key (optional)")
+        self.remote_key.setEchoMode(QLineEdit.EchoMode.Password)
+        add = self.add_button = QPushButton("Add")
+        remove = QPushButton("Remove")
+        for w in (self.remote_name, self.remote_url, self.remote_key, add, remove):
+            row.addWidget(w)
+        column.addLayout(row)
+        self.remote_error = QLabel()
+        self.remote_error.setObjectName("note")
+        self.remote_error.setWordWrap(True)
+        column.addWidget(self.remote_error)
+        add.clicked.connect(self.add_remote)
+        remove.clicked.connect(self.remove_remote)
+        self._list_remotes()
+        return box
+
+    def _list_remotes(self) -> None:
+        self.remote_list.clear()
+        try:
+            known = remotes.endpoints(self.home)
+        except EmberError as e:
+            self.remote_error.setText(str(e))
+            return
+        for ep in known.values():
+            item = QListWidgetItem(f"{ep.name} — {ep.url}" + (" (key set)" if ep.api_key else ""))
+            item.setData(Qt.ItemDataRole.UserRole, ep.name)
+            self.remote_list.addItem(item)
+
+    def add_remote(self) -> None:
+        try:
+            remotes.add(self.remote_name.text().strip(), self.remote_url.text().strip(),
+                        self.remote_key.text().strip() or None, self.home)
+        except EmberError as e:
+            self.remote_error.setText(str(e))
+            return
+        self.remote_error.setText("")
+        for w in (self.remote_name, self.remote_url, self.remote_key):
+            w.clear()
+        self._list_remotes()
+        self.remotes_changed.emit()
+
+    def remove_remote(self) -> None:
+        item = self.remote_list.currentItem()
+        if item is None:
+            return
+        try:
+            remotes.remove(item.data(Qt.ItemDataRole.UserRole), self.home)
+        except EmberError as e:
+            self.remote_error.setText(str(e))
+            return
+        self._list_remotes()
+        self.remotes_changed.emit()
 
     def set_server(self, text: str, running: bool) -> None:
         self.server_status.setText(text)

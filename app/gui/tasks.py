@@ -27,9 +27,10 @@ class GenerationTask(QObject):
     failed = Signal(str, str, str)  # message, kind (load | crash | invalid | backend), text so far
 
     def __init__(self, runtime: Runtime, model: str, request: GenerationRequest,
-                 context: int | None = None) -> None:
+                 context: int | None = None, backend: str | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.request, self.context = runtime, model, request, context
+        self.backend = backend  # None: the one app.selection picks for the model
         self._stop = threading.Event()
         self._generation = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-generate")
@@ -48,8 +49,10 @@ class GenerationTask(QObject):
 
     def _run(self) -> None:
         text = ""
-        try:
-            loaded = self.runtime.load(self.model, self.context)
+        remote = self.runtime.is_remote(self.model)
+        try:  # a remote model is loaded by its server
+            loaded = None if remote else self.runtime.load(self.model, self.context,
+                                                           self.backend)
         except EmberError as e:
             self.failed.emit(str(e), "load", "")
             return
@@ -58,7 +61,8 @@ class GenerationTask(QObject):
             return
         self.loaded.emit(loaded)
         try:
-            self._generation = self.runtime.generate(self.model, self.request)
+            self._generation = self.runtime.generate(self.model, self.request,
+                                                     backend=None if remote else self.backend)
             if self._stop.is_set():
                 self._generation.cancel()
             for event in self._generation:
@@ -76,6 +80,30 @@ class GenerationTask(QObject):
             self.failed.emit(str(e), "backend", text)
         except Exception as e:
             self.failed.emit(f"{type(e).__name__}: {e}", "backend", text)
+
+
+class RemoteModelsTask(QObject):
+    """Ask every remote endpoint in config.toml for its models (network: off the UI thread)."""
+    listed = Signal(list, dict)  # [RemoteModel], {endpoint: why it could not list}
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-remotes")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            found, failed = self.runtime.remote_models()
+        except EmberError as e:  # config.toml itself is broken
+            found, failed = [], {"config.toml": str(e)}
+        self.listed.emit(found, failed)
 
 
 class DownloadTask(QObject):
