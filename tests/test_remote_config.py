@@ -103,3 +103,18 @@ def test_an_endpoint_without_a_url_in_config_toml_is_a_config_error(tmp_path):
     paths.config_file.write_text('[remotes.lab]\napi_key = "k"\n')
     with pytest.raises(ConfigError, match=r"\[remotes.lab\]: needs url"):
         remotes.endpoints(paths)
+
+
+def test_ember_run_on_a_stream_that_drops_prints_the_partial_answer_then_one_error_line(
+        tmp_path):
+    home = tmp_path / "home"
+    with fake_server() as url:
+        assert ember(home, "remote", "add", "fake", url, "--no-check").returncode == 0
+        r = ember(home, "run", "fake/drop", "hi")
+        down = ember(home, "run", "nowhere/model", "hi")
+    assert r.returncode == 1
+    assert r.stdout == "The answer is \n"
+    assert r.stderr.startswith("error: remote 'fake'") and "connection dropped" in r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    assert down.returncode == 1 and down.stderr.startswith(
+        "error: unknown model 'nowhere' in the remote endpoints")

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from test_hardware import profile
@@ -111,3 +116,16 @@ def test_runtime_loads_with_the_configured_backend_and_a_request_can_override_it
                 rt.load(qwen.ref, context=512)
         loaded = rt.load(qwen.ref, context=512, backend="llamacpp")
         assert loaded.backend == "llamacpp"
+
+
+def test_ember_hw_shows_a_models_config_override_beside_the_machines_choice(tmp_path, qwen):
+    (tmp_path / "models").symlink_to(qwen.path.parents[2])
+    (tmp_path / "config.toml").write_text(f'[models."{qwen.id}"]\nbackend = "mlx"\n')
+    r = subprocess.run([sys.executable, "-m", "app.cli", "hw", "--json"],
+                       cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "EMBER_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["backend"]["name"] == "llamacpp"  # this machine: no GPU
+    assert {"ref": qwen.ref, "backend": "mlx", "reason": "set for this model in config.toml"} \
+        in out["installed"]

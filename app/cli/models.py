@@ -34,15 +34,21 @@ def _best_models(hw, context: int | None = None) -> list:  # noqa: ANN001
 def hw(as_json: bool, context: int | None) -> None:
     """This machine, the backend Ember uses here and why, and the models that run best."""
     from app.hardware import detect
+    from app.runtime import Runtime
     from app.selection import choose_backend
 
     profile = detect()
     choice = choose_backend(profile)
     best = _best_models(profile, context)
+    # each installed model's own choice: its format, and any override in config.toml
+    runtime = Runtime(hardware=profile)
+    per_model = [(m, runtime.choose(m)) for m in runtime.list_models()]
     if as_json:
         click.echo(json.dumps({
             "hardware": profile.to_json(),
             "backend": {"name": choice.name, "reason": choice.reason},
+            "installed": [{"ref": m.ref, "backend": c.name, "reason": c.reason}
+                          for m, c in per_model],
             "recommendations": [{"id": spec.id, "name": spec.name, **fit.to_json()}
                                 for spec, fit in best]}, indent=2))
         return
@@ -60,6 +66,9 @@ def hw(as_json: bool, context: int | None) -> None:
     for note in profile.notes:
         click.echo(f"  note     {note}")
     click.echo(f"Backend    {choice.name}: {choice.reason}")
+    for m, c in per_model:
+        if (c.name, c.reason) != (choice.name, choice.reason):
+            click.echo(f"  {m.ref:40} {c.name}: {c.reason}")
     click.echo("")
     click.echo("Best models for this machine:")
     for spec, fit in best:

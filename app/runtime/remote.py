@@ -15,9 +15,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from app import config, remotes
+from app.errors import EmberError, ModelNotFoundError
+from app.registry import suggest
 from app.runtime.process import EventSink
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
-from backends.remote import Received, RemoteBackend
+from backends.remote import Endpoint, Received, RemoteBackend, RemoteModel
+
+LIST_TTL_S = 10.0
 
 
 @dataclass
@@ -83,3 +88,64 @@ class RemoteStreams:
 
     def close_stream(self, stream_id: str) -> None:
         self.cancel(stream_id)  # a consumer that stops listening stops the request too
+
+
+class Remotes:
+    """The Runtime's side of remote endpoints: one client per endpoint (remade when
+    config.toml changes it), their model lists, and a host for each request."""
+
+    def __init__(self, paths: config.Paths) -> None:
+        self.paths = paths
+        self._clients: dict[str, RemoteBackend] = {}
+        self._listed: dict[str, tuple[float, list[str]]] = {}  # endpoint -> (when, ids)
+        self._lock = threading.Lock()
+
+    def _client(self, endpoint: Endpoint) -> RemoteBackend:
+        with self._lock:
+            client = self._clients.get(endpoint.name)
+            if client is None or client.endpoint != endpoint:
+                if client is not None:
+                    client.close()
+                client = self._clients[endpoint.name] = RemoteBackend(endpoint)
+            return client
+
+    def models(self) -> tuple[list[RemoteModel], dict[str, str]]:
+        """Every endpoint's models, and for an endpoint that could not list them, why (one
+        unreachable server must not hide the others' models, nor the local ones)."""
+        found, failed = [], {}
+        for endpoint in remotes.endpoints(self.paths).values():
+            try:
+                found += self._client(endpoint).list_models()
+            except EmberError as e:
+                failed[endpoint.name] = str(e)
+        return found, failed
+
+    def _ids(self, endpoint: Endpoint) -> list[str]:
+        """The endpoint's model ids, remembered for LIST_TTL_S: a server checks the model of
+        every request, and a round trip each time would add to every answer."""
+        now = time.monotonic()
+        with self._lock:
+            seen = self._listed.get(endpoint.name)
+        if seen is not None and now - seen[0] < LIST_TTL_S:
+            return seen[1]
+        ids = [m.id for m in self._client(endpoint).list_models()]
+        with self._lock:
+            self._listed[endpoint.name] = (now, ids)
+        return ids
+
+    def check(self, ref: str) -> None:
+        """ModelNotFoundError for an unknown endpoint or model; RemoteError if unreachable."""
+        endpoint, model = remotes.resolve(ref, self.paths)
+        ids = self._ids(endpoint)
+        if model not in ids:
+            raise ModelNotFoundError(model, suggest(model, ids), f"remote {endpoint.name!r}")
+
+    def host(self, ref: str) -> RemoteStreams:
+        endpoint, model = remotes.resolve(ref, self.paths)
+        return RemoteStreams(self._client(endpoint), model)
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()

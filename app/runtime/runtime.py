@@ -19,21 +19,18 @@ import time
 from dataclasses import dataclass
 
 from app import remotes
-from app.errors import EmberError, InvalidRequestError, ModelNotFoundError
+from app.errors import InvalidRequestError
 from app.fit import memory_budget, plan_load
 from app.gguf_file import read_gguf
 from app.hardware import HardwareProfile, detect
-from app.registry import suggest
 from app.runtime.generation import Generation
 from app.runtime.process import EventSink, Worker
 from app.runtime.protocol import Embed, Tokenize
-from app.runtime.remote import RemoteStreams
+from app.runtime.remote import Remotes
 from app.selection import BackendChoice, check_backend, choose_backend, configured_backend
 from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
-from backends.remote import Endpoint, RemoteBackend, RemoteModel
-
-REMOTE_LIST_TTL_S = 10.0
+from backends.remote import RemoteModel
 
 
 @dataclass(frozen=True)
@@ -54,8 +51,7 @@ class Runtime:
         self.backend = backend  # None: app.selection picks per model
         self.idle_ttl_s = idle_ttl_s  # None: models stay loaded until unloaded
         self._workers: dict[str, Worker] = {}
-        self._remotes: dict[str, RemoteBackend] = {}
-        self._listed: dict[str, tuple[float, list[str]]] = {}  # endpoint -> (when, model ids)
+        self.remotes = Remotes(self.store.paths)
         self._lock = threading.Lock()
 
     @property
@@ -72,42 +68,9 @@ class Runtime:
     def is_remote(name: str) -> bool:
         return remotes.split_ref(name) is not None
 
-    def _remote(self, endpoint: Endpoint) -> RemoteBackend:
-        """One client per endpoint, remade when config.toml changed it."""
-        with self._lock:
-            backend = self._remotes.get(endpoint.name)
-            if backend is None or backend.endpoint != endpoint:
-                if backend is not None:
-                    backend.close()
-                backend = self._remotes[endpoint.name] = RemoteBackend(endpoint)
-            return backend
-
     def remote_models(self) -> tuple[list[RemoteModel], dict[str, str]]:
-        """Every endpoint's models, and for an endpoint that could not list them, why (one
-        unreachable server must not hide the others' models, nor the local ones)."""
-        found, failed = [], {}
-        for endpoint in self._endpoints().values():
-            try:
-                found += self._remote(endpoint).list_models()
-            except EmberError as e:
-                failed[endpoint.name] = str(e)
-        return found, failed
-
-    def _remote_ids(self, endpoint: Endpoint) -> list[str]:
-        """The endpoint's model ids, remembered for REMOTE_LIST_TTL_S: a server checks the
-        model of every request, and a round trip each time would add to every answer."""
-        now = time.monotonic()
-        with self._lock:
-            seen = self._listed.get(endpoint.name)
-        if seen is not None and now - seen[0] < REMOTE_LIST_TTL_S:
-            return seen[1]
-        ids = [m.id for m in self._remote(endpoint).list_models()]
-        with self._lock:
-            self._listed[endpoint.name] = (now, ids)
-        return ids
-
-    def _endpoints(self) -> dict[str, Endpoint]:
-        return remotes.endpoints(self.store.paths)
+        """The models of every remote endpoint, and why an endpoint could not list them."""
+        return self.remotes.models()
 
     def check_model(self, name: str) -> None:
         """A ModelNotFoundError now (an API's 404) for a model that does not exist, local or
@@ -115,10 +78,7 @@ class Runtime:
         if not self.is_remote(name):
             self.store.get(name)
             return
-        endpoint, model = remotes.resolve(name, self.store.paths)
-        ids = self._remote_ids(endpoint)
-        if model not in ids:
-            raise ModelNotFoundError(model, suggest(model, ids), f"remote {endpoint.name!r}")
+        self.remotes.check(name)
 
     # -- local models ----------------------------------------------------------------------
     def choose(self, model: InstalledModel, requested: str | None = None) -> BackendChoice:
@@ -188,8 +148,7 @@ class Runtime:
         loaded in another is reloaded). Remote models ignore it: their server decides."""
         request.validate()
         if self.is_remote(name):
-            endpoint, model = remotes.resolve(name, self.store.paths)
-            return Generation(RemoteStreams(self._remote(endpoint), model), request, sink)
+            return Generation(self.remotes.host(name), request, sink)
         return Generation(self._worker(name, backend), request, sink)
 
     def tokenize(self, name: str, text: str) -> list[int]:
@@ -241,11 +200,9 @@ class Runtime:
     def shutdown(self) -> None:
         with self._lock:
             workers, self._workers = list(self._workers.values()), {}
-            clients, self._remotes = list(self._remotes.values()), {}
         for w in workers:
             w.stop()
-        for c in clients:
-            c.close()
+        self.remotes.close()
 
     def __enter__(self) -> Runtime:
         return self
