@@ -173,6 +173,9 @@ def test_this_servers_api_serves_remote_models_beside_local_ones(client_home):
         with pytest.raises(openai.NotFoundError, match="unknown model 'nope'"):
             oai.chat.completions.create(model="lab/nope", max_tokens=4,
                                         messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(openai.BadRequestError, match="unknown backend 'tpu'"):
+            oai.chat.completions.create(model=REF, max_tokens=4, extra_body={"backend": "tpu"},
+                                        messages=[{"role": "user", "content": "hi"}])
 
 
 def ember(home: Paths, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
