@@ -166,6 +166,8 @@ def test_this_servers_api_serves_remote_models_beside_local_ones(client_home):
         assert len([p for p in pieces if p]) >= 2 and "Bonjour" in "".join(pieces)
         tags = httpx.get(url + "/api/tags").json()["models"]
         assert REF in [t["name"] for t in tags]
+        shown = httpx.post(url + "/api/show", json={"model": REF}).json()
+        assert shown["details"]["format"] == "remote" and "chat" in shown["capabilities"]
         answer = ollama.Client(host=url).chat(
             model=REF, messages=[{"role": "user", "content": "Say hello in French."}],
             options={"temperature": 0, "num_predict": 8}, stream=False)
