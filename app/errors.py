@@ -44,7 +44,7 @@ class WorkerCrashedError(EmberError):
 
 
 class BackendError(EmberError):
-    pass
+    partial: str = ""  # the answer's text that arrived before the failure, if any
 
 
 class RemoteError(BackendError):

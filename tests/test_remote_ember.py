@@ -166,12 +166,17 @@ def test_this_servers_api_serves_remote_models_beside_local_ones(client_home):
         assert len([p for p in pieces if p]) >= 2 and "Bonjour" in "".join(pieces)
         tags = httpx.get(url + "/api/tags").json()["models"]
         assert REF in [t["name"] for t in tags]
+        shown = httpx.post(url + "/api/show", json={"model": REF}).json()
+        assert shown["details"]["format"] == "remote" and "chat" in shown["capabilities"]
         answer = ollama.Client(host=url).chat(
             model=REF, messages=[{"role": "user", "content": "Say hello in French."}],
             options={"temperature": 0, "num_predict": 8}, stream=False)
         assert "Bonjour" in answer.message.content and answer.eval_count == 8
         with pytest.raises(openai.NotFoundError, match="unknown model 'nope'"):
             oai.chat.completions.create(model="lab/nope", max_tokens=4,
+                                        messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(openai.BadRequestError, match="unknown backend 'tpu'"):
+            oai.chat.completions.create(model=REF, max_tokens=4, extra_body={"backend": "tpu"},
                                         messages=[{"role": "user", "content": "hi"}])
 
 

@@ -168,7 +168,7 @@ def test_runtime_routes_name_slash_model_to_the_endpoint_and_survives_its_failur
     rt = fake_runtime
     with pytest.raises(BackendError, match="connection dropped") as failed:
         rt.generate("fake/drop", ASK).result()
-    assert failed.value.partial == "The answer is "  # type: ignore[attr-defined]
+    assert failed.value.partial == "The answer is "
     with pytest.raises(BackendError, match="HTTP 500"):
         rt.generate("fake/fail", ASK).result()
     text, stats = rt.generate("fake/ok", ASK).result()  # still serving

@@ -81,7 +81,8 @@ class Generation:
                 if event.kind == "invalid":
                     cls = InvalidRequestError
                 error = cls(event.message)
-                error.partial = event.partial  # type: ignore[attr-defined]
+                if isinstance(error, BackendError):
+                    error.partial = event.partial
                 raise error
         raise BackendError("the stream ended without a result")
 

@@ -86,7 +86,16 @@ def tags(request: Request) -> dict:
 
 @router.post("/show")
 def show(body: OllamaModelRequest, request: Request) -> dict:
-    model = request.app.state.runtime.store.get(_name(body.ref))
+    runtime = request.app.state.runtime
+    name = _name(body.ref)
+    if runtime.is_remote(name):  # its server keeps the template and the weights
+        runtime.check_model(name)
+        return {"modelfile": "", "parameters": "", "template": "", "model_info": {},
+                "details": {"format": "remote", "family": "", "families": [],
+                            "parameter_size": "", "quantization_level": "",
+                            "parent_model": name.partition("/")[0]},
+                "capabilities": ["completion", "chat"]}
+    model = runtime.store.get(name)
     info = read_gguf(model.path)
     model_info = {k: v for k, v in info.metadata.items()
                   if isinstance(v, str | int | float | bool) and not k.startswith("tokenizer.")}
