@@ -35,6 +35,9 @@ def make_backend(name: str) -> Backend:
     if name == "llamacpp":
         from backends.llamacpp import LlamaCppBackend
         return LlamaCppBackend()
+    if name == "mlx":
+        from backends.mlx.backend import MlxBackend
+        return MlxBackend()
     raise EmberError(f"unknown backend {name!r}")
 
 
