@@ -58,6 +58,7 @@ FAST_ENOUGH = 20.0  # tokens/s: faster than people read, so quality wins
 DEFAULT_CONTEXT = 4096
 MIN_CONTEXT = 512
 TYPICAL_FILL = 1024  # tokens in the context when decode speed is quoted
+MLX_CPU_PREFILL_STEP = 16  # prompt tokens per step of the mlx backend on the CPU
 
 # Bits per weight, as stored (block scales included). GGUF mixes: measured on real files.
 BITS_PER_WEIGHT = {
@@ -419,8 +420,12 @@ def plan_mlx_load(config: dict, model: object, hw: HardwareProfile,
         reason += f"; {parallel} parallel sequences"
     if ctx < min(wanted, trained):
         reason += f" (context cut from {wanted} to fit)"
+    # The prefill step: on the CPU MLX computes about one prompt token a second here, so
+    # short steps keep a cancel (checked between steps) from waiting minutes.
+    batch = UBATCH if hw.apple_chip else MLX_CPU_PREFILL_STEP
     return LoadPlan(context=ctx, threads=threads, gpu_layers=-1 if hw.apple_chip else 0,
-                    parallel=parallel, reason=reason, memory_bytes=fit.memory.total)
+                    batch=batch, parallel=parallel, reason=reason,
+                    memory_bytes=fit.memory.total)
 
 
 def memory_budget(hw: HardwareProfile) -> int:
