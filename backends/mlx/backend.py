@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import mlx.core as mx
+from mlx_lm.utils import load_model
+
 from app.errors import BackendError, InvalidRequestError, ModelFileError
 from app.templates import render_chat
 from backends.base import (
@@ -27,6 +30,7 @@ from backends.base import (
 )
 from backends.mlx.config import kv_bytes_per_token, read_config
 from backends.mlx.engine import Job, MlxEngine
+from backends.mlx.sampling import make_processors, make_sampler
 from backends.mlx.tokens import ModelTokenizer, load_tokenizer
 from backends.text import TextStream
 
@@ -40,8 +44,6 @@ def float32_activations() -> bool:
     """Whether to run the model in float32. On the CPU (mlx[cpu] on Linux) MLX's quantized
     matmul is 14x slower with bf16 scales than with float32 (measured here: 3.3 s vs 0.23 s
     for a 4-bit 151936x896 matrix-vector product), so we cast there; Metal keeps bf16/fp16."""
-    import mlx.core as mx
-
     return mx.default_device().type == mx.cpu
 
 
@@ -65,15 +67,11 @@ class MlxBackend:
         folder = Path(model.path)
         config = read_config(folder)
         tok = load_tokenizer(folder, config)
-        from mlx_lm.utils import load_model
-
         try:
             mlx_model, _ = load_model(folder)
         except (ValueError, KeyError, TypeError, FileNotFoundError, RuntimeError) as e:
             raise ModelFileError(f"{folder}: mlx-lm could not load it ({e})") from e
         if float32_activations():
-            import mlx.core as mx
-
             mlx_model.set_dtype(mx.float32)  # scales, norms, embeddings; packed weights stay
         self.tok, self._installed, self._n_ctx = tok, model, plan.context
         kv_per_token = kv_bytes_per_token(config, float32_activations())
@@ -87,8 +85,6 @@ class MlxBackend:
             self.engine.close()
             self.engine = None
         self.tok = None
-        import mlx.core as mx
-
         mx.clear_cache()
 
     def _tokenizer(self) -> ModelTokenizer:
@@ -138,8 +134,6 @@ class MlxBackend:
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
                cancelled: CancelFlag | None = None) -> None:
-        from backends.mlx.sampling import make_processors, make_sampler
-
         if request.json_mode:
             raise InvalidRequestError("JSON mode and JSON schemas need the llama.cpp backend "
                                       "(the mlx backend has no grammar sampler)")
