@@ -145,6 +145,25 @@ def test_runtime_runs_an_mlx_model_on_the_mlx_backend(store, qwen_mlx):
     assert stats.completion_tokens == 4 and text.strip()
 
 
+def test_a_cancelled_request_ends_with_reason_cancelled(backend):
+    import threading
+
+    flag = threading.Event()
+    backend.submit("c", GenerationRequest(prompt="def add(a, b):", sampling=greedy(50)), flag)
+    flag.set()
+    events = backend.step()
+    assert [(sid, type(e).__name__) for sid, e in events] == [("c", "DoneEvent")]
+    assert events[0][1].stats.finish_reason == "cancelled" and not backend.has_work()
+
+
+def test_fail_all_ends_every_request_with_an_error(backend):
+    backend.submit("a", GenerationRequest(prompt="x", sampling=greedy(5)))
+    backend.submit("b", GenerationRequest(prompt="y", sampling=greedy(5)))
+    events = backend.fail_all("boom")
+    assert sorted(sid for sid, _ in events) == ["a", "b"]
+    assert all(e.message == "boom" for _, e in events) and not backend.has_work()
+
+
 def test_json_mode_is_refused_with_a_clear_error(backend):
     with pytest.raises(InvalidRequestError, match="llama.cpp backend"):
         backend.submit("j", GenerationRequest(prompt="{", json_mode=True))
