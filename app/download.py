@@ -30,7 +30,8 @@ def resolve(name: str, hw: HardwareProfile | None = None) -> tuple[ModelSpec, Va
     model_id, _, quant = name.partition(":")
     spec = load_registry().get(model_id)
     if quant:
-        return spec, spec.variant(quant)
+        mlx = any(v.format == "mlx" and v.quant.lower() == quant.lower() for v in spec.variants)
+        return spec, spec.variant(quant, "mlx" if mlx else "gguf")
     fit = recommend(spec, hw or detect())
     if fit is None:
         return spec, spec.variant()
@@ -46,6 +47,11 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
          hw: HardwareProfile | None = None) -> InstalledModel:
     store = store or Store()
     spec, variant = resolve(name, hw)
+    if variant.format == "mlx":
+        # an MLX model is a whole repo (config, shards, tokenizer); the fetchers move one file
+        raise DownloadError(f"{spec.id}:{variant.quant} is an MLX repo, which `ember pull` "
+                            f"cannot download yet; pull the GGUF and run `ember convert "
+                            f"{spec.id} --to mlx` instead")
     report = on_progress or (lambda p: None)
     for m in store.list():
         if m.id == spec.id and m.quant == variant.quant:

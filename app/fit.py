@@ -18,6 +18,11 @@ plan the backend gets):
   overhead = the worker process itself (Python, libraries): 116-124 MB measured on the
              three real models at 2k and 8k context (benchmarks/fit_accuracy.py)
 
+MLX (backends/mlx) keeps the same parts: weights are the safetensors' size (4-bit at group 64
+stores 4.5 bits per weight: 4 + a 16-bit scale and bias per 64; 8-bit 8.5), the KV cache is
+the same formula (4 bytes a value on the CPU, where the backend runs in float32), and on Apple
+Silicon the budget is the unified memory macOS lets the GPU wire (app.hardware).
+
 Placement: everything in GPU memory (full GPU), the first N layers there and the rest in RAM
 (partial), all in RAM (CPU), or will not fit. Decode is memory-bound, so tokens/s is
 efficiency x bandwidth / bytes read per token (active weights + the KV read at a typical
@@ -26,7 +31,7 @@ fill); prefill is compute-bound: FLOP/s / (2 x active parameters).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from app.config import env_int
 from app.gguf_file import GGUFInfo
@@ -53,6 +58,7 @@ FAST_ENOUGH = 20.0  # tokens/s: faster than people read, so quality wins
 DEFAULT_CONTEXT = 4096
 MIN_CONTEXT = 512
 TYPICAL_FILL = 1024  # tokens in the context when decode speed is quoted
+MLX_CPU_PREFILL_STEP = 16  # prompt tokens per step of the mlx backend on the CPU
 
 # Bits per weight, as stored (block scales included). GGUF mixes: measured on real files.
 BITS_PER_WEIGHT = {
@@ -354,6 +360,72 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
     gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)
     return LoadPlan(context=ctx, threads=threads, gpu_layers=gpu_layers, parallel=parallel,
                     reason=reason, memory_bytes=fit.memory.total)
+
+
+def arch_from_mlx_config(config: dict) -> Arch:
+    heads = int(config.get("num_attention_heads", 1))
+    hidden = int(config.get("hidden_size", 0))
+    window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
+    return Arch(
+        type=str(config.get("model_type", "unknown")),
+        layers=int(config.get("num_hidden_layers", 1)), hidden=hidden, heads=heads,
+        kv_heads=int(config.get("num_key_value_heads", heads)),
+        head_dim=int(config.get("head_dim") or hidden // max(heads, 1)),
+        vocab=int(config.get("vocab_size", 32000)),
+        ffn=int(config.get("intermediate_size", 0)),
+        sliding_window=int(window) if window and config.get("model_type") in SLIDING_PATTERN
+        else None,
+        sliding_pattern=SLIDING_PATTERN.get(str(config.get("model_type"))) if window else None,
+        tied_embeddings=bool(config.get("tie_word_embeddings", False)))
+
+
+def mlx_quant(config: dict) -> str:
+    """The registry's name for an MLX model's quantization ("4bit", "8bit", "bf16")."""
+    q = config.get("quantization") or config.get("quantization_config") or {}
+    if isinstance(q, dict) and q.get("bits"):
+        return f"{int(q['bits'])}bit"
+    return str(config.get("torch_dtype") or config.get("dtype") or "bf16")
+
+
+def plan_mlx_load(config: dict, model: object, hw: HardwareProfile,
+                  context: int | None = None, parallel: int = 1) -> LoadPlan:
+    """The mlx backend's load plan for an installed MLX directory (`model`: an
+    InstalledModel). Same shape as plan_load: parallel halved, then context, until it fits."""
+    from backends.mlx.config import weights_bytes
+
+    arch = arch_from_mlx_config(config)
+    if not hw.apple_chip:  # the CPU backend keeps K and V in float32 (backends/mlx/backend.py)
+        arch = replace(arch, head_dim=arch.head_dim * 2)
+    trained = int(config.get("max_position_embeddings") or model.context_length or 4096)
+    wanted = context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT
+    ctx = max(MIN_CONTEXT, min(wanted, trained))
+    weights = weights_bytes(model.path)
+    variant = Variant("mlx", mlx_quant(config), model.path.name, weights, None, ())
+    params = int(weights * 8 / BITS_PER_WEIGHT.get(variant.quant, 16.0))
+
+    def fit_at(c: int, p: int) -> Fit:
+        return estimate(model.id, arch, params, variant, hw, c, p, repacked=0)
+
+    fit = fit_at(ctx, parallel)
+    while fit.placement == "wont_fit" and parallel > 1:
+        parallel //= 2
+        fit = fit_at(ctx, parallel)
+    while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
+        ctx //= 2
+        fit = fit_at(ctx, parallel)
+    threads = env_int("EMBER_THREADS") or hw.physical_cores
+    where = "Metal, unified memory" if hw.apple_chip else "CPU (mlx[cpu])"
+    reason = f"MLX on {where}: {fit.memory.describe(ctx)}"
+    if parallel > 1:
+        reason += f"; {parallel} parallel sequences"
+    if ctx < min(wanted, trained):
+        reason += f" (context cut from {wanted} to fit)"
+    # The prefill step: on the CPU MLX computes about one prompt token a second here, so
+    # short steps keep a cancel (checked between steps) from waiting minutes.
+    batch = UBATCH if hw.apple_chip else MLX_CPU_PREFILL_STEP
+    return LoadPlan(context=ctx, threads=threads, gpu_layers=-1 if hw.apple_chip else 0,
+                    batch=batch, parallel=parallel, reason=reason,
+                    memory_bytes=fit.memory.total)
 
 
 def memory_budget(hw: HardwareProfile) -> int:

@@ -158,10 +158,21 @@ def _apple_chip(ram_total: int) -> tuple[str | None, list[GPU]]:
     bandwidth, cores = next(((bw, c) for name, (bw, c) in sorted(
         APPLE_CHIPS.items(), key=lambda kv: len(kv[0]), reverse=True) if name in chip),
         (None, None))
-    share = gpu_wired_share(ram_total)
-    gpu = GPU(f"{brand} GPU ({cores or '?'} cores)", "apple", int(ram_total * share),
-              int(ram_total * share), None, bandwidth)
+    wired = gpu_wired_bytes(ram_total, _sysctl("iogpu.wired_limit_mb"))
+    gpu = GPU(f"{brand} GPU ({cores or '?'} cores)", "apple", wired, wired, None, bandwidth)
     return chip, [gpu]
+
+
+def gpu_wired_bytes(ram_total: int, wired_limit_mb: str | None = None) -> int:
+    """Unified memory the GPU may wire: `sysctl iogpu.wired_limit_mb` when a user raised (or
+    lowered) it, else macOS's default share (gpu_wired_share); 0 in the sysctl means default."""
+    try:
+        limit = int(wired_limit_mb or 0)
+    except ValueError:
+        limit = 0
+    if limit > 0:
+        return min(ram_total, limit << 20)
+    return int(ram_total * gpu_wired_share(ram_total))
 
 
 def gpu_wired_share(ram_total: int) -> float:

@@ -3,6 +3,9 @@
 Models are plain files under `models/<publisher>/<repo>/<file>` so other tools can use them.
 Beside each file, `<file>.ember.json` records what it is; it is written last, by rename, so a
 half-copied or unverified file is never listed as installed.
+
+An MLX model is a directory (config.json, safetensors, tokenizer files, as in an mlx-community
+repo): `models/<publisher>/<repo>/` is the model, and its manifest is `mlx.ember.json` inside.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from app.gguf_file import read_gguf
 from app.registry import ModelSpec, Variant, load_registry, suggest
 
 MANIFEST_SUFFIX = ".ember.json"
+DIR_MANIFEST = "mlx" + MANIFEST_SUFFIX  # inside a directory model
+DIR_FORMATS = frozenset({"mlx"})  # formats whose model is a directory
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,7 @@ class Store:
                 model = InstalledModel(**raw)
             except (OSError, ValueError, TypeError, KeyError):
                 continue  # a foreign or damaged manifest is not an installed model
-            if model.path.is_file() and model.path.stat().st_size == model.size_bytes:
+            if _complete(model):
                 found.append(model)
         return found
 
@@ -102,6 +107,8 @@ class Store:
     def target_path(self, spec: ModelSpec, variant: Variant) -> Path:
         hf = variant.source("hf")
         folder = Path(*hf.repo.split("/", 1)) if hf and hf.repo else Path("ember", spec.id)
+        if variant.format in DIR_FORMATS:
+            return self.paths.models / folder
         return self.paths.models / folder / variant.file
 
     def install(self, spec: ModelSpec, variant: Variant, verified_file: Path) -> InstalledModel:
@@ -149,10 +156,35 @@ class Store:
         self._write_manifest(model)
         return model
 
+    def install_directory(self, built: Path, model_id: str, quant: str, fmt: str,
+                          architecture: str, context_length: int, chat: bool,
+                          origin: str) -> InstalledModel:
+        """Move a finished model directory (built under `partial/`) into
+        `models/<origin>/<id>-<quant>/` and list it. An installed model of the same ref must be
+        removed first."""
+        for m in self.list():
+            if m.id == model_id and m.quant == quant:
+                raise EmberError(f"{m.ref} is already installed ({m.path}); "
+                                 f"`ember rm {m.ref}` first to replace it")
+        target = self.paths.models / origin / f"{model_id}-{quant}".lower()
+        if target.exists():
+            raise EmberError(f"{target} exists but is not an installed model; remove it first")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(built, target)
+        model = InstalledModel(
+            id=model_id, quant=quant, format=fmt, path=target, size_bytes=dir_size(target),
+            sha256=dir_sha256(target), architecture=architecture, context_length=context_length,
+            chat=chat, origin=origin, installed_at=time.time())
+        self._write_manifest(model)
+        return model
+
     def remove(self, name: str) -> InstalledModel:
         model = self.get(name)
-        self._manifest_path(model.path).unlink(missing_ok=True)  # unlisted first, then deleted
-        model.path.unlink(missing_ok=True)
+        _manifest_path(model).unlink(missing_ok=True)  # unlisted first, then deleted
+        if model.path.is_dir():
+            shutil.rmtree(model.path, ignore_errors=True)
+        else:
+            model.path.unlink(missing_ok=True)
         for folder in (model.path.parent, model.path.parent.parent):
             try:
                 folder.rmdir()  # only if empty
@@ -160,12 +192,39 @@ class Store:
                 break
         return model
 
-    @staticmethod
-    def _manifest_path(model_path: Path) -> Path:
-        return model_path.with_name(model_path.name + MANIFEST_SUFFIX)
-
     def _write_manifest(self, model: InstalledModel) -> None:
-        path = self._manifest_path(model.path)
+        path = _manifest_path(model)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(model.to_json(), indent=2), encoding="utf-8")
         os.replace(tmp, path)
+
+
+def _manifest_path(model: InstalledModel) -> Path:
+    if model.format in DIR_FORMATS:
+        return model.path / DIR_MANIFEST
+    return model.path.with_name(model.path.name + MANIFEST_SUFFIX)
+
+
+def _complete(model: InstalledModel) -> bool:
+    """The model's files are all there (a file of the recorded size, or a directory whose
+    files add up to it)."""
+    if model.format in DIR_FORMATS:
+        return model.path.is_dir() and dir_size(model.path) == model.size_bytes
+    return model.path.is_file() and model.path.stat().st_size == model.size_bytes
+
+
+def _dir_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*")
+                  if p.is_file() and not p.name.endswith(MANIFEST_SUFFIX))
+
+
+def dir_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in _dir_files(folder))
+
+
+def dir_sha256(folder: Path) -> str:
+    """One digest for a directory model: SHA-256 over each file's name and SHA-256."""
+    h = hashlib.sha256()
+    for p in _dir_files(folder):
+        h.update(f"{p.relative_to(folder).as_posix()}\0{sha256_file(p)}\n".encode())
+    return h.hexdigest()

@@ -28,10 +28,13 @@ wheel=$(bash packaging/llama_cpp_wheel.sh "$py")
 "$py" "${pip_q[@]}" "$wheel"
 
 if [ "$mode" = test ]; then
-  "$py" "${pip_q[@]}" -e ".[gui,serve,dev]"
+  "$py" "${pip_q[@]}" -e ".[gui,serve,mlx,dev]"  # the mlx backend runs on mlx[cpu] in tests
   export PYTHONFAULTHANDLER=1
   exec "$py" -m pytest "$@"
 fi
-"$py" "${pip_q[@]}" -e ".[gui,serve]"
+extras=gui,serve
+# Apple Silicon gets the mlx backend (Metal); elsewhere it stays optional (`pip install -e .[mlx]`).
+if [ "$(uname -s)-$(uname -m)" = "Darwin-arm64" ]; then extras=gui,serve,mlx; fi
+"$py" "${pip_q[@]}" -e ".[$extras]"
 "$VENV/bin/ember" pull qwen2.5-coder-0.5b-instruct
 exec "$VENV/bin/ember" "$@"

@@ -76,4 +76,4 @@ def main() -> None:
 
 
 # The commands register themselves on `cli` when their modules are imported.
-from app.cli import generate, models, remote, serve  # noqa: E402, F401
+from app.cli import convert, generate, models, remote, serve  # noqa: E402, F401

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from app import remotes
 from app.errors import InvalidRequestError
-from app.fit import memory_budget, plan_load
+from app.fit import memory_budget, plan_load, plan_mlx_load
 from app.gguf_file import read_gguf
 from app.hardware import HardwareProfile, detect
 from app.runtime.generation import Generation
@@ -107,12 +107,23 @@ class Runtime:
             if worker is not None:
                 worker.stop()
                 del self._workers[model.ref]
-            info = read_gguf(model.path)  # a clear error here beats a native crash later
-            plan = plan_load(info, self.hardware, context, self.parallel)
+            plan, backend = self._plan(model, context)
             self._make_room(plan.memory_bytes)
             worker = Worker(model, plan, backend)
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
+
+    def _plan(self, model: InstalledModel, context: int | None) -> tuple[LoadPlan, str]:
+        """The load plan and backend for a model: an MLX directory runs on the mlx backend,
+        a GGUF file on the Runtime's backend. Reading the files here gives a clear error
+        before a native library touches them."""
+        if model.format == "mlx":
+            from backends.mlx.config import read_config
+
+            config = read_config(model.path)
+            return plan_mlx_load(config, model, self.hardware, context, self.parallel), "mlx"
+        info = read_gguf(model.path)
+        return plan_load(info, self.hardware, context, self.parallel), self.backend
 
     def _make_room(self, needed: int) -> None:
         """Unload idle models, least recently used first, until `needed` fits beside the rest

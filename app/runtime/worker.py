@@ -38,7 +38,7 @@ BACKENDS = {
     "llamacpp": ("backends.llamacpp", "LlamaCppBackend", "pip install -e ."),
     "cuda": ("backends.cuda", "CudaBackend",
              "pip install -e '.[cuda]' on a machine with an NVIDIA GPU"),
-    "mlx": ("backends.mlx", "MlxBackend", "pip install -e '.[mlx]'"),
+    "mlx": ("backends.mlx.backend", "MlxBackend", "pip install -e '.[mlx]'"),
 }
 
 

@@ -31,7 +31,7 @@ from backends.base import (
     Message,
 )
 from backends.llamacpp.engine import BatchEngine, Job
-from backends.llamacpp.text import TextStream
+from backends.text import TextStream
 
 if TYPE_CHECKING:
     from app.store import InstalledModel

@@ -33,7 +33,7 @@ from backends.base import (
     Stats,
     TokenEvent,
 )
-from backends.llamacpp.text import TextStream
+from backends.text import TextStream
 
 CHUNK = 64  # prompt evaluation piece; 64 and 512 prefill equally fast here (96-97 tok/s)
 

@@ -1,0 +1,163 @@
+"""Concurrent requests on one MLX model: mlx-lm's BatchGenerator, plus a prompt cache.
+
+BatchGenerator does continuous batching: new prompts are prefilled (in `prefill_step`-token
+pieces, so a step stays short and a cancel lands quickly), then join the decode batch; every
+sequence has its own sampler, processors and token limit. We add what Ember's protocol needs:
+stream ids, cancellation, stop strings (TextStream), and Stats.
+
+Prompt cache: when a request ends, its KV cache (prompt + answer) goes into mlx-lm's
+LRUPromptCache under its tokens. A new request takes a copy of the entry sharing the longest
+prefix with its prompt, trimmed to that prefix, so a conversation's next turn computes only
+its new tokens (Stats.cached_tokens counts the reused ones).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.models.cache import LRUPromptCache, trim_prompt_cache
+
+from backends.base import (
+    CancelFlag,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    GenerationRequest,
+    Stats,
+    TokenEvent,
+)
+from backends.text import TextStream
+
+MODEL_KEY = "model"  # LRUPromptCache keys entries by model too; a backend holds one
+
+
+@dataclass
+class Job:
+    stream_id: str
+    request: GenerationRequest
+    cancelled: CancelFlag | None
+    prompt: list[int]
+    truncated: bool
+    max_new: int
+    text: TextStream
+    sampler: Any
+    processors: list
+    started: float = field(default_factory=time.perf_counter)
+    uid: int = -1
+    reused: int = 0
+    n_out: int = 0
+    first_at: float | None = None
+    last_at: float | None = None
+
+
+class MlxEngine:
+    def __init__(self, model: Any, pieces: list[bytes], eog: frozenset[int], parallel: int,
+                 prefill_step: int, cache_entries: int, cache_bytes: int) -> None:
+        self.model, self.pieces, self.eog = model, pieces, eog
+        self.parallel, self.prefill_step = parallel, prefill_step
+        self.cache = LRUPromptCache(max_size=cache_entries, max_bytes=cache_bytes)
+        self.jobs: dict[int, Job] = {}
+        self.generator = self._new_generator()
+
+    def _new_generator(self) -> BatchGenerator:
+        return BatchGenerator(self.model, stop_tokens=[[t] for t in sorted(self.eog)],
+                              completion_batch_size=self.parallel,
+                              prefill_batch_size=self.parallel,
+                              prefill_step_size=self.prefill_step)
+
+    def close(self) -> None:
+        self.generator.close()
+        self.jobs.clear()
+        self.cache.trim_to(n_sequences=0)
+
+    def has_work(self) -> bool:
+        return bool(self.jobs)
+
+    def submit(self, job: Job) -> None:
+        cache, rest = self.cache.fetch_nearest_cache(MODEL_KEY, job.prompt)
+        if cache is not None and not rest:
+            # the whole prompt is cached; BatchGenerator needs one token to start from
+            trim_prompt_cache(cache, 1)
+            rest = job.prompt[-1:]
+        job.reused = len(job.prompt) - len(rest)
+        (job.uid,) = self.generator.insert(
+            [rest], max_tokens=[job.max_new],
+            caches=[cache] if cache is not None else None,
+            all_tokens=[job.prompt[:job.reused]],
+            samplers=[job.sampler], logits_processors=[job.processors],
+            stop_sequences=[StopSequences([[t] for t in sorted(self.eog)])])
+        self.jobs[job.uid] = job
+
+    def fail_all(self, message: str) -> list[tuple[str, Event]]:
+        """End every request with an error and start from a clean generator and cache."""
+        jobs, self.jobs = list(self.jobs.values()), {}
+        self.generator.close()
+        self.generator = self._new_generator()
+        self.cache.trim_to(n_sequences=0)
+        return [(job.stream_id, ErrorEvent(message)) for job in jobs]
+
+    def step(self) -> list[tuple[str, Event]]:
+        out: list[tuple[str, Event]] = []
+        for job in list(self.jobs.values()):
+            if job.cancelled is not None and job.cancelled.is_set():
+                out += self._remove(job, "cancelled")
+        if not self.jobs:
+            return out
+        _, responses = self.generator.next()
+        for r in responses:
+            job = self.jobs.get(r.uid)
+            if job is None:
+                continue
+            if r.finish_reason == "stop" and r.token in self.eog:
+                self._keep_cache(r.all_tokens, r.prompt_cache)
+                out += self._finish(job, "stop")
+                continue
+            out += self._accept(job, r.token)
+            if job.uid not in self.jobs:  # a stop string ended it
+                continue
+            if r.finish_reason is not None:
+                self._keep_cache(r.all_tokens, r.prompt_cache)
+                out += self._finish(job, "length")
+        return out
+
+    def _accept(self, job: Job, token: int) -> list[tuple[str, Event]]:
+        job.n_out += 1
+        job.last_at = time.perf_counter()
+        job.first_at = job.first_at or job.last_at
+        piece = job.text.push(self.pieces[token] if 0 <= token < len(self.pieces) else b"")
+        events: list[tuple[str, Event]] = [(job.stream_id, TokenEvent(piece))] if piece else []
+        if job.text.stopped:
+            events += self._remove(job, "stop")
+        return events
+
+    def _remove(self, job: Job, reason: str) -> list[tuple[str, Event]]:
+        """End a request the generator is still running (cancelled, or a stop string)."""
+        caches = self.generator.remove([job.uid], return_prompt_caches=True)
+        if job.uid in caches:
+            cache, tokens = caches[job.uid]
+            self._keep_cache(tokens, cache)
+        return self._finish(job, reason)
+
+    def _keep_cache(self, tokens: list[int] | None, cache: list | None) -> None:
+        if tokens and cache:
+            self.cache.insert_cache(MODEL_KEY, list(tokens), cache)
+
+    def _finish(self, job: Job, reason: str) -> list[tuple[str, Event]]:
+        self.jobs.pop(job.uid, None)
+        events: list[tuple[str, Event]] = []
+        rest = job.text.finish()
+        if rest:
+            events.append((job.stream_id, TokenEvent(rest)))
+        end = time.perf_counter()
+        decode_s = (job.last_at - job.first_at) if job.first_at and job.last_at else 0.0
+        stats = Stats(
+            prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
+            ttft_s=round((job.first_at or end) - job.started, 4),
+            decode_tokens_per_s=round((job.n_out - 1) / decode_s, 2) if decode_s > 0 else 0.0,
+            finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
+            total_s=round(end - job.started, 4), cached_tokens=job.reused)
+        events.append((job.stream_id, DoneEvent(stats, job.text.text)))
+        return events

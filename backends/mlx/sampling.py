@@ -1,0 +1,51 @@
+"""Ember's sampling settings as mlx-lm samplers and logits processors.
+
+mlx-lm's `make_sampler` draws from MLX's global random state, so two requests in one batch
+could not each have their own seed. We chain mlx-lm's own filters (pure functions) and draw
+with a per-request key instead: a seeded request gives the same answer alone or batched.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
+
+from backends.base import SamplingParams
+
+PENALTY_LAST_N = 64  # the llama.cpp backend's repeat-penalty window
+
+Sampler = Callable[[mx.array], mx.array]
+
+
+def make_sampler(s: SamplingParams) -> Sampler | None:
+    """None means greedy: BatchGenerator then samples the whole batch with one argmax."""
+    if s.temperature == 0.0:
+        return None
+    key = mx.random.key(s.seed if s.seed is not None else random.randrange(2**32))
+    # llama.cpp's order: top-k, top-p, min-p, then temperature
+    filters: list[Callable[[mx.array], mx.array]] = []
+    if s.top_k > 0:
+        filters.append(lambda x: apply_top_k(x, s.top_k))
+    if s.top_p < 1.0:
+        filters.append(lambda x: apply_top_p(x, s.top_p))
+    if s.min_p > 0.0:
+        filters.append(lambda x: apply_min_p(x, s.min_p))
+
+    def sample(logprobs: mx.array) -> mx.array:
+        nonlocal key
+        key, draw = mx.random.split(key)
+        for f in filters:
+            logprobs = f(logprobs)
+        return mx.random.categorical(logprobs * (1.0 / s.temperature), key=draw)
+
+    return sample
+
+
+def make_processors(s: SamplingParams) -> list:
+    if s.repeat_penalty == 1.0:
+        return []
+    return make_logits_processors(repetition_penalty=s.repeat_penalty,
+                                  repetition_context_size=PENALTY_LAST_N)
