@@ -107,23 +107,22 @@ class Runtime:
             if worker is not None:
                 worker.stop()
                 del self._workers[model.ref]
-            plan, backend = self._plan(model, context)
+            plan = self._plan(model, context)
             self._make_room(plan.memory_bytes)
             worker = Worker(model, plan, backend)
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
 
-    def _plan(self, model: InstalledModel, context: int | None) -> tuple[LoadPlan, str]:
-        """The load plan and backend for a model: an MLX directory runs on the mlx backend,
-        a GGUF file on the Runtime's backend. Reading the files here gives a clear error
-        before a native library touches them."""
+    def _plan(self, model: InstalledModel, context: int | None) -> LoadPlan:
+        """The load plan for a model (an MLX directory or a GGUF file). Reading the files
+        here gives a clear error before a native library touches them."""
         if model.format == "mlx":
             from backends.mlx.config import read_config
 
             config = read_config(model.path)
-            return plan_mlx_load(config, model, self.hardware, context, self.parallel), "mlx"
+            return plan_mlx_load(config, model, self.hardware, context, self.parallel)
         info = read_gguf(model.path)
-        return plan_load(info, self.hardware, context, self.parallel), self.backend
+        return plan_load(info, self.hardware, context, self.parallel)
 
     def _make_room(self, needed: int) -> None:
         """Unload idle models, least recently used first, until `needed` fits beside the rest
