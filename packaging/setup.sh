@@ -28,7 +28,8 @@ wheel=$(bash packaging/llama_cpp_wheel.sh "$py")
 "$py" "${pip_q[@]}" "$wheel"
 
 if [ "$mode" = test ]; then
-  "$py" "${pip_q[@]}" -e ".[serve,dev]"
+  # cuda: the tests run Ember's own engine on the CPU too (torch's CPU build, pinned)
+  "$py" "${pip_q[@]}" -e ".[serve,dev,cuda]"
   export PYTHONFAULTHANDLER=1
   exec "$py" -m pytest "$@"
 fi

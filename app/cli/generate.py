@@ -36,7 +36,12 @@ def _stats_line(stats: Stats) -> str:
 @click.option("--system", default=None, help="system prompt")
 @click.option("--raw", is_flag=True, help="send PROMPT as-is, without the chat template")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object with the stats")
-def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool, **kw) -> None:
+@click.option("--backend", type=click.Choice(["llamacpp", "cuda"]), default="llamacpp",
+              show_default=True,
+              help="inference engine: llama.cpp, or Ember's own PyTorch engine (cuda; runs on "
+                   "the CPU, slowly, where there is no NVIDIA GPU)")
+def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool, backend: str,
+        **kw) -> None:
     """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin)."""
     from app.runtime import Runtime
 
@@ -52,7 +57,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool, *
         messages = ((Message("system", system),) if system else ()) + (Message("user", prompt),)
         request = GenerationRequest(messages=messages, sampling=sampling)
     request.validate()
-    with Runtime() as rt:
+    with Runtime(backend=backend) as rt:
         loaded = rt.load(installed.ref, kw["context"])
         generation = rt.generate(installed.ref, request)
         done = None

@@ -35,6 +35,9 @@ def make_backend(name: str) -> Backend:
     if name == "llamacpp":
         from backends.llamacpp import LlamaCppBackend
         return LlamaCppBackend()
+    if name == "cuda":
+        from backends.cuda import CudaBackend
+        return CudaBackend()
     raise EmberError(f"unknown backend {name!r}")
 
 

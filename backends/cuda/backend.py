@@ -109,6 +109,10 @@ class CudaBackend:
     def tokenize(self, text: str) -> list[int]:
         return self._loaded()[1].tokenize(text)
 
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        raise InvalidRequestError("the cuda backend does not compute embeddings yet; load the "
+                                  "model with the llamacpp backend for /v1/embeddings")
+
     # -- prompt ----------------------------------------------------------------------------
     def render(self, messages: tuple[Message, ...]) -> str:
         tok = self._loaded()[1]

@@ -68,10 +68,10 @@ class BlockManager:
         fresh_cached = sum(1 for b in cached if self.blocks[b].ref_count == 0)
         return seq.num_blocks - len(cached) + fresh_cached <= self.num_free
 
-    def allocate(self, seq: Sequence) -> None:
+    def allocate(self, seq: Sequence, use_cache: bool = True) -> None:
         """Blocks for all of `seq`'s tokens, cached prefix first; sets `num_computed`."""
         assert not seq.block_table
-        cached = self.cached_prefix(seq)
+        cached = self.cached_prefix(seq) if use_cache else []
         seq.block_table = [self._take(b).id for b in cached]
         seq.block_table += [self._take_fresh().id for _ in range(seq.num_blocks - len(cached))]
         seq.num_computed = len(cached) * BLOCK_SIZE

@@ -17,7 +17,7 @@ from backends.cuda.block_manager import BlockManager
 from backends.cuda.model_runner import ModelRunner
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.sampler import Sampler
-from backends.cuda.scheduler import Scheduler
+from backends.cuda.scheduler import Scheduled, Scheduler
 from backends.cuda.sequence import BLOCK_SIZE, Sequence
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -92,3 +92,21 @@ class Engine:
                         len(seq) >= self.config.context:
                     self.finish(seq)
         return [s.output for s in seqs]
+
+    def score(self, tokens: list[int]) -> torch.Tensor:
+        """Next-token logits (float32) after every prefix of `tokens`, (len, vocab): the
+        teacher-forced view tests compare with llama.cpp. Runs in `max_tokens` chunks over
+        fresh blocks (no prefix cache), between steps of any other work."""
+        seq = Sequence(list(tokens))
+        if self.blocks.num_free < seq.num_blocks or len(seq) > self.config.context:
+            raise ValueError(f"no room to score {len(seq)} tokens")
+        self.blocks.allocate(seq, use_cache=False)
+        rows = []
+        try:
+            while seq.num_computed < len(seq):
+                step = Scheduled(seq, min(self.config.max_tokens, len(seq) - seq.num_computed))
+                rows.append(self.runner.run([step], every_row=True))
+                seq.num_computed += step.num_tokens
+        finally:
+            self.blocks.free_seq(seq)
+        return torch.cat(rows)

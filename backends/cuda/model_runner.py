@@ -40,12 +40,17 @@ class ModelRunner:
         self.kv_cache = torch.zeros(2, len(layers), (num_blocks + 1) * BLOCK_SIZE,
                                     cfg.num_kv_heads,
                                     cfg.head_dim, device=device, dtype=dtype)
-        for i, attn in enumerate(layers):
-            attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
-            attn.block_size = BLOCK_SIZE
+        self._bind_cache()
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
         if device.type == "cuda":
             self.capture_graphs()
+
+    def _bind_cache(self) -> None:
+        """Point every attention layer at its slice of this runner's cache (again before each
+        step, so two engines over one model, as in tests and benchmarks, never mix caches)."""
+        for i, attn in enumerate(self.model.attention_layers()):
+            attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+            attn.block_size = BLOCK_SIZE
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -80,9 +85,13 @@ class ModelRunner:
         return Batch(tensor(ids), tensor(pos), ctx, rows)
 
     @torch.inference_mode()
-    def run(self, scheduled: list[Scheduled]) -> torch.Tensor:
-        """Logits (float32) for the sequences that sample this step, in scheduled order."""
+    def run(self, scheduled: list[Scheduled], every_row: bool = False) -> torch.Tensor:
+        """Logits (float32) for the sequences that sample this step, in scheduled order
+        (`every_row`: for every token of the batch, to score a text)."""
+        self._bind_cache()
         batch = self.prepare(scheduled)
+        if every_row:
+            batch.sample_rows = list(range(batch.input_ids.shape[0]))
         n = batch.input_ids.shape[0]
         if batch.ctx.is_decode and self.graphs and n <= GRAPH_BATCH_SIZES[-1]:
             hidden = self._replay(batch)

@@ -81,12 +81,13 @@ class PagedAttention(nn.Module):
 
     def _gather(self, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(seqs, kv_heads, blocks*block_size, dim) keys and values of each sequence."""
-        bs = self.block_size
-        k = self.k_cache.view(-1, bs, self.num_kv_heads, self.head_dim)[block_tables]
-        v = self.v_cache.view(-1, bs, self.num_kv_heads, self.head_dim)[block_tables]
+        shape = (-1, self.block_size, self.num_kv_heads, self.head_dim)
+        ids = block_tables.flatten()
+        k = self.k_cache.view(shape).index_select(0, ids)
+        v = self.v_cache.view(shape).index_select(0, ids)
         n = block_tables.shape[0]
-        return (k.reshape(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2),
-                v.reshape(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2))
+        return (k.view(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2),
+                v.view(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2))
 
     def _mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor:
         """Causal (and sliding-window) mask, (..., queries, keys) from query positions."""
