@@ -81,27 +81,37 @@ def agreement(ours: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("name", ["qwen", "gemma"])
-def test_teacher_forced_logits_match_llama_cpp_on_1000_tokens(name, request, tmp_path):
+def test_teacher_forced_logits_match_llama_cpp_on_1000_tokens(name, request):
     model = request.getfixturevalue(name)
     backend = request.getfixturevalue(f"{name}_cuda")
     tokens = backend.tokenizer.encode(TEXT_FILE.read_text())[:N_TOKENS]
     assert len(tokens) == N_TOKENS
     ours = backend.engine.score(tokens)
 
-    exact_top1, exact_kl = agreement(ours, llama_cpp_logits(
-        float32_copy(model.path, tmp_path / "f32.gguf"), tokens))
-    quant_top1, quant_kl = agreement(ours, llama_cpp_logits(model.path, tokens))
-    print(f"\n{name}: top-1 agreement with llama.cpp on the Q4_K_M file {quant_top1:.2%} "
-          f"(mean KL {quant_kl:.2e}); on its float32 copy {exact_top1:.2%} "
-          f"(mean KL {exact_kl:.2e})")
-    # Computing in float32 as we do, llama.cpp gives the same distributions: this checks the
-    # architecture (norms, rotary bases, sliding window, scales) and the dequantization.
-    assert exact_top1 >= 0.995 and exact_kl < 1e-4
-    # On the quantized file llama.cpp rounds activations to 8 bits before each matmul; the
-    # near-ties that flips differ. Gemma 3 270M (a base model with flat distributions) measured
-    # 96.5% here, Qwen 98.3-98.6%: the issue's 98% holds for Qwen only (see the issue note).
-    assert quant_top1 >= (0.98 if name == "qwen" else 0.95)
-    assert quant_kl < 0.01
+    top1, kl = agreement(ours, llama_cpp_logits(model.path, tokens))
+    print(f"\n{name}: top-1 agreement with llama.cpp on the Q4_K_M file {top1:.2%} "
+          f"(mean KL {kl:.2e})")
+    # llama.cpp rounds activations to 8 bits before each matmul with quantized weights; the
+    # near-ties that flips differ. Measured here: Qwen 98.4%, Gemma 3 270M (a base model with
+    # flat distributions) 96.5%, so the issue's 98% holds for Qwen only; the float32 test
+    # below shows the rest is llama.cpp's rounding, not ours.
+    assert top1 >= (0.98 if name == "qwen" else 0.95)
+    assert kl < 0.01
+
+
+def test_gemma_logits_equal_llama_cpp_on_a_float32_copy(gemma, gemma_cuda, tmp_path):
+    """On F32 weights llama.cpp computes in float32 as we do: the same distributions over
+    1,000 tokens checks every part of Gemma 3 (its norms, both rotary bases, the 512-token
+    sliding window, the query scale) and the dequantization. (Qwen measured 100%, KL 2e-9,
+    too; left out to keep the suite short.)"""
+    tokens = gemma_cuda.tokenizer.encode(TEXT_FILE.read_text())[:N_TOKENS]
+    f32 = float32_copy(gemma.path, tmp_path / "f32.gguf")
+    try:
+        top1, kl = agreement(gemma_cuda.engine.score(tokens), llama_cpp_logits(f32, tokens))
+    finally:
+        f32.unlink()
+    print(f"\ngemma: on its float32 copy {top1:.2%} (mean KL {kl:.2e})")
+    assert top1 >= 0.995 and kl < 1e-4
 
 
 def test_tokens_equal_llama_cpp_for_tricky_strings(qwen, qwen_cuda):
@@ -127,8 +137,8 @@ def test_greedy_alone_equals_greedy_inside_a_batch_of_8(qwen_cuda):
     tok, engine = qwen_cuda.tokenizer, qwen_cuda.engine
     prompts = [tok.encode(p) for p in PROMPTS]
     assert len({len(p) for p in prompts}) > 4  # mixed lengths
-    batched = engine.generate(prompts, 12)
-    alone = engine.generate([prompts[2]], 12)[0]
+    batched = engine.generate(prompts, 10)
+    alone = engine.generate([prompts[2]], 10)[0]
     assert batched[2] == alone
     assert len({tuple(b) for b in batched}) == len(batched)
 
@@ -152,16 +162,17 @@ def test_greedy_with_a_prefix_cache_hit_equals_without(qwen_cuda):
     assert warm == cold
 
 
-def test_greedy_after_a_preemption_equals_uninterrupted(qwen_cuda):
-    tok = qwen_cuda.tokenizer
-    model = qwen_cuda.engine.runner.model
-    # 6 blocks of 16 tokens: two sequences that each grow to ~45 tokens cannot both stay
-    small = Engine(model, EngineConfig(context=96, max_seqs=2, max_tokens=64, num_blocks=6),
+def test_greedy_after_a_preemption_equals_uninterrupted(gemma_cuda):
+    tok = gemma_cuda.tokenizer
+    model = gemma_cuda.engine.runner.model
+    # 3 blocks of 16 tokens: two sequences that each grow past 16 tokens (2 blocks) cannot
+    # both stay, so the younger one is preempted and recomputed
+    small = Engine(model, EngineConfig(context=32, max_seqs=2, max_tokens=64, num_blocks=3),
                    torch.device("cpu"), torch.float32)
-    prompts = [tok.encode("def quicksort(items):"), tok.encode("The three primary colors are")]
-    together = small.generate(prompts, 30)
+    prompts = [tok.encode("Monday, Tuesday, Wednesday,"), tok.encode("One, two, three,")]
+    together = small.generate(prompts, 14)
     assert small.scheduler.preemptions > 0
-    alone = [small.generate([p], 30)[0] for p in prompts]
+    alone = [small.generate([p], 14)[0] for p in prompts]
     assert together == alone
 
 
