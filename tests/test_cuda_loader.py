@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from app.errors import ModelFileError
+from backends.cuda.config import llama3_freq_factors
 from backends.cuda.context import Context
 from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
@@ -104,3 +105,16 @@ def test_a_folder_without_weights_or_with_an_unknown_architecture_is_refused(tmp
     hf_checkpoint(tmp_path / "bert", "BertModel")
     with pytest.raises(ModelFileError, match="not supported by the cuda backend"):
         load_weights(tmp_path / "bert")
+
+
+def test_llama3_rope_scaling_divides_only_the_low_frequencies(tmp_path):
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    hf_checkpoint(tmp_path / "l", "LlamaForCausalLM", rope_theta=500000.0,
+                  rope_scaling=scaling)
+    factors = load_weights(tmp_path / "l").config.rope_freq_factors
+    assert factors is not None and len(factors) == 4  # head_dim 8
+    factors = llama3_freq_factors(128, 500000.0, scaling)  # Llama 3.1 8B's numbers
+    assert factors[0] == 1.0 and factors[-1] == 8.0
+    assert all(a <= b for a, b in zip(factors, factors[1:], strict=False))
+    assert any(1.0 < f < 8.0 for f in factors)  # the smooth band

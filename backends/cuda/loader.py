@@ -25,7 +25,12 @@ import numpy as np
 import torch
 
 from app.errors import ModelFileError
-from backends.cuda.config import HF_ARCHITECTURES, SUPPORTED, ModelConfig
+from backends.cuda.config import (
+    HF_ARCHITECTURES,
+    SUPPORTED,
+    ModelConfig,
+    llama3_freq_factors,
+)
 
 
 @dataclass
@@ -56,7 +61,8 @@ GGUF_NAMES = {  # GGUF tensor name (after blk.N.) -> ours
 TOP_NAMES = {"token_embd": "tok_embd", "output_norm": "output_norm", "output": "output"}
 
 
-def gguf_config(fields: dict, vocab_size: int, tensor_names: set[str]) -> ModelConfig:
+def gguf_config(fields: dict, vocab_size: int, tensor_names: set[str],
+                freq_factors: tuple[float, ...] | None = None) -> ModelConfig:
     arch = fields["general.architecture"]
     if arch not in SUPPORTED:
         raise ModelFileError(f"architecture {arch!r} is not supported by the cuda backend "
@@ -87,7 +93,8 @@ def gguf_config(fields: dict, vocab_size: int, tensor_names: set[str]) -> ModelC
         max_position=get("context_length", 4096),
         tie_embeddings="output.weight" not in tensor_names,
         qkv_bias="blk.0.attn_q.bias" in tensor_names,
-        qk_norm="blk.0.attn_q_norm.weight" in tensor_names, **extra)
+        qk_norm="blk.0.attn_q_norm.weight" in tensor_names, rope_freq_factors=freq_factors,
+        **extra)
 
 
 def gguf_name(name: str) -> str:
@@ -124,12 +131,14 @@ def _load_gguf(path: Path, dtype: torch.dtype, device) -> LoadedWeights:
               if not k.startswith("tokenizer.ggml.")}
     names = {t.name for t in reader.tensors}
     embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
-    config = gguf_config(fields, int(embd.shape[1]), names)
+    freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    config = gguf_config(fields, int(embd.shape[1]), names,
+                         None if freqs is None else tuple(float(x) for x in freqs.data))
     tensors: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
         if t.name not in ("token_embd.weight", "output_norm.weight", "output.weight") and \
                 not t.name.startswith("blk."):
-            continue  # e.g. rope_freqs of llama 3.1, recomputed by the model
+            continue  # rope_freqs (Llama 3.1+) went into the config
         array = dequantize(t.data, t.tensor_type)
         w = torch.from_numpy(np.array(array, dtype=np.float32))  # a copy: F32 data is a memmap
         if config.arch in ("llama", "mistral"):
@@ -161,13 +170,16 @@ def hf_config(cfg: dict) -> ModelConfig:
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     extra = {}
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) == "llama3":
+        extra["rope_freq_factors"] = llama3_freq_factors(
+            head_dim, float(cfg.get("rope_theta", 10000.0)), scaling)
     if arch == "gemma3":
-        scaling = cfg.get("rope_scaling") or {}
-        extra = dict(sliding_window=cfg.get("sliding_window", 0),
-                     sliding_pattern=cfg.get("sliding_window_pattern", 6),
-                     rope_local_theta=float(cfg.get("rope_local_base_freq", 10000.0)),
-                     attn_scale=cfg.get("query_pre_attn_scalar", head_dim) ** -0.5,
-                     rope_scaling=float(scaling.get("factor", 1.0)))
+        extra |= dict(sliding_window=cfg.get("sliding_window", 0),
+                      sliding_pattern=cfg.get("sliding_window_pattern", 6),
+                      rope_local_theta=float(cfg.get("rope_local_base_freq", 10000.0)),
+                      attn_scale=cfg.get("query_pre_attn_scalar", head_dim) ** -0.5,
+                      rope_scaling=float(scaling.get("factor", 1.0)))
     return ModelConfig(
         arch=arch, vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
         num_layers=cfg["num_hidden_layers"], num_heads=heads,

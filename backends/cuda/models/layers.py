@@ -35,14 +35,18 @@ class Rotary(nn.Module):
     """NeoX-style rotary embedding (halves rotate together), as Hugging Face applies it;
     the loader has undone llama.cpp's Q/K permutation for models stored for pair rotation."""
 
-    def __init__(self, head_dim: int, theta: float, scaling: float = 1.0) -> None:
+    def __init__(self, head_dim: int, theta: float, scaling: float = 1.0,
+                 freq_factors: tuple[float, ...] | None = None) -> None:
         super().__init__()
         self.head_dim, self.theta, self.scaling = head_dim, theta, scaling
+        self.freq_factors = freq_factors
         self.register_buffer("inv_freq", self.frequencies(), persistent=False)
 
     def frequencies(self, device: torch.device | str = "cpu") -> torch.Tensor:
         d = self.head_dim
         inv = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
+        if self.freq_factors is not None:
+            inv = inv / torch.tensor(self.freq_factors, dtype=torch.float32, device=device)
         return inv / self.scaling
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,

@@ -33,7 +33,7 @@ class LlamaModel(CausalLM):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+        rotary = Rotary(cfg.head_dim, cfg.rope_theta, freq_factors=cfg.rope_freq_factors)
         self.tok_embd = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, rotary) for _ in range(cfg.num_layers))
         self.output_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
