@@ -108,19 +108,21 @@ def llama_cpp_rates(path: Path, batches: list[int], steps: int, threads: int) ->
         backend = LlamaCppBackend()
         backend.load(_installed(path), LoadPlan(context=256, threads=threads, parallel=batch,
                                                 batch=512))
+        # room for the tokens the first streams make while the last prompts are evaluated
         req = GenerationRequest(prompt=text, sampling=SamplingParams(
-            temperature=0.0, max_tokens=steps + 4))
+            temperature=0.0, max_tokens=steps + 2 * batch + 8))
         for i in range(batch):
             backend.submit(f"s{i}", req)
-        slots = backend.engine.slots
-        while any(s.job is not None and s.job.n_out == 0 for s in slots) or \
-                backend.engine.waiting:
+        engine = backend.engine
+        while engine.waiting or any(s.job is not None and s.job.n_out == 0
+                                    for s in engine.slots):
             backend.step()
-        before = sum(s.job.n_out for s in slots if s.job)
+        jobs = [s.job for s in engine.slots if s.job is not None]  # kept after they finish
+        before = sum(j.n_out for j in jobs)
         start = time.perf_counter()
         for _ in range(steps):
             backend.step()
-        produced = sum(s.job.n_out for s in slots if s.job) - before
+        produced = sum(j.n_out for j in jobs) - before
         out[f"decode_tok_s_batch_{batch}"] = round(produced / (time.perf_counter() - start), 2)
         if batch == batches[0]:
             long = GenerationRequest(prompt="word " * (PREFILL_LEN - 1),

@@ -184,3 +184,10 @@ def test_unpermute_inverts_llama_cpp_q_k_permutation():
     permuted = permute_qk(w, 8)
     assert not torch.equal(permuted, w)
     assert torch.equal(unpermute_qk(permuted, 8), w)
+
+
+def test_repetition_penalty_can_change_a_greedy_pick():
+    logits = torch.tensor([[3.0, 2.0, 0.0]])
+    greedy = SamplingParams(temperature=0.0, repeat_penalty=2.0)
+    assert Sampler()(logits, [greedy], [[0]], [1]) == [1]  # 3/2 < 2
+    assert Sampler()(logits, [greedy], [[2]], [1]) == [0]

@@ -33,16 +33,19 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, params: list[SamplingParams],
                  histories: list[list[int]], keys: list[int]) -> list[int]:
         """One token per row of `logits` (rows, vocab); `keys` name each row's request."""
-        logits = logits.float().cpu()
-        for i, p in enumerate(params):
-            if p.repeat_penalty != 1.0 and histories[i]:
-                logits[i] = repetition_penalty(logits[i], histories[i][-PENALTY_LAST_N:],
-                                               p.repeat_penalty)
+        # greedy rows stay on the device (one argmax for the batch); only rows that need a
+        # penalty or a draw come to the CPU, where the per-request generators live
         out = logits.argmax(dim=-1).tolist()
         for i, p in enumerate(params):
-            if p.temperature > 0.0:
-                probs = filtered_probs(logits[i], p)
-                out[i] = int(torch.multinomial(probs, 1,
+            if p.temperature == 0.0 and p.repeat_penalty == 1.0:
+                continue
+            row = logits[i].float().cpu()
+            if p.repeat_penalty != 1.0 and histories[i]:
+                row = repetition_penalty(row, histories[i][-PENALTY_LAST_N:], p.repeat_penalty)
+            if p.temperature == 0.0:
+                out[i] = int(row.argmax())
+            else:
+                out[i] = int(torch.multinomial(filtered_probs(row, p), 1,
                                                generator=self._generator(keys[i], p.seed)))
         return out
 
