@@ -17,6 +17,10 @@ from backends.cuda.scheduler import Scheduled
 from backends.cuda.sequence import BLOCK_SIZE
 
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+# CPU decode steps of up to this many sequences run on one thread. Measured on the 2-core CI
+# machine: a 4864x896 float32 matrix-vector product takes 1.6 ms on one thread and 7.1 ms on
+# two (a fixed cost of MKL's threaded path), 5.5 vs 8.1 ms for 8 rows.
+CPU_SINGLE_THREAD_DECODE = 8
 
 
 @dataclass
@@ -32,6 +36,7 @@ class ModelRunner:
                  device: torch.device, dtype: torch.dtype) -> None:
         self.model, self.device, self.dtype = model, device, dtype
         self.max_blocks_per_seq = max_blocks_per_seq
+        self.threads = torch.get_num_threads()
         cfg = model.config
         layers = model.attention_layers()
         # one allocation for every layer's K and V: (2, layers, slots, kv_heads, head_dim),
@@ -93,6 +98,9 @@ class ModelRunner:
         if every_row:
             batch.sample_rows = list(range(batch.input_ids.shape[0]))
         n = batch.input_ids.shape[0]
+        if self.device.type == "cpu":
+            small = batch.ctx.is_decode and n <= CPU_SINGLE_THREAD_DECODE
+            torch.set_num_threads(1 if small else self.threads)
         if batch.ctx.is_decode and self.graphs and n <= GRAPH_BATCH_SIZES[-1]:
             hidden = self._replay(batch)
         else:
