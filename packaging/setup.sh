@@ -28,7 +28,8 @@ wheel=$(bash packaging/llama_cpp_wheel.sh "$py")
 "$py" "${pip_q[@]}" "$wheel"
 
 if [ "$mode" = test ]; then
-  "$py" "${pip_q[@]}" -e ".[gui,serve,mlx,dev]"  # the mlx backend runs on mlx[cpu] in tests
+  # mlx and cuda: the tests run both on this CPU (mlx[cpu]; torch's CPU build, pinned)
+  "$py" "${pip_q[@]}" -e ".[gui,serve,mlx,cuda,dev]"
   export PYTHONFAULTHANDLER=1
   exec "$py" -m pytest "$@"
 fi

@@ -6,6 +6,7 @@ import click
 
 from app.cli import cli
 from app.errors import EmberError
+from app.selection import BACKENDS
 
 
 @cli.command()
@@ -21,9 +22,12 @@ from app.errors import EmberError
               help="requests that may wait; beyond, 429")
 @click.option("--parallel", default=8, show_default=True, type=int,
               help="sequences decoded together per model (fewer if memory is short)")
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
+              help="run every local model on this backend (default: chosen per model for "
+                   "this machine, see `ember hw`)")
 def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
           cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int,
-          parallel: int) -> None:
+          parallel: int, backend: str | None) -> None:
     """Serve the OpenAI- and Ollama-compatible HTTP API."""
     try:
         import uvicorn
@@ -38,7 +42,8 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
                               insecure_no_auth=insecure_no_auth, cors_origins=cors_origin,
                               idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel)
     check_bind(settings)
-    app = create_app(Runtime(idle_ttl_s=idle_ttl, parallel=parallel), settings)
+    app = create_app(Runtime(backend=backend, idle_ttl_s=idle_ttl, parallel=parallel),
+                     settings)
     click.echo(f"Ember API on http://{host}:{port} (OpenAI: /v1, Ollama: /api)"
                + (", API key required" if api_key else ""), err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,228 @@
+"""The cuda backend for the Runtime: requests in, events out, over our own engine.
+
+Chat templates, fitting a conversation into the context, stop strings and UTF-8-safe
+streaming work as in the llama.cpp backend (same helpers), so both backends answer a
+request the same way. Without a GPU the engine runs on the CPU in float32 and says so.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from app.errors import BackendError, InvalidRequestError
+from app.templates import render_chat
+from backends.base import (
+    CancelFlag,
+    Capabilities,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    GenerationRequest,
+    LoadPlan,
+    Message,
+    Stats,
+    TokenEvent,
+)
+from backends.cuda.engine import Engine, EngineConfig
+from backends.cuda.loader import load_weights
+from backends.cuda.models import build_model
+from backends.cuda.sequence import Sequence
+from backends.cuda.tokenizer import Tokenizer, load_tokenizer
+from backends.text import TextStream
+
+if TYPE_CHECKING:
+    from app.store import InstalledModel
+
+
+def pick_device() -> tuple[torch.device, torch.dtype]:
+    """bf16 on an NVIDIA GPU; float32 on the CPU (bf16 matmuls are slow on most CPUs)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda"), torch.bfloat16
+    return torch.device("cpu"), torch.float32
+
+
+@dataclass
+class Job:
+    stream_id: str
+    request: GenerationRequest
+    cancelled: CancelFlag | None
+    seq: Sequence
+    truncated: bool
+    text: TextStream
+    started: float = field(default_factory=time.perf_counter)
+    first_at: float | None = None
+    last_at: float | None = None
+
+
+class CudaBackend:
+    name = "cuda"
+
+    def __init__(self, max_seqs: int | None = None) -> None:
+        self.engine: Engine | None = None
+        self.tokenizer: Tokenizer | None = None
+        self.device = torch.device("cpu")
+        self._max_seqs = max_seqs
+        self._context = 0
+        self._jobs: dict[int, Job] = {}  # by id(sequence)
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(formats=("gguf", "safetensors"), batching=True)
+
+    def load(self, model: InstalledModel, plan: LoadPlan) -> None:
+        self.load_path(model.path, plan)
+
+    def load_path(self, path, plan: LoadPlan) -> None:
+        self.device, dtype = pick_device()
+        if self.device.type == "cpu":
+            print("ember: no NVIDIA GPU found; the cuda backend runs on the CPU in float32 "
+                  "(correct but slow: the llamacpp backend is faster here)", file=sys.stderr)
+            torch.set_num_threads(max(1, plan.threads))
+        self.tokenizer = load_tokenizer(path)
+        weights = load_weights(path, dtype, self.device)
+        model = build_model(weights.config)
+        model.load_weights(weights.tensors)
+        model.eval()
+        self._context = min(plan.context, weights.config.max_position)
+        config = EngineConfig(context=self._context,
+                              max_seqs=self._max_seqs or max(1, plan.parallel),
+                              max_tokens=max(plan.batch, 64))
+        self.engine = Engine(model, config, self.device, dtype, self.tokenizer.is_eog)
+
+    def unload(self) -> None:
+        if self.tokenizer is not None:
+            self.tokenizer.close()
+        self.engine = self.tokenizer = None
+        self._jobs.clear()
+
+    def _loaded(self) -> tuple[Engine, Tokenizer]:
+        if self.engine is None or self.tokenizer is None:
+            raise BackendError("no model is loaded")
+        return self.engine, self.tokenizer
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._loaded()[1].tokenize(text)
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        raise InvalidRequestError("the cuda backend does not compute embeddings yet; load the "
+                                  "model with the llamacpp backend for /v1/embeddings")
+
+    # -- prompt ----------------------------------------------------------------------------
+    def render(self, messages: tuple[Message, ...]) -> str:
+        tok = self._loaded()[1]
+        if tok.chat_template is None:
+            raise InvalidRequestError("this model has no chat template (a base model): send "
+                                      "a plain prompt instead of a conversation")
+        return render_chat(tok.chat_template, [{"role": m.role, "content": m.content}
+                                               for m in messages],
+                           bos_token=tok.bos_text, eos_token=tok.eos_text)
+
+    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool]:
+        """As the llama.cpp backend: oldest turns after the system prompt are dropped until
+        the conversation fits with room to answer; a raw prompt keeps its end."""
+        tok = self._loaded()[1]
+        n_ctx = self._context
+        wanted = request.sampling.max_tokens or n_ctx // 4
+        limit = n_ctx - max(1, min(wanted, n_ctx // 2))
+        if request.prompt is not None:
+            tokens = tok.encode(request.prompt)
+            return (tokens, False) if len(tokens) <= limit else (tokens[-limit:], True)
+        messages = list(request.messages or ())
+        truncated = False
+        while True:
+            tokens = tok.encode(self.render(tuple(messages)))
+            if len(tokens) <= limit:
+                return tokens, truncated
+            first = 1 if messages[0].role == "system" else 0
+            if len(messages) - first <= 1:
+                raise InvalidRequestError(
+                    f"the last message alone is {len(tokens)} tokens; with room for the answer "
+                    f"the context ({n_ctx} tokens) holds {limit}: shorten it or load the model "
+                    "with a larger context")
+            del messages[first]
+            truncated = True
+
+    # -- generation ------------------------------------------------------------------------
+    def submit(self, stream_id: str, request: GenerationRequest,
+               cancelled: CancelFlag | None = None) -> None:
+        engine, _ = self._loaded()
+        if request.json_mode:
+            raise InvalidRequestError("JSON mode needs a grammar; the cuda backend has none "
+                                      "yet (use the llamacpp backend)")
+        prompt, truncated = self.prompt_tokens(request)
+        budget = self._context - len(prompt)
+        max_new = min(request.sampling.max_tokens or budget, budget)
+        seq = Sequence(prompt, request.sampling, max_new)
+        engine.add(seq)
+        self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated,
+                                  TextStream(request.sampling.stop))
+
+    def has_work(self) -> bool:
+        return self.engine is not None and self.engine.has_work()
+
+    def step(self) -> list[tuple[str, Event]]:
+        engine, tok = self._loaded()
+        out: list[tuple[str, Event]] = []
+        for job in list(self._jobs.values()):
+            if job.cancelled is not None and job.cancelled.is_set():
+                out += self._finish(job, "cancelled")
+        for seq, token in engine.step():
+            job = self._jobs[id(seq)]
+            if tok.is_eog(token):
+                seq.tokens.pop()  # the end-of-generation token is not part of the answer
+                out += self._finish(job, "stop")
+                continue
+            job.last_at = time.perf_counter()
+            job.first_at = job.first_at or job.last_at
+            piece = job.text.push(tok.piece(token))
+            if piece:
+                out.append((job.stream_id, TokenEvent(piece)))
+            if job.text.stopped:
+                out += self._finish(job, "stop")
+            elif seq.num_output >= seq.max_new:
+                out += self._finish(job, "length")
+        return out
+
+    def fail_all(self, message: str) -> list[tuple[str, Event]]:
+        if self.engine is not None:
+            self.engine.finish_all()
+        jobs, self._jobs = list(self._jobs.values()), {}
+        return [(job.stream_id, ErrorEvent(message)) for job in jobs]
+
+    def _finish(self, job: Job, reason: str) -> list[tuple[str, Event]]:
+        self._loaded()[0].finish(job.seq)
+        del self._jobs[id(job.seq)]
+        events: list[tuple[str, Event]] = []
+        rest = job.text.finish()
+        if rest:
+            events.append((job.stream_id, TokenEvent(rest)))
+        end = time.perf_counter()
+        n = job.seq.num_output
+        decode_s = (job.last_at - job.first_at) if job.first_at and job.last_at else 0.0
+        stats = Stats(
+            prompt_tokens=job.seq.num_prompt, completion_tokens=n,
+            ttft_s=round((job.first_at or end) - job.started, 4),
+            decode_tokens_per_s=round((n - 1) / decode_s, 2) if decode_s > 0 else 0.0,
+            finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
+            total_s=round(end - job.started, 4), cached_tokens=job.seq.num_cached)
+        events.append((job.stream_id, DoneEvent(stats, job.text.text)))
+        return events
+
+    def generate(self, request: GenerationRequest,
+                 cancelled: CancelFlag | None = None) -> Iterator[Event]:
+        self._loaded()
+        stream_id = f"solo-{request.id}-{random.randrange(2**32)}"
+        self.submit(stream_id, request, cancelled)
+        while True:
+            for sid, event in self.step():
+                if sid != stream_id:
+                    continue
+                yield event
+                if isinstance(event, DoneEvent | ErrorEvent):
+                    return

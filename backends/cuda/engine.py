@@ -1,0 +1,112 @@
+"""The engine loop on token ids: add sequences, step them all forward together.
+
+`step()` = schedule -> run the model -> sample -> advance; the Backend adapter
+(backend.py) turns sequences into requests, text and stats. `generate` is the plain greedy
+loop tests and benchmarks use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from backends.base import SamplingParams
+from backends.cuda.block_manager import BlockManager
+from backends.cuda.model_runner import ModelRunner
+from backends.cuda.models.layers import CausalLM
+from backends.cuda.sampler import Sampler
+from backends.cuda.scheduler import Scheduled, Scheduler
+from backends.cuda.sequence import BLOCK_SIZE, Sequence
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    context: int = 4096  # tokens one sequence may hold
+    max_seqs: int = 8  # sequences decoded together
+    max_tokens: int = 512  # tokens per step (prompt chunks + decodes)
+    num_blocks: int | None = None  # None: room for max_seqs full contexts
+
+
+class Engine:
+    def __init__(self, model: CausalLM, config: EngineConfig, device: torch.device,
+                 dtype: torch.dtype, is_eog: Callable[[int], bool] = lambda t: False) -> None:
+        per_seq = -(-config.context // BLOCK_SIZE)
+        num_blocks = config.num_blocks or per_seq * config.max_seqs
+        if num_blocks < per_seq:
+            raise ValueError(f"{num_blocks} KV blocks cannot hold one {config.context}-token "
+                             "context")
+        self.config, self.is_eog = config, is_eog
+        self.blocks = BlockManager(num_blocks)
+        self.scheduler = Scheduler(self.blocks, config.max_seqs, config.max_tokens)
+        self.runner = ModelRunner(model, num_blocks, per_seq, device, dtype)
+        self.sampler = Sampler()
+
+    def add(self, seq: Sequence) -> None:
+        if len(seq) >= self.config.context:
+            raise ValueError(f"{len(seq)} tokens do not fit a {self.config.context}-token "
+                             "context")
+        self.scheduler.add(seq)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[tuple[Sequence, int]]:
+        """One forward pass; returns the token each sampling sequence got (already appended)."""
+        scheduled = self.scheduler.schedule()
+        if not scheduled:
+            return []
+        sampling = [s.seq for s in scheduled if s.samples]
+        logits = self.runner.run(scheduled)
+        self.scheduler.postprocess(scheduled)
+        if not sampling:
+            return []
+        tokens = self.sampler(logits, [s.sampling for s in sampling],
+                              [s.tokens for s in sampling], [id(s) for s in sampling])
+        for seq, token in zip(sampling, tokens, strict=True):
+            seq.append(token)
+        return list(zip(sampling, tokens, strict=True))
+
+    def finish(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        self.sampler.forget(id(seq))
+
+    def finish_all(self) -> list[Sequence]:
+        seqs = list(self.scheduler.running) + list(self.scheduler.waiting)
+        for seq in seqs:
+            self.finish(seq)
+        return seqs
+
+    def generate(self, prompts: list[list[int]], max_new: int,
+                 params: SamplingParams = GREEDY) -> list[list[int]]:
+        """Every prompt to `max_new` tokens (or end of generation), batched; the outputs."""
+        seqs = [Sequence(list(p), params, max_new) for p in prompts]
+        for seq in seqs:
+            self.add(seq)
+        while any(s.status.value != "finished" for s in seqs):
+            for seq, token in self.step():
+                if seq.num_output >= seq.max_new or self.is_eog(token) or \
+                        len(seq) >= self.config.context:
+                    self.finish(seq)
+        return [s.output for s in seqs]
+
+    def score(self, tokens: list[int]) -> torch.Tensor:
+        """Next-token logits (float32) after every prefix of `tokens`, (len, vocab): the
+        teacher-forced view tests compare with llama.cpp. Runs in `max_tokens` chunks over
+        fresh blocks (no prefix cache), between steps of any other work."""
+        seq = Sequence(list(tokens))
+        if self.blocks.num_free < seq.num_blocks or len(seq) > self.config.context:
+            raise ValueError(f"no room to score {len(seq)} tokens")
+        self.blocks.allocate(seq, use_cache=False)
+        rows = []
+        try:
+            while seq.num_computed < len(seq):
+                step = Scheduled(seq, min(self.config.max_tokens, len(seq) - seq.num_computed))
+                rows.append(self.runner.run([step], every_row=True))
+                seq.num_computed += step.num_tokens
+        finally:
+            self.blocks.free_seq(seq)
+        return torch.cat(rows)

@@ -1,0 +1,211 @@
+"""Layers every architecture shares: RMSNorm, rotary embeddings, paged attention, gated MLP.
+
+Attention over the paged KV cache is plain torch (`scaled_dot_product_attention` with an
+explicit mask): the reference the next issue's Triton kernel is checked against. On the GPU
+the same call takes torch's fused SDPA paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from backends.cuda.context import Context
+
+
+class RMSNorm(nn.Module):
+    """x * w / rms(x), computed in fp32. Gemma's (1 + w) is folded into w by the loader."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x * self.weight.float()).to(dtype)
+
+
+class Rotary(nn.Module):
+    """NeoX-style rotary embedding (halves rotate together), as Hugging Face applies it;
+    the loader has undone llama.cpp's Q/K permutation for models stored for pair rotation."""
+
+    def __init__(self, head_dim: int, theta: float, scaling: float = 1.0,
+                 freq_factors: tuple[float, ...] | None = None) -> None:
+        super().__init__()
+        self.head_dim, self.theta, self.scaling = head_dim, theta, scaling
+        self.freq_factors = freq_factors
+        self.register_buffer("inv_freq", self.frequencies(), persistent=False)
+
+    def frequencies(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        d = self.head_dim
+        inv = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
+        if self.freq_factors is not None:
+            inv = inv / torch.tensor(self.freq_factors, dtype=torch.float32, device=device)
+        return inv / self.scaling
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # (tokens, head_dim/2)
+        cos, sin = freqs.cos()[:, None, :], freqs.sin()[:, None, :]
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class PagedAttention(nn.Module):
+    """Stores this step's K/V in the cache, then attends over each sequence's cached keys.
+    `k_cache`/`v_cache` (slots, kv_heads, head_dim) are views the model runner assigns."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float,
+                 sliding_window: int = 0) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.scale, self.window = scale, sliding_window
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+        self.block_size = 16
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                ctx: Context) -> torch.Tensor:
+        # q: (tokens, heads, dim); k, v: (tokens, kv_heads, dim)
+        self.k_cache[ctx.slot_mapping] = k.to(self.k_cache.dtype)
+        self.v_cache[ctx.slot_mapping] = v.to(self.v_cache.dtype)
+        if ctx.is_decode:
+            return self._decode(q, ctx)
+        return self._prefill(q, ctx)
+
+    def _gather(self, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(seqs, kv_heads, blocks*block_size, dim) keys and values of each sequence."""
+        shape = (-1, self.block_size, self.num_kv_heads, self.head_dim)
+        ids = block_tables.flatten()
+        k = self.k_cache.view(shape).index_select(0, ids)
+        v = self.v_cache.view(shape).index_select(0, ids)
+        n = block_tables.shape[0]
+        return (k.view(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2),
+                v.view(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2))
+
+    def _mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor:
+        """Causal (and sliding-window) mask, (..., queries, keys) from query positions."""
+        k_pos = torch.arange(n_keys, device=q_pos.device)
+        allowed = k_pos <= q_pos[..., None]
+        if self.window:
+            # llama.cpp and Hugging Face: a query sees the last `window` positions, itself included
+            allowed &= q_pos[..., None] - k_pos < self.window
+        return allowed
+
+    def _decode(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
+        k, v = self._gather(ctx.block_tables)
+        q_pos = (ctx.context_lens - 1)[:, None]  # (seqs, 1): the query is the newest token
+        mask = self._mask(q_pos, k.shape[2])[:, None]  # (seqs, 1, 1, keys)
+        out = F.scaled_dot_product_attention(q[:, :, None, :], k.to(q.dtype), v.to(q.dtype),
+                                             attn_mask=mask, scale=self.scale, enable_gqa=True)
+        return out[:, :, 0, :]
+
+    def _prefill(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
+        outs, start = [], 0
+        for i, (n_q, n_ctx) in enumerate(zip(ctx.query_lens, ctx.context_lens_list,
+                                             strict=True)):
+            blocks = -(-n_ctx // self.block_size)
+            k, v = self._gather(ctx.block_tables[i:i + 1, :blocks])
+            k, v = k[:, :, :n_ctx], v[:, :, :n_ctx]
+            q_pos = torch.arange(n_ctx - n_q, n_ctx, device=q.device)
+            mask = self._mask(q_pos, n_ctx)
+            qi = q[start:start + n_q].transpose(0, 1)[None]  # (1, heads, n_q, dim)
+            out = F.scaled_dot_product_attention(qi, k.to(q.dtype), v.to(q.dtype),
+                                                 attn_mask=mask, scale=self.scale,
+                                                 enable_gqa=True)
+            outs.append(out[0].transpose(0, 1))
+            start += n_q
+        return torch.cat(outs)
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int,
+                 act: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.gate = nn.Linear(hidden, intermediate, bias=False)
+        self.up = nn.Linear(hidden, intermediate, bias=False)
+        self.down = nn.Linear(intermediate, hidden, bias=False)
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+class Attention(nn.Module):
+    """Q/K/V projections (optional bias, optional per-head RMSNorm of q and k), rotary
+    embedding, paged attention, output projection: the attention block of every model here."""
+
+    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                 scale: float, rotary: Rotary, eps: float, bias: bool = False,
+                 qk_norm: bool = False, sliding_window: int = 0) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.q = nn.Linear(hidden, num_heads * head_dim, bias=bias)
+        self.k = nn.Linear(hidden, num_kv_heads * head_dim, bias=bias)
+        self.v = nn.Linear(hidden, num_kv_heads * head_dim, bias=bias)
+        self.o = nn.Linear(num_heads * head_dim, hidden, bias=False)
+        self.q_norm = RMSNorm(head_dim, eps) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim, eps) if qk_norm else None
+        self.rotary = rotary
+        self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, scale, sliding_window)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: Context) -> torch.Tensor:
+        n = x.shape[0]
+        q = self.q(x).view(n, self.num_heads, self.head_dim)
+        k = self.k(x).view(n, self.num_kv_heads, self.head_dim)
+        v = self.v(x).view(n, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary(positions, q, k)
+        return self.o(self.attn(q, k, v, ctx).reshape(n, -1))
+
+
+class CausalLM(nn.Module):
+    """What the model runner needs from every architecture: embed, layers, final norm and
+    the output head (tied to the embedding where the checkpoint has none)."""
+
+    embed_scale = 1.0
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                ctx: Context) -> torch.Tensor:
+        h = self.tok_embd(input_ids)
+        if self.embed_scale != 1.0:
+            h = h * self.embed_scale
+        for layer in self.layers:
+            h = layer(h, positions, ctx)
+        return self.output_norm(h)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.tok_embd.weight if self.output is None else self.output.weight
+        return F.linear(hidden, weight).float()
+
+    def attention_layers(self) -> list[PagedAttention]:
+        return [layer.attn.attn for layer in self.layers]
+
+    def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Take the loader's tensors as the parameters (no copy). The model is built on the
+        meta device, so no time goes into random initialisation of weights we replace."""
+        missing, unexpected = self.load_state_dict(tensors, strict=False, assign=True)
+        device = next(iter(tensors.values())).device
+        for module in self.modules():
+            if isinstance(module, Rotary):
+                module.inv_freq = module.frequencies(device)
+        missing = [m for m in missing if not m.endswith("inv_freq")]
+        if missing or unexpected:
+            from app.errors import ModelFileError
+            raise ModelFileError(f"the weights do not match the architecture: missing "
+                                 f"{missing[:5]}, unexpected {unexpected[:5]}")

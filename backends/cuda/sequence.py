@@ -1,0 +1,62 @@
+"""A request inside the engine: its tokens, how many of them the KV cache holds, its blocks."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+
+from backends.base import SamplingParams
+
+BLOCK_SIZE = 16  # tokens per KV block (vLLM's default; small blocks waste little per sequence)
+
+_arrival = itertools.count()
+
+
+class Status(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    prompt: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_new: int = 512
+    tokens: list[int] = field(default_factory=list)  # prompt, then every sampled token
+    num_computed: int = 0  # leading tokens whose K/V are in the cache
+    num_cached: int = 0  # prompt tokens found in the prefix cache at the first admission
+    block_table: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    arrival: int = field(default_factory=lambda: next(_arrival))  # younger = larger
+    preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            self.tokens = list(self.prompt)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_prompt(self) -> int:
+        return len(self.prompt)
+
+    @property
+    def num_output(self) -> int:
+        return len(self.tokens) - len(self.prompt)
+
+    @property
+    def output(self) -> list[int]:
+        return self.tokens[len(self.prompt):]
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-len(self.tokens) // BLOCK_SIZE)
+
+    def block(self, i: int) -> list[int]:
+        return self.tokens[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE]
+
+    def append(self, token: int) -> None:
+        self.tokens.append(token)
