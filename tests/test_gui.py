@@ -408,3 +408,12 @@ def test_a_remote_server_added_in_settings_lists_its_models_and_streams_answers(
         wait_idle(qtbot, window)
         assert "The answer failed" in window.chat.banner_message()
         assert stored(window)[-1][2] == "error"
+
+
+def test_the_gpu_layers_setting_reaches_the_load_plan(qtbot, window: MainWindow, runtime):
+    window.settings.gpu_layers, window.settings.max_tokens = 3, 4
+    send(qtbot, window, "Say OK.")
+    wait_idle(qtbot, window)
+    plan = runtime.loaded()[0].plan
+    assert plan.gpu_layers == 3 and "GPU layers set to 3 by the user" in plan.reason
+    assert stored(window)[-1][2] == "complete"  # a CPU-only build runs it anyway

@@ -152,8 +152,9 @@ class ChatController(QObject):
         self._answer.set_status("streaming", note="Loading the model…"
                                 if not self._is_loaded() else "")
         backend = None if self.settings.backend == "auto" else self.settings.backend
+        gpu_layers = self.settings.gpu_layers if self.settings.gpu_layers >= 0 else None
         self.task = GenerationTask(self.runtime, self.model, request,
-                                   self.settings.context or None, backend)
+                                   self.settings.context or None, backend, gpu_layers)
         self.task.loaded.connect(self._loaded)
         self.task.token.connect(self._token)
         self.task.finished.connect(self._finished)

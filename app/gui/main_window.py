@@ -252,7 +252,7 @@ class MainWindow(QMainWindow):
         except EmberError as e:
             QMessageBox.warning(self, "Settings", str(e))
             return
-        old_context = self.settings.context
+        old_load = (self.settings.context, self.settings.gpu_layers, self.settings.backend)
         for name, value in vars(settings).items():
             setattr(self.settings, name, value)
         if self.controller.conversation_id is not None:
@@ -265,7 +265,9 @@ class MainWindow(QMainWindow):
         self.chat.dark = self.settings.theme == "dark"
         if self.controller.conversation_id is not None:
             self.controller.open(self.controller.conversation_id)  # re-render in the theme
-        if old_context != self.settings.context and self.controller.model:
+        new_load = (self.settings.context, self.settings.gpu_layers, self.settings.backend)
+        if old_load != new_load and self.controller.model and \
+                not self.runtime.is_remote(self.controller.model):
             self.runtime.unload(self.controller.model)  # the next answer loads it anew
         if self.settings_error:
             QMessageBox.warning(self, "Settings", "Not saved: config.toml could not be read "

@@ -27,10 +27,12 @@ class GenerationTask(QObject):
     failed = Signal(str, str, str)  # message, kind (load | crash | invalid | backend), text so far
 
     def __init__(self, runtime: Runtime, model: str, request: GenerationRequest,
-                 context: int | None = None, backend: str | None = None) -> None:
+                 context: int | None = None, backend: str | None = None,
+                 gpu_layers: int | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.request, self.context = runtime, model, request, context
         self.backend = backend  # None: the one app.selection picks for the model
+        self.gpu_layers = gpu_layers  # None: the load plan's
         self._stop = threading.Event()
         self._generation = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-generate")
@@ -52,7 +54,7 @@ class GenerationTask(QObject):
         remote = self.runtime.is_remote(self.model)
         try:  # a remote model is loaded by its server
             loaded = None if remote else self.runtime.load(self.model, self.context,
-                                                           self.backend)
+                                                           self.backend, self.gpu_layers)
         except EmberError as e:
             self.failed.emit(str(e), "load", "")
             return

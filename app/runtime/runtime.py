@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app import remotes
 from app.errors import InvalidRequestError
@@ -92,9 +92,10 @@ class Runtime:
             return [LoadedModel(w.model, w.plan, w.backend, w.pid)
                     for w in self._workers.values() if w.alive]
 
-    def load(self, name: str, context: int | None = None,
-             backend: str | None = None) -> LoadedModel:
-        """Load a local model (in the backend `backend`, or the one chosen for it)."""
+    def load(self, name: str, context: int | None = None, backend: str | None = None,
+             gpu_layers: int | None = None) -> LoadedModel:
+        """Load a local model (in the backend `backend`, or the one chosen for it).
+        `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all)."""
         if self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: its server loads it")
         model = self.store.get(name)
@@ -102,12 +103,16 @@ class Runtime:
         with self._lock:
             worker = self._workers.get(model.ref)
             if worker is not None and worker.alive and worker.backend == backend and (
-                    context is None or worker.plan.context == context):
+                    context is None or worker.plan.context == context) and (
+                    gpu_layers is None or worker.plan.gpu_layers == gpu_layers):
                 return LoadedModel(model, worker.plan, worker.backend, worker.pid)
             if worker is not None:
                 worker.stop()
                 del self._workers[model.ref]
             plan = self._plan(model, context)
+            if gpu_layers is not None:
+                plan = replace(plan, gpu_layers=gpu_layers,
+                               reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
             self._make_room(plan.memory_bytes)
             worker = Worker(model, plan, backend)
             self._workers[model.ref] = worker
