@@ -29,7 +29,7 @@ from app.transfer import Progress
 
 BADGE_COLOR = {"full_gpu": "#2e7d32", "partial": "#b26a00", "cpu": "#1565c0",
                "wont_fit": "#c62828"}
-COLUMNS = ["Model", "Quantization", "Download", "Fit", "Memory", "Speed", ""]
+COLUMNS = ["Model", "Quantization", "Size", "Fit", "Memory", "Speed", ""]
 
 
 def human_bytes(n: float) -> str:
@@ -125,8 +125,12 @@ class HubWidget(QWidget):
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setColumnWidth(0, 260)
+        self.tree.setColumnWidth(1, 150)
         self.tree.setColumnWidth(3, 150)
         self.tree.setColumnWidth(4, 300)
+        header = self.tree.header()  # shown: ... Fit, Speed, [Download], Memory (the widest)
+        header.moveSection(5, 4)
+        header.moveSection(6, 5)
         layout.addWidget(self.tree, 1)
         layout.addWidget(QLabel("Downloads"))
         self.downloads = QVBoxLayout()
