@@ -7,7 +7,6 @@ request the same way. Without a GPU the engine runs on the CPU in float32 and sa
 
 from __future__ import annotations
 
-import random
 import sys
 import time
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
 from backends.cuda.sequence import Sequence
 from backends.cuda.tokenizer import Tokenizer, load_tokenizer
+from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
 
 if TYPE_CHECKING:
@@ -124,29 +124,8 @@ class CudaBackend:
                            bos_token=tok.bos_text, eos_token=tok.eos_text)
 
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool]:
-        """As the llama.cpp backend: oldest turns after the system prompt are dropped until
-        the conversation fits with room to answer; a raw prompt keeps its end."""
-        tok = self._loaded()[1]
-        n_ctx = self._context
-        wanted = request.sampling.max_tokens or n_ctx // 4
-        limit = n_ctx - max(1, min(wanted, n_ctx // 2))
-        if request.prompt is not None:
-            tokens = tok.encode(request.prompt)
-            return (tokens, False) if len(tokens) <= limit else (tokens[-limit:], True)
-        messages = list(request.messages or ())
-        truncated = False
-        while True:
-            tokens = tok.encode(self.render(tuple(messages)))
-            if len(tokens) <= limit:
-                return tokens, truncated
-            first = 1 if messages[0].role == "system" else 0
-            if len(messages) - first <= 1:
-                raise InvalidRequestError(
-                    f"the last message alone is {len(tokens)} tokens; with room for the answer "
-                    f"the context ({n_ctx} tokens) holds {limit}: shorten it or load the model "
-                    "with a larger context")
-            del messages[first]
-            truncated = True
+        """As the llama.cpp backend (backends.prompt)."""
+        return fit_prompt(request, self._context, self._loaded()[1].encode, self.render)
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
@@ -217,12 +196,4 @@ class CudaBackend:
     def generate(self, request: GenerationRequest,
                  cancelled: CancelFlag | None = None) -> Iterator[Event]:
         self._loaded()
-        stream_id = f"solo-{request.id}-{random.randrange(2**32)}"
-        self.submit(stream_id, request, cancelled)
-        while True:
-            for sid, event in self.step():
-                if sid != stream_id:
-                    continue
-                yield event
-                if isinstance(event, DoneEvent | ErrorEvent):
-                    return
+        return run_alone(self, request, cancelled)

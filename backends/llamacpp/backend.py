@@ -24,13 +24,13 @@ from app.templates import render_chat
 from backends.base import (
     CancelFlag,
     Capabilities,
-    DoneEvent,
     Event,
     GenerationRequest,
     LoadPlan,
     Message,
 )
 from backends.llamacpp.engine import BatchEngine, Job
+from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
 
 if TYPE_CHECKING:
@@ -164,34 +164,8 @@ class LlamaCppBackend:
         return self._loaded().tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool]:
-        """The prompt as tokens, and whether something had to be dropped to fit the context.
-
-        A conversation loses its oldest turns after the system prompt, one at a time, until it
-        fits with room to answer; the last message is always kept. A raw prompt keeps its end.
-        """
-        n_ctx = self._n_ctx_seq
-        wanted = request.sampling.max_tokens or n_ctx // 4
-        limit = n_ctx - max(1, min(wanted, n_ctx // 2))
-        if request.prompt is not None:
-            tokens = self._encode(request.prompt)
-            if len(tokens) <= limit:
-                return tokens, False
-            return tokens[-limit:], True
-
-        messages = list(request.messages or ())
-        truncated = False
-        while True:
-            tokens = self._encode(self.render(tuple(messages)))
-            if len(tokens) <= limit:
-                return tokens, truncated
-            first = 1 if messages[0].role == "system" else 0
-            if len(messages) - first <= 1:
-                raise InvalidRequestError(
-                    f"the last message alone is {len(tokens)} tokens; with room for the answer "
-                    f"the context ({n_ctx} tokens) holds {limit}: shorten it or load the model "
-                    "with a larger context")
-            del messages[first]
-            truncated = True
+        """The prompt as tokens, and whether something was dropped to fit (backends.prompt)."""
+        return fit_prompt(request, self._n_ctx_seq, self._encode, self.render)
 
     @staticmethod
     def _grammar(request: GenerationRequest) -> LlamaGrammar | None:
@@ -253,15 +227,7 @@ class LlamaCppBackend:
                  cancelled: CancelFlag | None = None) -> Iterator[Event]:
         """One request on its own (the other requests of the engine, if any, run too)."""
         self._loaded()
-        stream_id = f"solo-{request.id}-{random.randrange(2**32)}"
-        self.submit(stream_id, request, cancelled)
-        while True:
-            for sid, event in self.step():
-                if sid != stream_id:
-                    continue
-                yield event
-                if isinstance(event, DoneEvent):
-                    return
+        return run_alone(self, request, cancelled)
 
 
 def _token_text(model: LlamaModel, token: int) -> str:

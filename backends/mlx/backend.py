@@ -9,7 +9,6 @@ meets the same checks), fitting the conversation into the context, stop strings 
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +21,6 @@ from app.templates import render_chat
 from backends.base import (
     CancelFlag,
     Capabilities,
-    DoneEvent,
     Event,
     GenerationRequest,
     LoadPlan,
@@ -32,6 +30,7 @@ from backends.mlx.config import kv_bytes_per_token, read_config
 from backends.mlx.engine import Job, MlxEngine
 from backends.mlx.sampling import make_processors, make_sampler
 from backends.mlx.tokens import ModelTokenizer, load_tokenizer
+from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
 
 if TYPE_CHECKING:
@@ -107,29 +106,9 @@ class MlxBackend:
                            bos_token=tok.bos_text, eos_token=tok.eos_text)
 
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool]:
-        """The prompt as tokens, and whether something was dropped to fit the context: a
-        conversation loses its oldest turns after the system prompt, a raw prompt its start
-        (the llama.cpp backend's rule)."""
-        tok, n_ctx = self._tokenizer(), self._n_ctx
-        wanted = request.sampling.max_tokens or n_ctx // 4
-        limit = n_ctx - max(1, min(wanted, n_ctx // 2))
-        if request.prompt is not None:
-            tokens = tok.encode(request.prompt)
-            return (tokens, False) if len(tokens) <= limit else (tokens[-limit:], True)
-        messages = list(request.messages or ())
-        truncated = False
-        while True:
-            tokens = tok.encode(self.render(tuple(messages)))
-            if len(tokens) <= limit:
-                return tokens, truncated
-            first = 1 if messages[0].role == "system" else 0
-            if len(messages) - first <= 1:
-                raise InvalidRequestError(
-                    f"the last message alone is {len(tokens)} tokens; with room for the answer "
-                    f"the context ({n_ctx} tokens) holds {limit}: shorten it or load the model "
-                    "with a larger context")
-            del messages[first]
-            truncated = True
+        """The prompt as tokens, and whether something was dropped to fit (backends.prompt,
+        the llama.cpp backend's rule)."""
+        return fit_prompt(request, self._n_ctx, self._tokenizer().encode, self.render)
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
@@ -159,12 +138,4 @@ class MlxBackend:
                  cancelled: CancelFlag | None = None) -> Iterator[Event]:
         """One request on its own (the engine's other requests, if any, run too)."""
         self._tokenizer()
-        stream_id = f"solo-{request.id}-{random.randrange(2**32)}"
-        self.submit(stream_id, request, cancelled)
-        while True:
-            for sid, event in self.step():
-                if sid != stream_id:
-                    continue
-                yield event
-                if isinstance(event, DoneEvent):
-                    return
+        return run_alone(self, request, cancelled)

@@ -1,0 +1,52 @@
+"""What every local backend does the same way: fit a request's prompt into the context, and
+run one request alone through the batched submit/step interface."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+
+from app.errors import InvalidRequestError
+from backends.base import Backend, CancelFlag, DoneEvent, ErrorEvent, Event, GenerationRequest
+
+
+def fit_prompt(request: GenerationRequest, n_ctx: int, encode: Callable[[str], list[int]],
+               render: Callable[[tuple], str]) -> tuple[list[int], bool]:
+    """The prompt as tokens, and whether something had to be dropped to fit the context.
+
+    A conversation loses its oldest turns after the system prompt, one at a time, until it
+    fits with room to answer; the last message is always kept. A raw prompt keeps its end.
+    """
+    wanted = request.sampling.max_tokens or n_ctx // 4
+    limit = n_ctx - max(1, min(wanted, n_ctx // 2))
+    if request.prompt is not None:
+        tokens = encode(request.prompt)
+        return (tokens, False) if len(tokens) <= limit else (tokens[-limit:], True)
+    messages = list(request.messages or ())
+    truncated = False
+    while True:
+        tokens = encode(render(tuple(messages)))
+        if len(tokens) <= limit:
+            return tokens, truncated
+        first = 1 if messages[0].role == "system" else 0
+        if len(messages) - first <= 1:
+            raise InvalidRequestError(
+                f"the last message alone is {len(tokens)} tokens; with room for the answer "
+                f"the context ({n_ctx} tokens) holds {limit}: shorten it or load the model "
+                "with a larger context")
+        del messages[first]
+        truncated = True
+
+
+def run_alone(backend: Backend, request: GenerationRequest,
+              cancelled: CancelFlag | None = None) -> Iterator[Event]:
+    """One request's events (the backend's other requests, if any, advance too)."""
+    stream_id = f"solo-{request.id}-{random.randrange(2**32)}"
+    backend.submit(stream_id, request, cancelled)
+    while True:
+        for sid, event in backend.step():
+            if sid != stream_id:
+                continue
+            yield event
+            if isinstance(event, DoneEvent | ErrorEvent):
+                return
