@@ -62,6 +62,36 @@ class SamplingParams:
             raise bad("stop takes at most 16 non-empty strings")
 
 
+SpeculativeMethod = Literal["draft", "lookup"]
+MAX_DRAFT = 16  # the most tokens one speculative step may propose
+
+
+@dataclass(frozen=True)
+class SpeculativeParams:
+    """Speculative decoding for one request: a smaller `draft_model` with the same tokenizer
+    proposes tokens ("draft"), or n-grams of the prompt and answer do ("lookup"); the model
+    verifies up to `max_draft` of them in one forward pass. The output is the model's own:
+    greedy answers are identical, sampled ones have the model's distribution.
+    `draft_path` is filled in by the Runtime from `draft_model` (a worker cannot look it up)."""
+    method: SpeculativeMethod = "draft"
+    draft_model: str | None = None
+    max_draft: int = 8
+    draft_path: str | None = None
+
+    def validate(self) -> None:
+        if self.method not in ("draft", "lookup"):
+            raise InvalidRequestError(f"speculative method must be 'draft' or 'lookup', "
+                                      f"got {self.method!r}")
+        if self.method == "draft" and not self.draft_model:
+            raise InvalidRequestError("speculative method 'draft' needs a draft_model "
+                                      "(a smaller model with the same tokenizer)")
+        if self.method == "lookup" and self.draft_model:
+            raise InvalidRequestError("speculative method 'lookup' takes no draft_model")
+        if not (isinstance(self.max_draft, int) and 1 <= self.max_draft <= MAX_DRAFT):
+            raise InvalidRequestError(f"max_draft must be between 1 and {MAX_DRAFT}, "
+                                      f"got {self.max_draft}")
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """A chat (`messages`) or a raw completion (`prompt`), with its sampling settings.
@@ -71,6 +101,7 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     json_mode: bool = False
     json_schema: dict | None = None
+    speculative: SpeculativeParams | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def validate(self) -> None:
@@ -88,6 +119,8 @@ class GenerationRequest:
             if not any(m.content.strip() for m in self.messages if m.role == "user"):
                 raise InvalidRequestError("the prompt is empty (no user message has any text)")
         self.sampling.validate()
+        if self.speculative is not None:
+            self.speculative.validate()
 
 
 @dataclass(frozen=True)
@@ -100,6 +133,8 @@ class Stats:
     truncated: bool  # earlier turns (or the prompt's start) were dropped to fit the context
     total_s: float
     cached_tokens: int = 0  # prompt tokens reused from the KV cache instead of recomputed
+    draft_tokens: int = 0  # tokens proposed by speculative decoding
+    accepted_tokens: int = 0  # of those, the ones the model accepted
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from backends.base import (
     ErrorEvent,
     GenerationRequest,
     Message,
+    SpeculativeParams,
     Stats,
     TokenEvent,
 )
@@ -27,6 +28,9 @@ from backends.base import (
 def _stats_line(stats: Stats) -> str:
     line = (f"{stats.completion_tokens} tokens, first token {stats.ttft_s:.2f} s, "
             f"{stats.decode_tokens_per_s:.1f} tokens/s, {stats.finish_reason}")
+    if stats.draft_tokens:
+        line += (f", {stats.accepted_tokens}/{stats.draft_tokens} speculative tokens "
+                 "accepted")
     if stats.truncated:
         line += " - earlier turns were dropped to fit the context"
     return line
@@ -55,6 +59,27 @@ def open_target(rt, model: str, context: int | None, backend: str | None) -> Tar
                   f"on {loaded.backend} ({loaded.plan.reason})")
 
 
+def speculative_options(f: Callable) -> Callable:
+    f = click.option("--max-draft", type=int, default=8, show_default=True,
+                     help="most tokens proposed per speculative step")(f)
+    f = click.option("--lookup", is_flag=True,
+                     help="speculative decoding by prompt lookup (n-grams of the prompt and "
+                          "answer; no second model)")(f)
+    return click.option("--draft-model", default=None,
+                        help="speculative decoding with this smaller model (same tokenizer)")(f)
+
+
+def speculative_from(draft_model: str | None, lookup: bool,
+                     max_draft: int) -> SpeculativeParams | None:
+    if draft_model and lookup:
+        raise click.UsageError("--draft-model and --lookup are two ways to speculate: pick one")
+    if lookup:
+        return SpeculativeParams(method="lookup", max_draft=max_draft)
+    if draft_model:
+        return SpeculativeParams(method="draft", draft_model=draft_model, max_draft=max_draft)
+    return None
+
+
 def backend_option(f: Callable) -> Callable:
     return click.option("--backend", type=click.Choice(BACKENDS), default=None,
                         help="run a local model on this backend (default: chosen for this "
@@ -66,11 +91,13 @@ def backend_option(f: Callable) -> Callable:
 @click.argument("prompt")
 @sampling_options
 @backend_option
+@speculative_options
 @click.option("--system", default=None, help="system prompt")
 @click.option("--raw", is_flag=True, help="send PROMPT as-is, without the chat template")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object with the stats")
 def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
-        backend: str | None, **kw) -> None:
+        backend: str | None, draft_model: str | None, lookup: bool, max_draft: int,
+        **kw) -> None:
     """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin).
     MODEL is an installed model or NAME/model on a remote endpoint (`ember remote`)."""
     from app.runtime import Runtime
@@ -79,16 +106,21 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
         prompt = sys.stdin.read()
     sampling = sampling_from(kw)
     sampling.validate()
+    speculative = speculative_from(draft_model, lookup, max_draft)
     with Runtime() as rt:
         target = open_target(rt, model, kw["context"], backend)
+        if draft_model and not rt.is_remote(model):
+            installed_or_pull(draft_model)
         if raw or not target.chat:
             if system:
                 raise EmberError(f"--system needs a chat model; {target.ref} takes a raw prompt")
-            request = GenerationRequest(prompt=prompt, sampling=sampling)
+            request = GenerationRequest(prompt=prompt, sampling=sampling,
+                                        speculative=speculative)
         else:
             messages = (((Message("system", system),) if system else ())
                         + (Message("user", prompt),))
-            request = GenerationRequest(messages=messages, sampling=sampling)
+            request = GenerationRequest(messages=messages, sampling=sampling,
+                                        speculative=speculative)
         request.validate()
         generation = rt.generate(target.ref, request, backend=backend)
         done = None
@@ -113,7 +145,9 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
             "text": done.text, "model": target.model, "backend": target.backend,
             "prompt_tokens": st.prompt_tokens, "completion_tokens": st.completion_tokens,
             "ttft_s": st.ttft_s, "decode_tokens_per_s": st.decode_tokens_per_s,
-            "finish_reason": st.finish_reason, "truncated": st.truncated}))
+            "finish_reason": st.finish_reason, "truncated": st.truncated,
+            "cached_tokens": st.cached_tokens, "draft_tokens": st.draft_tokens,
+            "accepted_tokens": st.accepted_tokens}))
     else:
         click.echo()
         click.echo(f"[{_stats_line(done.stats)}]", err=True)

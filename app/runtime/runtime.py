@@ -163,8 +163,32 @@ class Runtime:
         loaded in another is reloaded). Remote models ignore it: their server decides."""
         request.validate()
         if self.is_remote(name):
+            if request.speculative is not None:
+                raise InvalidRequestError(f"{name} is a remote model: speculative decoding "
+                                          "runs on local models (the remote server has its own)")
             return Generation(self.remotes.host(name), request, sink)
-        return Generation(self._worker(name, backend), request, sink)
+        worker = self._worker(name, backend)
+        return Generation(worker, self._with_draft(request, worker.model), sink)
+
+    def _with_draft(self, request: GenerationRequest,
+                    model: InstalledModel) -> GenerationRequest:
+        """The request with its draft model's path filled in (checked here: a worker cannot
+        look models up, and a wrong name should fail before anything runs)."""
+        spec = request.speculative
+        if spec is None or spec.method != "draft":
+            return request
+        if self.is_remote(spec.draft_model):
+            raise InvalidRequestError(f"the draft model must be a local model, not "
+                                      f"{spec.draft_model}")
+        draft = self.store.get(spec.draft_model)
+        if draft.ref == model.ref:
+            raise InvalidRequestError(f"{draft.ref} cannot be its own draft model: pick a "
+                                      "smaller model with the same tokenizer")
+        if draft.format != model.format:
+            raise InvalidRequestError(f"the draft model {draft.ref} is {draft.format} but "
+                                      f"{model.ref} is {model.format}: the draft must be in "
+                                      "the same format")
+        return replace(request, speculative=replace(spec, draft_path=str(draft.path)))
 
     def tokenize(self, name: str, text: str) -> list[int]:
         return list(self._worker(name).call(lambda cid: Tokenize(cid, text)))  # type: ignore[call-overload]
