@@ -3,6 +3,8 @@
 Chat templates, fitting a conversation into the context, stop strings and UTF-8-safe
 streaming work as in the llama.cpp backend (same helpers), so both backends answer a
 request the same way. Without a GPU the engine runs on the CPU in float32 and says so.
+Speculative decoding (speculative.py) runs per request, batched with everything else; one
+draft model is loaded at a time, on the first request that names it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,9 +29,11 @@ from backends.base import (
     GenerationRequest,
     LoadPlan,
     Message,
+    SpeculativeParams,
     Stats,
     TokenEvent,
 )
+from backends.cuda.draft import check_vocabulary
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
@@ -64,22 +69,24 @@ class Job:
 class CudaBackend:
     name = "cuda"
 
-    def __init__(self, max_seqs: int | None = None) -> None:
+    def __init__(self, max_seqs: int | None = None, adaptive_speculation: bool = True) -> None:
         self.engine: Engine | None = None
         self.tokenizer: Tokenizer | None = None
-        self.device = torch.device("cpu")
+        self.device, self.dtype = torch.device("cpu"), torch.float32
         self._max_seqs = max_seqs
+        self._adaptive = adaptive_speculation  # False: always max_draft (tests, benchmarks)
         self._context = 0
         self._jobs: dict[int, Job] = {}  # by id(sequence)
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("gguf", "safetensors"), batching=True)
+        return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True)
 
     def load(self, model: InstalledModel, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)
 
     def load_path(self, path, plan: LoadPlan) -> None:
-        self.device, dtype = pick_device()
+        self.device, self.dtype = pick_device()
+        dtype = self.dtype
         if self.device.type == "cpu":
             print("ember: no NVIDIA GPU found; the cuda backend runs on the CPU in float32 "
                   "(correct but slow: the llamacpp backend is faster here)", file=sys.stderr)
@@ -92,12 +99,15 @@ class CudaBackend:
         self._context = min(plan.context, weights.config.max_position)
         config = EngineConfig(context=self._context,
                               max_seqs=self._max_seqs or max(1, plan.parallel),
-                              max_tokens=max(plan.batch, 64))
+                              max_tokens=max(plan.batch, 64),
+                              adaptive_speculation=self._adaptive)
         self.engine = Engine(model, config, self.device, dtype, self.tokenizer.is_eog)
 
     def unload(self) -> None:
         if self.tokenizer is not None:
             self.tokenizer.close()
+        if self.engine is not None:
+            self.engine.use_draft(None)
         self.engine = self.tokenizer = None
         self._jobs.clear()
 
@@ -135,37 +145,77 @@ class CudaBackend:
             raise InvalidRequestError("JSON mode needs a grammar; the cuda backend has none "
                                       "yet (use the llamacpp backend)")
         prompt, truncated = self.prompt_tokens(request)
+        if request.speculative is not None and request.speculative.method == "draft":
+            self._use_draft(request.speculative)
         budget = self._context - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
-        seq = Sequence(prompt, request.sampling, max_new)
+        seq = Sequence(prompt, request.sampling, max_new, speculative=request.speculative)
         engine.add(seq)
         self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated,
                                   TextStream(request.sampling.stop))
+
+    def _use_draft(self, spec: SpeculativeParams) -> None:
+        """The request's draft model, loaded unless it already is; its vocabulary must be
+        the model's (token ids travel between them)."""
+        engine, tok = self._loaded()
+        if not spec.draft_path:
+            raise InvalidRequestError(f"the draft model {spec.draft_model} was not resolved "
+                                      "to a file (the Runtime fills in draft_path)")
+        path = Path(spec.draft_path)
+        current = engine.speculator.draft
+        if current is not None and current.path == path:
+            return
+        if current is not None and any(
+                j.seq.speculative is not None and j.seq.speculative.method == "draft"
+                for j in self._jobs.values()):
+            raise InvalidRequestError(f"the draft model {current.path.name} is in use by "
+                                      f"another request; the cuda backend holds one draft "
+                                      f"model at a time (asked for {path.name})")
+        draft_tok = load_tokenizer(path)
+        try:
+            check_vocabulary(tok.vocabulary(), draft_tok.vocabulary(), path)
+        finally:
+            draft_tok.close()
+        weights = load_weights(path, self.dtype, self.device)
+        model = build_model(weights.config)
+        model.load_weights(weights.tensors)
+        engine.use_draft(model.eval(), path)
 
     def has_work(self) -> bool:
         return self.engine is not None and self.engine.has_work()
 
     def step(self) -> list[tuple[str, Event]]:
-        engine, tok = self._loaded()
+        engine, _ = self._loaded()
         out: list[tuple[str, Event]] = []
         for job in list(self._jobs.values()):
             if job.cancelled is not None and job.cancelled.is_set():
                 out += self._finish(job, "cancelled")
+        got: dict[int, list[int]] = {}  # a speculating sequence may get several tokens
         for seq, token in engine.step():
-            job = self._jobs[id(seq)]
+            got.setdefault(id(seq), []).append(token)
+        for key, tokens in got.items():
+            out += self._emit(self._jobs[key], tokens)
+        return out
+
+    def _emit(self, job: Job, tokens: list[int]) -> list[tuple[str, Event]]:
+        """Stream one step's tokens of a job, in order, until one of them ends it (the
+        tokens after that one leave the sequence)."""
+        tok, seq = self._loaded()[1], job.seq
+        first = len(seq) - len(tokens)
+        out: list[tuple[str, Event]] = []
+        for i, token in enumerate(tokens):
             if tok.is_eog(token):
-                seq.tokens.pop()  # the end-of-generation token is not part of the answer
-                out += self._finish(job, "stop")
-                continue
+                # the end-of-generation token is not part of the answer
+                del seq.tokens[first + i:]
+                return out + self._finish(job, "stop")
             job.last_at = time.perf_counter()
             job.first_at = job.first_at or job.last_at
             piece = job.text.push(tok.piece(token))
             if piece:
                 out.append((job.stream_id, TokenEvent(piece)))
-            if job.text.stopped:
-                out += self._finish(job, "stop")
-            elif seq.num_output >= seq.max_new:
-                out += self._finish(job, "length")
+            if job.text.stopped or first + i + 1 - seq.num_prompt >= seq.max_new:
+                del seq.tokens[first + i + 1:]
+                return out + self._finish(job, "stop" if job.text.stopped else "length")
         return out
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
@@ -189,7 +239,8 @@ class CudaBackend:
             ttft_s=round((job.first_at or end) - job.started, 4),
             decode_tokens_per_s=round((n - 1) / decode_s, 2) if decode_s > 0 else 0.0,
             finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
-            total_s=round(end - job.started, 4), cached_tokens=job.seq.num_cached)
+            total_s=round(end - job.started, 4), cached_tokens=job.seq.num_cached,
+            draft_tokens=job.seq.num_drafted, accepted_tokens=job.seq.num_accepted)
         events.append((job.stream_id, DoneEvent(stats, job.text.text)))
         return events
 

@@ -95,6 +95,29 @@ class BlockManager:
         while len(seq.block_table) * BLOCK_SIZE < upto:
             seq.block_table.append(self._take_fresh().id)
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Roll `seq` back to its first `num_tokens` tokens (speculative decoding's rejected
+        proposals): blocks past them are freed, first in line for reuse since they hold
+        nothing worth caching, and K/V beyond them counts as not computed. A kept block that
+        will be written again loses its prefix hash (its K/V is about to change)."""
+        del seq.tokens[num_tokens:]
+        seq.num_computed = min(seq.num_computed, num_tokens)
+        for block_id in seq.block_table[seq.num_blocks:]:
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free[block_id] = None
+                if block.hash is None:
+                    self.free.move_to_end(block_id, last=False)
+        del seq.block_table[seq.num_blocks:]
+        for block_id in seq.block_table[seq.num_computed // BLOCK_SIZE:]:
+            block = self.blocks[block_id]
+            if block.hash is not None:
+                assert block.ref_count == 1, "a shared cached block lies past the rollback"
+                if self.by_hash.get(block.hash) == block_id:
+                    del self.by_hash[block.hash]
+                block.hash = None
+
     def register_computed(self, seq: Sequence) -> None:
         """Give every full block whose K/V is now computed its chained hash (cacheable)."""
         prev = None

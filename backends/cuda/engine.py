@@ -1,24 +1,27 @@
 """The engine loop on token ids: add sequences, step them all forward together.
 
-`step()` = schedule -> run the model -> sample -> advance; the Backend adapter
-(backend.py) turns sequences into requests, text and stats. `generate` is the plain greedy
-loop tests and benchmarks use.
+`step()` = schedule -> propose (speculative decoding) -> run the model -> sample or verify
+-> advance; the Backend adapter (backend.py) turns sequences into requests, text and stats.
+`generate` is the plain loop tests and benchmarks use.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from backends.base import SamplingParams
+from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.block_manager import BlockManager
+from backends.cuda.draft import DraftModel
 from backends.cuda.model_runner import ModelRunner
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.sampler import Sampler
 from backends.cuda.scheduler import Scheduled, Scheduler
 from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.speculative import Speculator
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -29,6 +32,9 @@ class EngineConfig:
     max_seqs: int = 8  # sequences decoded together
     max_tokens: int = 512  # tokens per step (prompt chunks + decodes)
     num_blocks: int | None = None  # None: room for max_seqs full contexts
+    # speculative decoding: False proposes max_draft tokens every step, even where the cost
+    # model says it is slower (to measure it, and to test the verification)
+    adaptive_speculation: bool = True
 
 
 class Engine:
@@ -44,6 +50,25 @@ class Engine:
         self.scheduler = Scheduler(self.blocks, config.max_seqs, config.max_tokens)
         self.runner = ModelRunner(model, num_blocks, per_seq, device, dtype)
         self.sampler = Sampler()
+        self.speculator = Speculator(self.blocks, config.context, self.sampler,
+                                     sum(p.numel() * p.element_size()
+                                         for p in model.parameters()),
+                                     config.adaptive_speculation)
+
+    def use_draft(self, model: CausalLM | None, path=None) -> None:
+        """Propose with `model` (same tokenizer; None: no draft model). Its KV blocks match
+        ours, plus room for every sequence's proposals."""
+        if self.speculator.draft is not None:
+            for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
+                self.speculator.draft.release(seq)
+        if model is None:
+            self.speculator.draft = None
+            return
+        per_seq = -(-self.config.context // BLOCK_SIZE)
+        num_blocks = len(self.blocks.blocks) + self.config.max_seqs * 2
+        self.speculator.draft = DraftModel(model, path, num_blocks, per_seq,
+                                           self.runner.device, self.runner.dtype,
+                                           self.runner.model.config.vocab_size)
 
     def add(self, seq: Sequence) -> None:
         if len(seq) >= self.config.context:
@@ -55,24 +80,42 @@ class Engine:
         return self.scheduler.has_work()
 
     def step(self) -> list[tuple[Sequence, int]]:
-        """One forward pass; returns the token each sampling sequence got (already appended)."""
+        """One forward pass; returns the tokens the sampling sequences got (already
+        appended), in order: one each, or several for a sequence whose proposals held."""
         scheduled = self.scheduler.schedule()
         if not scheduled:
             return []
-        sampling = [s.seq for s in scheduled if s.samples]
+        scheduled = self.speculator.propose(scheduled)
+        start = time.perf_counter()
         logits = self.runner.run(scheduled)
+        if self.runner.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.speculator.record(scheduled, time.perf_counter() - start)
+        plain, plain_rows, out, row = [], [], [], 0
+        for i, s in enumerate(scheduled):
+            if not s.samples:
+                continue
+            if s.draft:
+                tokens, scheduled[i] = self.speculator.verify(
+                    s, logits[row:row + 1 + s.draft], self.is_eog)
+                out += [(s.seq, t) for t in tokens]
+            else:
+                plain.append(s.seq)
+                plain_rows.append(row)
+            row += 1 + s.draft
         self.scheduler.postprocess(scheduled)
-        if not sampling:
-            return []
-        tokens = self.sampler(logits, [s.sampling for s in sampling],
-                              [s.tokens for s in sampling], [id(s) for s in sampling])
-        for seq, token in zip(sampling, tokens, strict=True):
-            seq.append(token)
-        return list(zip(sampling, tokens, strict=True))
+        if plain:
+            tokens = self.sampler(logits[plain_rows], [s.sampling for s in plain],
+                                  [s.tokens for s in plain], [id(s) for s in plain])
+            for seq, token in zip(plain, tokens, strict=True):
+                seq.append(token)
+                out.append((seq, token))
+        return out
 
     def finish(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)
         self.sampler.forget(id(seq))
+        self.speculator.forget(seq)
 
     def finish_all(self) -> list[Sequence]:
         seqs = list(self.scheduler.running) + list(self.scheduler.waiting)
@@ -80,18 +123,25 @@ class Engine:
             self.finish(seq)
         return seqs
 
-    def generate(self, prompts: list[list[int]], max_new: int,
-                 params: SamplingParams = GREEDY) -> list[list[int]]:
+    def generate(self, prompts: list[list[int]], max_new: int, params: SamplingParams = GREEDY,
+                 speculative: SpeculativeParams | None = None) -> list[list[int]]:
         """Every prompt to `max_new` tokens (or end of generation), batched; the outputs."""
-        seqs = [Sequence(list(p), params, max_new) for p in prompts]
+        return [s.output for s in self.generate_seqs(prompts, max_new, params, speculative)]
+
+    def generate_seqs(self, prompts: list[list[int]], max_new: int,
+                      params: SamplingParams = GREEDY,
+                      speculative: SpeculativeParams | None = None) -> list[Sequence]:
+        seqs = [Sequence(list(p), params, max_new, speculative=speculative) for p in prompts]
         for seq in seqs:
             self.add(seq)
         while any(s.status.value != "finished" for s in seqs):
             for seq, token in self.step():
+                if seq.status.value == "finished":
+                    continue
                 if seq.num_output >= seq.max_new or self.is_eog(token) or \
                         len(seq) >= self.config.context:
                     self.finish(seq)
-        return [s.output for s in seqs]
+        return seqs
 
     def score(self, tokens: list[int]) -> torch.Tensor:
         """Next-token logits (float32) after every prefix of `tokens`, (len, vocab): the

@@ -17,9 +17,10 @@ from backends.cuda.scheduler import Scheduled
 from backends.cuda.sequence import BLOCK_SIZE
 
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-# CPU decode steps of up to this many sequences run on one thread. Measured on the 2-core CI
-# machine: a 4864x896 float32 matrix-vector product takes 1.6 ms on one thread and 7.1 ms on
-# two (a fixed cost of MKL's threaded path), 5.5 vs 8.1 ms for 8 rows.
+# CPU steps of up to this many tokens (decodes, speculative verifications) run on one
+# thread. Measured on the 2-core CI machine: a 4864x896 float32 matrix-vector product takes
+# 1.6 ms on one thread and 7.1 ms on two (a fixed cost of MKL's threaded path), 5.5 vs 8.1 ms
+# for 8 rows; a 5-row verification of Qwen2.5-0.5B took 0.9 s on one thread, 1.2-3 s on two.
 CPU_SINGLE_THREAD_DECODE = 8
 
 
@@ -73,8 +74,8 @@ class ModelRunner:
             tables.append(seq.block_table)
             lens.append(end)
             q_lens.append(s.num_tokens)
-            if s.samples:
-                rows.append(len(ids) - 1)
+            if s.samples:  # the last row, and one per proposed token before it
+                rows += range(len(ids) - 1 - s.draft, len(ids))
         width = max(len(t) for t in tables)
         dev = self.device
 
@@ -91,15 +92,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, scheduled: list[Scheduled], every_row: bool = False) -> torch.Tensor:
-        """Logits (float32) for the sequences that sample this step, in scheduled order
-        (`every_row`: for every token of the batch, to score a text)."""
+        """Logits (float32) for the sequences that sample this step, in scheduled order:
+        1 + `draft` rows each (`every_row`: for every token of the batch, to score a text)."""
         self._bind_cache()
         batch = self.prepare(scheduled)
         if every_row:
             batch.sample_rows = list(range(batch.input_ids.shape[0]))
         n = batch.input_ids.shape[0]
         if self.device.type == "cpu":
-            small = batch.ctx.is_decode and n <= CPU_SINGLE_THREAD_DECODE
+            small = n <= CPU_SINGLE_THREAD_DECODE
             torch.set_num_threads(1 if small else self.threads)
         if batch.ctx.is_decode and self.graphs and n <= GRAPH_BATCH_SIZES[-1]:
             hidden = self._replay(batch)

@@ -23,7 +23,8 @@ class Sampler:
     def forget(self, key: int) -> None:
         self._generators.pop(key, None)
 
-    def _generator(self, key: int, seed: int | None) -> torch.Generator:
+    def generator(self, key: int, seed: int | None) -> torch.Generator:
+        """The request's own random stream (speculative decoding draws from it too)."""
         if key not in self._generators:
             g = torch.Generator()
             g.manual_seed(seed if seed is not None else random.randrange(2**32))
@@ -46,7 +47,7 @@ class Sampler:
                 out[i] = int(row.argmax())
             else:
                 out[i] = int(torch.multinomial(filtered_probs(row, p), 1,
-                                               generator=self._generator(keys[i], p.seed)))
+                                               generator=self.generator(keys[i], p.seed)))
         return out
 
 

@@ -21,6 +21,7 @@ from backends.cuda.sequence import Sequence, Status
 class Scheduled:
     seq: Sequence
     num_tokens: int  # tokens computed this step, from seq.num_computed on
+    draft: int = 0  # of those, proposed tokens at the end (speculative decoding) to verify
 
     @property
     def samples(self) -> bool:

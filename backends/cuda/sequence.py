@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 
-from backends.base import SamplingParams
+from backends.base import SamplingParams, SpeculativeParams
 
 BLOCK_SIZE = 16  # tokens per KV block (vLLM's default; small blocks waste little per sequence)
 
@@ -31,6 +31,9 @@ class Sequence:
     status: Status = Status.WAITING
     arrival: int = field(default_factory=lambda: next(_arrival))  # younger = larger
     preemptions: int = 0
+    speculative: SpeculativeParams | None = None  # None: one token per step
+    num_drafted: int = 0  # tokens proposed to the model by speculative decoding
+    num_accepted: int = 0  # of those, the ones it accepted
 
     def __post_init__(self) -> None:
         if not self.tokens:

@@ -20,6 +20,7 @@ class Tokenizer(Protocol):
     def tokenize(self, text: str) -> list[int]: ...  # plain text, special tokens parsed
     def piece(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
+    def vocabulary(self) -> list[str]: ...  # every token's text, by id
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
@@ -63,6 +64,9 @@ class GGUFTokenizer:
     def is_eog(self, token: int) -> bool:
         import llama_cpp
         return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
+
+    def vocabulary(self) -> list[str]:
+        return [self._model.token_get_text(i) for i in range(self._model.n_vocab())]
 
     def close(self) -> None:
         self._model.close()
@@ -124,6 +128,10 @@ class HFTokenizer:
 
     def is_eog(self, token: int) -> bool:
         return token in self._eos
+
+    def vocabulary(self) -> list[str]:
+        by_id = {i: t for t, i in self._tok.get_vocab(with_added_tokens=True).items()}
+        return [by_id.get(i, "") for i in range(self._tok.get_vocab_size(with_added_tokens=True))]
 
     def close(self) -> None:
         pass

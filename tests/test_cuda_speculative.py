@@ -1,0 +1,264 @@
+"""Speculative decoding in the cuda engine, without real models: the rejection sampler's
+output distribution (chi-square), greedy verification, prompt lookup, the cost model, and
+the KV rollback, on tiny random-weight models that run the real engine in float64."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from backends.base import SamplingParams, SpeculativeParams
+from backends.cuda.block_manager import BlockManager, block_hash
+from backends.cuda.config import ModelConfig
+from backends.cuda.engine import GREEDY, Engine, EngineConfig
+from backends.cuda.models import build_model
+from backends.cuda.models.layers import CausalLM
+from backends.cuda.rejection import rejection_sample, verify_greedy
+from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.speculative import StepTimes, best_draft_length, expected_tokens, lookup
+
+LOOKUP = SpeculativeParams(method="lookup", max_draft=5)
+DRAFT = SpeculativeParams(method="draft", draft_model="tiny-draft", max_draft=4)
+
+
+# -- the rejection sampler's distribution -------------------------------------------------
+def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """P(X >= the statistic) for X ~ chi-square with (categories - 1) degrees of freedom."""
+    expected = probs * counts.sum()
+    stat = float(((counts - expected) ** 2 / expected).sum())
+    return float(torch.special.gammaincc(torch.tensor((len(probs) - 1) / 2),
+                                         torch.tensor(stat / 2)))
+
+
+def always_accept(p, q, proposals, generator):
+    """A wrong sampler: takes every proposal (its output follows q, not p)."""
+    return [*proposals, int(torch.multinomial(p[len(proposals)], 1, generator=generator))]
+
+
+def resample_from_p(p, q, proposals, generator):
+    """A wrong sampler: the right acceptance test, but draws the replacement from p."""
+    for i, d in enumerate(proposals):
+        if float(torch.rand((), generator=generator)) * float(q[i, d]) >= float(p[i, d]):
+            return [*proposals[:i], int(torch.multinomial(p[i], 1, generator=generator))]
+    return [*proposals, int(torch.multinomial(p[len(proposals)], 1, generator=generator))]
+
+
+def emitted_distributions(sampler, one_hot: bool, n: int = 12000, vocab: int = 6):
+    """Counts of the first emitted token, and of the second one when the first proposal was
+    accepted, over `n` verifications of 2 proposals against random p and q; and p."""
+    g = torch.Generator().manual_seed(1234)
+    dirichlet = torch.distributions.Dirichlet(torch.ones(vocab))
+    torch.manual_seed(99)
+    p, q = dirichlet.sample((3,)), dirichlet.sample((2,))
+    first, second = torch.zeros(vocab), torch.zeros(vocab)
+    fixed = [int(p[0].argmax()), int(p[1].argmax())]  # a good n-gram match, say
+    for _ in range(n):
+        proposals = fixed if one_hot else \
+            [int(torch.multinomial(q[i], 1, generator=g)) for i in range(2)]
+        out = sampler(p, None if one_hot else q, proposals, g)
+        first[out[0]] += 1
+        if out[0] == proposals[0] and len(out) > 1:
+            second[out[1]] += 1
+    return first, second, p
+
+
+@pytest.mark.parametrize("one_hot", [False, True], ids=["draft-q", "lookup-one-hot"])
+def test_rejection_sampler_emits_tokens_with_the_target_distribution(one_hot):
+    first, second, p = emitted_distributions(rejection_sample, one_hot)
+    assert chi_square_p_value(first, p[0]) > 0.001
+    assert second.sum() > 1500
+    assert chi_square_p_value(second, p[1]) > 0.001
+
+
+@pytest.mark.parametrize("wrong", [always_accept, resample_from_p])
+def test_a_wrong_sampler_fails_the_same_chi_square_test(wrong):
+    first, _, p = emitted_distributions(wrong, one_hot=False)
+    assert chi_square_p_value(first, p[0]) < 1e-6
+
+
+def test_greedy_verification_keeps_the_agreeing_prefix_then_the_model_token():
+    assert verify_greedy([5, 6, 7, 8], [5, 6, 9]) == [5, 6, 7]
+    assert verify_greedy([5, 6, 7, 8], [5, 6, 7]) == [5, 6, 7, 8]  # all held: bonus token
+    assert verify_greedy([5, 6], [4]) == [5]
+
+
+# -- proposers and the cost model ----------------------------------------------------------
+def test_prompt_lookup_proposes_what_followed_the_latest_longest_match():
+    assert lookup([1, 2, 3, 4, 2, 3, 5, 6, 7, 8, 2, 3], 3) == [5, 6, 7]  # latest "2 3"
+    # the 3-gram "1 2 3" wins over the more recent 2-gram "2 3"
+    assert lookup([1, 2, 3, 4, 9, 2, 3, 5, 6, 1, 2, 3], 3) == [4, 9, 2]
+    assert lookup([1, 2, 3, 4, 1, 2, 3], 8) == [4, 1, 2, 3]
+    assert lookup([1, 2, 3], 4) == []
+
+
+def test_expected_tokens_is_the_geometric_sum():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 4) == 5.0
+    assert math.isclose(expected_tokens(0.5, 2), 1.75)
+
+
+def test_cost_model_speculates_only_where_it_is_faster():
+    times = StepTimes()
+    for rows, seconds in [(1, 1.0), (5, 1.6), (9, 2.2)]:  # 0.15 s per extra row
+        times.record(rows, seconds)
+    assert math.isclose(times.estimate(3), 1.3, rel_tol=0.05)
+    # prompt lookup costs only the extra rows: worth it at good acceptance, not at poor
+    assert best_draft_length(0.8, 8, batch=1, rows=1, times=times, draft_step_s=0.0) >= 4
+    assert best_draft_length(0.1, 8, batch=1, rows=1, times=times, draft_step_s=0.0) == 0
+    # a draft model half as costly as a model step never pays at 50% acceptance
+    assert best_draft_length(0.5, 8, batch=1, rows=1, times=times, draft_step_s=0.5) == 0
+    # in a batch of 8, extra rows delay every sequence: the bar is higher
+    assert best_draft_length(0.5, 8, batch=8, rows=8, times=times, draft_step_s=0.0) < \
+        best_draft_length(0.5, 8, batch=1, rows=1, times=times, draft_step_s=0.0)
+
+
+# -- the KV rollback ------------------------------------------------------------------------
+def assert_blocks_consistent(blocks: BlockManager, seqs: list[Sequence]) -> None:
+    """Ref counts equal the tables holding each block, free means unreferenced, every table
+    covers the sequence's computed tokens and no more blocks than its tokens need, and a
+    hashed block in a table holds exactly the (computed) tokens its chained hash names."""
+    refs = Counter(b for s in seqs for b in s.block_table)
+    for block in blocks.blocks:
+        assert block.ref_count == refs[block.id]
+        assert (block.id in blocks.free) == (block.ref_count == 0)
+    for s in seqs:
+        assert -(-s.num_computed // BLOCK_SIZE) <= len(s.block_table) <= s.num_blocks
+        prev = None
+        for i, block_id in enumerate(s.block_table):
+            h = blocks.blocks[block_id].hash
+            if h is None:
+                break
+            assert (i + 1) * BLOCK_SIZE <= s.num_computed
+            assert h == block_hash(s.block(i), prev)
+            prev = h
+    for h, block_id in blocks.by_hash.items():
+        assert blocks.blocks[block_id].hash == h
+
+
+def test_truncate_frees_blocks_of_rejected_tokens_first_in_line_and_keeps_the_rest():
+    blocks = BlockManager(8)
+    seq = Sequence(list(range(40)))
+    blocks.allocate(seq)
+    seq.num_computed = 39
+    blocks.register_computed(seq)  # blocks 0 and 1 are full and hashed
+    seq.tokens += [7] * 12  # 12 proposals: 52 tokens, a fourth block
+    blocks.ensure_slots(seq, len(seq))
+    fourth = seq.block_table[3]
+    blocks.truncate(seq, 43)  # 3 accepted
+    assert len(seq) == 43 and len(seq.block_table) == 3 and seq.num_computed == 39
+    assert next(iter(blocks.free)) == fourth and blocks.blocks[fourth].ref_count == 0
+    assert_blocks_consistent(blocks, [seq])
+
+
+def test_truncate_below_a_hashed_block_unhashes_it_before_it_is_rewritten():
+    blocks = BlockManager(8)
+    seq = Sequence(list(range(40)))
+    blocks.allocate(seq)
+    seq.num_computed = 39
+    blocks.register_computed(seq)
+    second = seq.block_table[1]
+    blocks.truncate(seq, 20)  # as a draft's shadow whose proposals filled block 1
+    assert blocks.blocks[second].hash is None and len(blocks.by_hash) == 1
+    assert_blocks_consistent(blocks, [seq])
+
+
+TINY = ModelConfig("qwen2", vocab_size=48, hidden_size=32, num_layers=2, num_heads=4,
+                   num_kv_heads=2, head_dim=8, intermediate_size=64, rms_norm_eps=1e-6,
+                   rope_theta=10000.0, max_position=512, qkv_bias=True)
+
+
+def tiny_model(seed: int, like: CausalLM | None = None, noise: float = 0.0) -> CausalLM:
+    """Random weights large enough for peaked distributions (no near-ties), in float64;
+    `like`: the weights of another tiny model plus `noise` (a draft that mostly agrees)."""
+    g = torch.Generator().manual_seed(seed)
+    model = build_model(TINY).to_empty(device="cpu").to(torch.float64)
+    source = dict(like.state_dict()) if like is not None else {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif like is not None:
+                p.copy_(source[name] + noise * torch.randn(p.shape, generator=g,
+                                                           dtype=p.dtype))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.4)
+    model.load_weights(dict(model.state_dict()))
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[CausalLM, CausalLM]:
+    target = tiny_model(1)
+    return target, tiny_model(2, like=target, noise=0.08)
+
+
+def tiny_engine(target: CausalLM, draft: CausalLM | None, **config) -> Engine:
+    base = dict(context=256, max_seqs=4, max_tokens=64, adaptive_speculation=False)
+    engine = Engine(target, EngineConfig(**(base | config)), torch.device("cpu"),
+                    torch.float64)
+    engine.use_draft(draft, "tiny-draft")
+    return engine
+
+
+PROMPTS = [[3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4], list(range(10, 30)), [40, 41, 2, 40, 41],
+           list(range(1, 45))]
+
+
+def run_checked(engine: Engine, seqs: list[Sequence]) -> None:
+    """Generate to the end, checking the blocks after every step."""
+    for seq in seqs:
+        engine.add(seq)
+    while engine.has_work():
+        for seq, _ in engine.step():
+            if seq.num_output >= seq.max_new and seq.status.value != "finished":
+                engine.finish(seq)
+        live = [s for s in seqs if s.status.value == "running"]
+        assert_blocks_consistent(engine.blocks, live)
+        draft = engine.speculator.draft
+        assert_blocks_consistent(draft.blocks, list(draft.shadows.values()))
+
+
+def test_greedy_batch_of_mixed_speculation_equals_plain_greedy_and_blocks_stay_consistent(tiny):
+    target, draft = tiny
+    plain = tiny_engine(target, None).generate(PROMPTS, 30)
+    engine = tiny_engine(target, draft)
+    specs = [LOOKUP, DRAFT, None, DRAFT]
+    seqs = [Sequence(list(p), GREEDY, 30, speculative=s) for p, s in zip(PROMPTS, specs,
+                                                                         strict=True)]
+    run_checked(engine, seqs)
+    assert [s.output for s in seqs] == plain
+    for seq in (seqs[0], seqs[1], seqs[3]):
+        assert 0 < seq.num_accepted < seq.num_drafted  # some held, some were rolled back
+    assert seqs[2].num_drafted == 0
+    assert engine.blocks.num_free == len(engine.blocks.blocks)
+    assert not engine.speculator.draft.shadows  # finished sequences left the draft too
+
+
+def test_prefix_cache_after_speculation_serves_only_accepted_tokens(tiny):
+    target, draft = tiny
+    engine = tiny_engine(target, draft)
+    first = engine.generate_seqs([PROMPTS[1]], 40, speculative=DRAFT)[0]
+    assert first.num_drafted > first.num_accepted > 0
+    # the whole first answer as a prompt: its blocks come from the cache, and greedy goes on
+    # exactly as without speculation and without the cache
+    again = Sequence(list(first.tokens), GREEDY, 8)
+    engine.add(again)
+    while again.num_output < 8:
+        engine.step()
+    assert again.num_cached >= 3 * BLOCK_SIZE
+    assert again.output == tiny_engine(target, None).generate([first.tokens], 8)[0]
+
+
+def test_seeded_sampling_with_speculation_repeats_and_stays_in_the_filtered_support(tiny):
+    target, draft = tiny
+    params = SamplingParams(temperature=0.9, top_k=5, top_p=0.9, min_p=0.05, seed=11)
+
+    def run() -> Sequence:
+        return tiny_engine(target, draft).generate_seqs([PROMPTS[1]], 24, params, DRAFT)[0]
+
+    a, b = run(), run()
+    assert a.output == b.output and a.num_drafted > 0
+    assert a.num_accepted > 0
