@@ -1,0 +1,83 @@
+"""Speculative decoding in the cuda backend on the real pair: Qwen2.5-Coder-1.5B-Instruct
+verifies what Qwen2.5-Coder-0.5B-Instruct (or prompt lookup) proposes, in float32 on the
+CPU. Greedy answers must be the 1.5B's own, token for token. Short answers: the 1.5B in
+float32 takes about a second a token on the 2-core CI machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.errors import InvalidRequestError
+from backends.base import (
+    DoneEvent,
+    GenerationRequest,
+    LoadPlan,
+    Message,
+    SamplingParams,
+    SpeculativeParams,
+)
+from backends.cuda import CudaBackend
+
+pytestmark = pytest.mark.slow
+MAX_TOKENS = 24
+# An editing request: the answer repeats the code, so prompt lookup finds what comes next.
+EDIT = ("Repeat this code with one change: rename `total` to `acc`.\n\n```python\n"
+        "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
+        "    return total / len(values)\n```")
+
+
+@pytest.fixture(scope="module")
+def qwen15_cuda(qwen15) -> CudaBackend:
+    # adaptive off: propose max_draft every step, so the verification is what is tested
+    # (on this CPU the cost model would rightly switch the draft model off)
+    backend = CudaBackend(max_seqs=2, adaptive_speculation=False)
+    backend.load(qwen15, LoadPlan(context=1024, threads=2, parallel=2, batch=256))
+    yield backend
+    backend.unload()
+
+
+def answer(backend: CudaBackend, spec: SpeculativeParams | None) -> DoneEvent:
+    request = GenerationRequest(messages=(Message("user", EDIT),),
+                                sampling=SamplingParams(temperature=0.0,
+                                                        max_tokens=MAX_TOKENS),
+                                speculative=spec)
+    events = list(backend.generate(request))
+    assert isinstance(events[-1], DoneEvent), events[-1]
+    return events[-1]
+
+
+@pytest.fixture(scope="module")
+def plain(qwen15_cuda) -> DoneEvent:
+    done = answer(qwen15_cuda, None)
+    assert done.stats.completion_tokens == MAX_TOKENS and done.stats.draft_tokens == 0
+    return done
+
+
+def test_greedy_with_the_0_5b_draft_is_the_1_5b_greedy_answer(qwen15_cuda, plain, qwen):
+    spec = SpeculativeParams(method="draft", draft_model=qwen.id, max_draft=4,
+                             draft_path=str(qwen.path))
+    done = answer(qwen15_cuda, spec)
+    print(f"\ndraft: {done.stats.accepted_tokens}/{done.stats.draft_tokens} accepted, "
+          f"{done.stats.decode_tokens_per_s} tokens/s (plain "
+          f"{plain.stats.decode_tokens_per_s})")
+    assert done.text == plain.text
+    assert done.stats.completion_tokens == plain.stats.completion_tokens
+    assert 0 < done.stats.accepted_tokens <= done.stats.draft_tokens
+
+
+def test_greedy_with_prompt_lookup_is_the_greedy_answer(qwen15_cuda, plain):
+    done = answer(qwen15_cuda, SpeculativeParams(method="lookup", max_draft=6))
+    print(f"\nlookup: {done.stats.accepted_tokens}/{done.stats.draft_tokens} accepted, "
+          f"{done.stats.decode_tokens_per_s} tokens/s (plain "
+          f"{plain.stats.decode_tokens_per_s})")
+    assert done.text == plain.text
+    assert 0 < done.stats.accepted_tokens <= done.stats.draft_tokens
+
+
+def test_a_draft_with_another_vocabulary_is_refused_with_the_reason(qwen15_cuda, gemma):
+    spec = SpeculativeParams(method="draft", draft_model=gemma.id, draft_path=str(gemma.path))
+    request = GenerationRequest(prompt="def f(x):", speculative=spec)
+    with pytest.raises(InvalidRequestError, match="another tokenizer.*262144 tokens against "
+                                                  "the model's 151936"):
+        qwen15_cuda.submit("s", request)
+    assert not qwen15_cuda.has_work()
