@@ -74,6 +74,22 @@ def test_greedy_with_prompt_lookup_is_the_greedy_answer(qwen15_cuda, plain):
     assert 0 < done.stats.accepted_tokens <= done.stats.draft_tokens
 
 
+def test_a_stop_string_inside_accepted_proposals_ends_the_answer_there(qwen15_cuda, plain):
+    """Several tokens arrive in one step; the answer ends at the stop string all the same,
+    and the tokens after it are not counted."""
+    assert "+=" in plain.text
+    request = GenerationRequest(messages=(Message("user", EDIT),),
+                                sampling=SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
+                                                        stop=("+=",)),
+                                speculative=SpeculativeParams(method="lookup", max_draft=6))
+    done = list(qwen15_cuda.generate(request))[-1]
+    assert isinstance(done, DoneEvent) and done.stats.finish_reason == "stop"
+    assert done.text == plain.text.split("+=")[0]
+    assert done.stats.accepted_tokens > 0
+    assert len(qwen15_cuda.tokenizer.tokenize(done.text)) <= done.stats.completion_tokens \
+        < plain.stats.completion_tokens
+
+
 def test_a_draft_with_another_vocabulary_is_refused_with_the_reason(qwen15_cuda, gemma):
     spec = SpeculativeParams(method="draft", draft_model=gemma.id, draft_path=str(gemma.path))
     request = GenerationRequest(prompt="def f(x):", speculative=spec)
