@@ -262,3 +262,9 @@ def test_seeded_sampling_with_speculation_repeats_and_stays_in_the_filtered_supp
     a, b = run(), run()
     assert a.output == b.output and a.num_drafted > 0
     assert a.num_accepted > 0
+
+
+def test_a_draft_request_without_a_draft_model_is_refused(tiny):
+    engine = tiny_engine(tiny[0], None)
+    with pytest.raises(ValueError, match="none is loaded"):
+        engine.add(Sequence(list(PROMPTS[0]), GREEDY, 4, speculative=DRAFT))

@@ -69,11 +69,16 @@ class Engine:
         self.speculator.draft = DraftModel(model, path, num_blocks, per_seq,
                                            self.runner.device, self.runner.dtype,
                                            self.runner.model.config.vocab_size)
+        self.speculator.draft.runner.threads = self.runner.threads  # not a decode's one
 
     def add(self, seq: Sequence) -> None:
         if len(seq) >= self.config.context:
             raise ValueError(f"{len(seq)} tokens do not fit a {self.config.context}-token "
                              "context")
+        if seq.speculative is not None and seq.speculative.method == "draft" and \
+                self.speculator.draft is None:
+            raise ValueError("speculative decoding with a draft model, but none is loaded "
+                             "(Engine.use_draft)")
         self.scheduler.add(seq)
 
     def has_work(self) -> bool:
