@@ -98,7 +98,6 @@ class DraftModel:
                 active.append((seq, shadow, k))
         out: dict[int, tuple[list[int], list[torch.Tensor]]] = {
             id(seq): ([], []) for seq, _, _ in active}
-        first = True
         while active:
             scheduled = [Scheduled(sh, len(sh) - sh.num_computed) for _, sh, _ in active]
             start = time.perf_counter()
@@ -114,11 +113,10 @@ class DraftModel:
                     probs.append(q)
             if self.runner.device.type == "cuda":
                 torch.cuda.synchronize()
-            if not first:  # the catch-up chunk is not a proposing step
+            if all(s.num_tokens <= 2 for s in scheduled):  # not a long catch-up chunk
                 took = time.perf_counter() - start
                 self.step_s = took if self.step_s is None else \
                     (1 - EMA) * self.step_s + EMA * took
-            first = False
             active = [a for a in active if len(out[id(a[0])][0]) < a[2]]
         return {key: (tokens, torch.stack(probs) if probs else None)
                 for key, (tokens, probs) in out.items()}

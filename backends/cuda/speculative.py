@@ -44,6 +44,9 @@ DECAY_OFF = 0.95  # per step without speculation: half the evidence is gone afte
 # a one-token step (the llama-bench figure for the 1.5B model on this CPU: 4 rows
 # for 1.6x of one; measured here for the 0.5B in float32 on one thread: 5 rows for 1.6x).
 PRIOR_ROW_COST = 0.2
+# A fitted line never prices a row below this fraction of the mean timed step: timing noise
+# on a busy machine can make the line flat, and a free-looking row makes any proposal pay.
+MIN_ROW_COST = 0.05
 LOOKUP_NGRAMS = (3, 2, 1)  # longest match first
 TIMING_EMA = 0.3
 
@@ -86,7 +89,7 @@ class StepTimes:
         n = len(pts)
         mx, my = sum(r for r, _ in pts) / n, sum(t for _, t in pts) / n
         slope = sum((r - mx) * (t - my) for r, t in pts) / sum((r - mx) ** 2 for r, _ in pts)
-        slope = max(slope, 0.0)
+        slope = max(slope, MIN_ROW_COST * my)
         return max(my + slope * (rows - mx), 1e-6)
 
 
