@@ -110,6 +110,11 @@ def test_cost_model_speculates_only_where_it_is_faster():
     assert best_draft_length(0.1, 8, batch=1, rows=1, times=times, draft_step_s=0.0) == 0
     # a draft model half as costly as a model step never pays at 50% acceptance
     assert best_draft_length(0.5, 8, batch=1, rows=1, times=times, draft_step_s=0.5) == 0
+    # a measured size counts as measured: where 3 rows cost what 1 does, 2 proposals win
+    steps = StepTimes()
+    for rows, seconds in [(1, 1.0), (3, 1.0), (4, 2.0)]:
+        steps.record(rows, seconds)
+    assert best_draft_length(0.5, 8, batch=1, rows=1, times=steps, draft_step_s=0.0) == 2
     # in a batch of 8, extra rows delay every sequence: the bar is higher
     assert best_draft_length(0.5, 8, batch=8, rows=8, times=times, draft_step_s=0.0) < \
         best_draft_length(0.5, 8, batch=1, rows=1, times=times, draft_step_s=0.0)
