@@ -27,6 +27,11 @@ from backends.cuda.sequence import BLOCK_SIZE, Sequence
 EMA = 0.3  # weight of the newest measurement in the step-time average
 
 
+def model_bytes(model: CausalLM) -> int:
+    """Bytes of its weights (packed int8/int4 weights are buffers, so those count too)."""
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+
+
 def check_vocabulary(model_vocab: list[str], draft_vocab: list[str], draft: Path) -> None:
     """A draft proposes token ids: they must mean the same text in both vocabularies."""
     if model_vocab == draft_vocab:
@@ -53,7 +58,7 @@ class DraftModel:
 
     @property
     def weight_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.runner.model.parameters())
+        return model_bytes(self.runner.model)
 
     def release(self, seq: Sequence) -> None:
         shadow = self.shadows.pop(id(seq), None)

@@ -15,7 +15,7 @@ import torch
 
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.block_manager import BlockManager
-from backends.cuda.draft import DraftModel
+from backends.cuda.draft import DraftModel, model_bytes
 from backends.cuda.model_runner import ModelRunner
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.sampler import Sampler
@@ -51,9 +51,7 @@ class Engine:
         self.runner = ModelRunner(model, num_blocks, per_seq, device, dtype)
         self.sampler = Sampler()
         self.speculator = Speculator(self.blocks, config.context, self.sampler,
-                                     sum(p.numel() * p.element_size()
-                                         for p in model.parameters()),
-                                     config.adaptive_speculation)
+                                     model_bytes(model), config.adaptive_speculation)
 
     def use_draft(self, model: CausalLM | None, path=None) -> None:
         """Propose with `model` (same tokenizer; None: no draft model). Its KV blocks match
