@@ -273,3 +273,11 @@ def test_a_draft_request_without_a_draft_model_is_refused(tiny):
     engine = tiny_engine(tiny[0], None)
     with pytest.raises(ValueError, match="none is loaded"):
         engine.add(Sequence(list(PROMPTS[0]), GREEDY, 4, speculative=DRAFT))
+
+
+def test_the_draft_caches_the_prompt_it_caught_up_on_for_the_next_request(tiny):
+    target, draft = tiny
+    engine = tiny_engine(target, draft)
+    seq = engine.generate_seqs([PROMPTS[3]], 3, speculative=DRAFT)[0]  # one proposing step
+    assert seq.num_drafted > 0
+    assert len(engine.speculator.draft.blocks.by_hash) == len(PROMPTS[3]) // BLOCK_SIZE

@@ -103,12 +103,16 @@ class DraftModel:
                 active.append((seq, shadow, k))
         out: dict[int, tuple[list[int], list[torch.Tensor]]] = {
             id(seq): ([], []) for seq, _, _ in active}
+        catch_up = True
         while active:
             scheduled = [Scheduled(sh, len(sh) - sh.num_computed) for _, sh, _ in active]
             start = time.perf_counter()
             logits = self.runner.run(scheduled)[:, :self.vocab]
             for s in scheduled:
                 s.seq.num_computed += s.num_tokens
+                if catch_up:  # all real tokens so far: cacheable for the next request
+                    self.blocks.register_computed(s.seq)
+            catch_up = False
             for (seq, shadow, _), row in zip(active, logits, strict=True):
                 tokens, probs = out[id(seq)]
                 token, q = self._draw(row, seq.sampling, shadow.tokens, generator(seq))
