@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from app.fit import arch_from_mlx_config, estimate, mlx_quant, plan_mlx_load
 from app.hardware import GPU, HardwareProfile, gpu_wired_bytes
 from app.registry import load_registry
@@ -100,11 +98,3 @@ def test_load_plan_for_an_mlx_directory_counts_float32_kv_on_the_cpu(isolated_ho
     # K and V: 2 x 2 heads x 64 x 24 layers x 2,048 tokens x 4 bytes (float32) or 2 (Metal)
     assert "0.05 GB KV at 2k" in plan.reason and "0.03 GB KV at 2k" in on_mac.reason
     assert on_mac.gpu_layers == -1 and "Metal" in on_mac.reason
-
-
-def test_pulling_an_mlx_variant_says_to_convert_instead(isolated_home):
-    from app.download import pull
-    from app.errors import DownloadError
-
-    with pytest.raises(DownloadError, match="ember convert qwen2.5-coder-0.5b-instruct --to mlx"):
-        pull("qwen2.5-coder-0.5b-instruct:8bit")
