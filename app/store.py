@@ -86,13 +86,15 @@ class Store:
                 found.append(model)
         return found
 
-    def get(self, name: str) -> InstalledModel:
-        """`id` or `id:quant`; an id with several quantizations gives the first installed."""
+    def get(self, name: str, prefer: str | None = None) -> InstalledModel:
+        """`id` or `id:quant`; an id with several quantizations gives the first installed,
+        in the format `prefer` if one is (app.selection.preferred_format)."""
         base, _, quant = name.partition(":")
         installed = self.list()
-        for m in installed:
-            if m.id == base.lower() and (not quant or m.quant.lower() == quant.lower()):
-                return m
+        matches = [m for m in installed if m.id == base.lower()
+                   and (not quant or m.quant.lower() == quant.lower())]
+        if matches:
+            return next((m for m in matches if m.format == prefer), matches[0])
         names = [m.id for m in installed]
         hints = suggest(base, names)
         where = "installed models"
