@@ -29,6 +29,12 @@ class BackendChoice:
     reason: str
 
 
+def preferred_format(hw: HardwareProfile) -> str | None:
+    """The format auto-selection prefers here when a model comes in several: MLX on Apple
+    Silicon (native on its unified memory, and what the mlx backend loads); elsewhere none."""
+    return "mlx" if hw.apple_chip else None
+
+
 def check_backend(name: str) -> str:
     if name not in BACKENDS:
         raise InvalidRequestError(f"unknown backend {name!r}: choose one of "

@@ -27,7 +27,13 @@ from app.runtime.generation import Generation
 from app.runtime.process import EventSink, Worker
 from app.runtime.protocol import Embed, Tokenize
 from app.runtime.remote import Remotes
-from app.selection import BackendChoice, check_backend, choose_backend, configured_backend
+from app.selection import (
+    BackendChoice,
+    check_backend,
+    choose_backend,
+    configured_backend,
+    preferred_format,
+)
 from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
 from backends.remote import RemoteModel
@@ -81,6 +87,11 @@ class Runtime:
         self.remotes.check(name)
 
     # -- local models ----------------------------------------------------------------------
+    def _installed(self, name: str) -> InstalledModel:
+        """The installed model `name` names; of an id installed in several formats, the one
+        this machine prefers (MLX on Apple Silicon)."""
+        return self.store.get(name, prefer=preferred_format(self.hardware))
+
     def choose(self, model: InstalledModel, requested: str | None = None) -> BackendChoice:
         if requested is None and self.backend is not None:
             return BackendChoice(check_backend(self.backend), "set for this Runtime")
@@ -98,7 +109,7 @@ class Runtime:
         `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all)."""
         if self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: its server loads it")
-        model = self.store.get(name)
+        model = self._installed(name)
         backend = self.choose(model, backend).name
         with self._lock:
             worker = self._workers.get(model.ref)
@@ -147,7 +158,7 @@ class Runtime:
         if self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: tokenize and embed run on "
                                       "local models only")
-        model = self.store.get(name)
+        model = self._installed(name)
         with self._lock:
             worker = self._workers.get(model.ref)
         if worker is None or not worker.alive or (backend is not None
@@ -204,7 +215,7 @@ class Runtime:
         a negative value: forever; 0: unload as soon as it is idle)."""
         if self.is_remote(name):
             return  # the remote server decides what it keeps loaded
-        model = self.store.get(name)
+        model = self._installed(name)
         with self._lock:
             worker = self._workers.get(model.ref)
         if worker is not None:
@@ -228,7 +239,7 @@ class Runtime:
     def unload(self, name: str) -> bool:
         if self.is_remote(name):
             return False
-        model = self.store.get(name)
+        model = self._installed(name)
         with self._lock:
             worker = self._workers.pop(model.ref, None)
         if worker is None:
