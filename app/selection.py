@@ -19,7 +19,7 @@ from app.errors import ConfigError, InvalidRequestError
 from app.hardware import HardwareProfile
 
 BACKENDS = ("llamacpp", "cuda", "mlx")
-SPECULATIVE_BACKENDS = frozenset({"llamacpp"})  # backends that do speculative decoding
+SPECULATIVE_BACKENDS = frozenset({"llamacpp", "mlx"})  # backends that do speculative decoding
 CUDA_FORMATS = ("gguf", "safetensors")
 
 
