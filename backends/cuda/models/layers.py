@@ -1,8 +1,9 @@
 """Layers every architecture shares: RMSNorm, rotary embeddings, paged attention, gated MLP.
 
-Attention over the paged KV cache is plain torch (`scaled_dot_product_attention` with an
-explicit mask): the reference the next issue's Triton kernel is checked against. On the GPU
-the same call takes torch's fused SDPA paths.
+Attention over the paged KV cache: prefill is plain torch (`scaled_dot_product_attention`
+with an explicit mask; on the GPU torch's fused SDPA paths); decode goes through
+`kernels.paged_attention.paged_decode`, the Triton kernel on CUDA and the same plain torch
+elsewhere.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from backends.cuda.context import Context
+from kernels.paged_attention import attention_mask, gather_blocks, paged_decode
 
 
 class RMSNorm(nn.Module):
@@ -83,42 +85,19 @@ class PagedAttention(nn.Module):
             return self._decode(q, ctx)
         return self._prefill(q, ctx)
 
-    def _gather(self, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(seqs, kv_heads, blocks*block_size, dim) keys and values of each sequence."""
-        shape = (-1, self.block_size, self.num_kv_heads, self.head_dim)
-        ids = block_tables.flatten()
-        k = self.k_cache.view(shape).index_select(0, ids)
-        v = self.v_cache.view(shape).index_select(0, ids)
-        n = block_tables.shape[0]
-        return (k.view(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2),
-                v.view(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2))
-
-    def _mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor:
-        """Causal (and sliding-window) mask, (..., queries, keys) from query positions."""
-        k_pos = torch.arange(n_keys, device=q_pos.device)
-        allowed = k_pos <= q_pos[..., None]
-        if self.window:
-            # llama.cpp and Hugging Face: a query sees the last `window` positions, itself included
-            allowed &= q_pos[..., None] - k_pos < self.window
-        return allowed
-
     def _decode(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
-        k, v = self._gather(ctx.block_tables)
-        q_pos = (ctx.context_lens - 1)[:, None]  # (seqs, 1): the query is the newest token
-        mask = self._mask(q_pos, k.shape[2])[:, None]  # (seqs, 1, 1, keys)
-        out = F.scaled_dot_product_attention(q[:, :, None, :], k.to(q.dtype), v.to(q.dtype),
-                                             attn_mask=mask, scale=self.scale, enable_gqa=True)
-        return out[:, :, 0, :]
+        return paged_decode(q, self.k_cache, self.v_cache, ctx.block_tables, ctx.context_lens,
+                            self.scale, self.window, self.block_size)
 
     def _prefill(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
         outs, start = [], 0
         for i, (n_q, n_ctx) in enumerate(zip(ctx.query_lens, ctx.context_lens_list,
                                              strict=True)):
-            blocks = -(-n_ctx // self.block_size)
-            k, v = self._gather(ctx.block_tables[i:i + 1, :blocks])
-            k, v = k[:, :, :n_ctx], v[:, :, :n_ctx]
+            table = ctx.block_tables[i:i + 1, :-(-n_ctx // self.block_size)]
+            k = gather_blocks(self.k_cache, table, self.block_size)[:, :, :n_ctx]
+            v = gather_blocks(self.v_cache, table, self.block_size)[:, :, :n_ctx]
             q_pos = torch.arange(n_ctx - n_q, n_ctx, device=q.device)
-            mask = self._mask(q_pos, n_ctx)
+            mask = attention_mask(q_pos, n_ctx, self.window)
             qi = q[start:start + n_q].transpose(0, 1)[None]  # (1, heads, n_q, dim)
             out = F.scaled_dot_product_attention(qi, k.to(q.dtype), v.to(q.dtype),
                                                  attn_mask=mask, scale=self.scale,
