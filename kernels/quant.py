@@ -33,7 +33,7 @@ GGUF conversions (block formats as the `gguf` package's quants.py reads them):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -65,6 +65,9 @@ class Int8Weight:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
+    def to(self, device: torch.device | str):
+        return replace(self, **{k: t.to(device) for k, t in self.tensors().items()})
+
 
 @dataclass
 class Int4Weight:
@@ -89,8 +92,12 @@ class Int4Weight:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
+    def to(self, device: torch.device | str):
+        return replace(self, **{k: t.to(device) for k, t in self.tensors().items()})
+
 
 PackedWeight = Int8Weight | Int4Weight
+QUANT_TYPES = ("int8", "int4")
 
 
 # -- from float weights --------------------------------------------------------------------
@@ -135,6 +142,17 @@ def quantize_int4(w: torch.Tensor, group_size: int = INT4_GROUP,
     q = torch.where(s > 0, (g - z) / s.clamp_min(1e-30), 0.0).round().clamp(0, 15)
     return Int4Weight(pack_int4(q.to(torch.int32).view(n, k)), scales.t().contiguous(),
                       zeros.t().contiguous(), group_size)
+
+
+def quantize(w: torch.Tensor, quant: str, group_size: int | None = None,
+             scale_dtype: torch.dtype = torch.float16) -> PackedWeight:
+    """`quant` "int8" (group None: per channel) or "int4" (group None: 128)."""
+    if quant == "int8":
+        return quantize_int8(w, group_size, scale_dtype)
+    if quant == "int4":
+        return quantize_int4(w, group_size or INT4_GROUP, scale_dtype)
+    raise ValueError(f"unknown weight quantization {quant!r}: use one of "
+                     f"{', '.join(QUANT_TYPES)}")
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:

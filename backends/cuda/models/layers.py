@@ -15,7 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from backends.cuda.context import Context
+from kernels.matmul import linear
 from kernels.paged_attention import attention_mask, gather_blocks, paged_decode
+from kernels.quant import Int4Weight, Int8Weight, PackedWeight
 
 
 class RMSNorm(nn.Module):
@@ -107,6 +109,30 @@ class PagedAttention(nn.Module):
         return torch.cat(outs)
 
 
+class QuantLinear(nn.Module):
+    """A Linear whose weight is int8 or int4 (kernels.quant), run by `kernels.matmul.linear`.
+    The packed tensors are buffers, so `.to(device)` moves them with the model."""
+
+    def __init__(self, weight: PackedWeight, bias: bool) -> None:
+        super().__init__()
+        self.kind = type(weight)
+        self.group_size = weight.group_size
+        self.out_features, self.in_features = weight.shape
+        for name, t in weight.tensors().items():
+            self.register_buffer(name, t)
+        self.bias = (nn.Parameter(torch.empty(self.out_features, device="meta"))
+                     if bias else None)  # the loader's bias replaces it (load_state_dict)
+
+    @property
+    def packed(self) -> PackedWeight:
+        if self.kind is Int8Weight:
+            return Int8Weight(self.qweight, self.scales, self.group_size)
+        return Int4Weight(self.qweight, self.scales, self.zeros, self.group_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.packed, self.bias)
+
+
 class GatedMLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int,
                  act: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -169,15 +195,25 @@ class CausalLM(nn.Module):
         return self.output_norm(h)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.tok_embd.weight if self.output is None else self.output.weight
-        return F.linear(hidden, weight).float()
+        if self.output is None:
+            return F.linear(hidden, self.tok_embd.weight).float()
+        return self.output(hidden).float()
 
     def attention_layers(self) -> list[PagedAttention]:
         return [layer.attn.attn for layer in self.layers]
 
-    def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+    def load_weights(self, tensors: dict[str, torch.Tensor | PackedWeight]) -> None:
         """Take the loader's tensors as the parameters (no copy). The model is built on the
-        meta device, so no time goes into random initialisation of weights we replace."""
+        meta device, so no time goes into random initialisation of weights we replace.
+        A packed (int8/int4) weight turns its Linear into a `QuantLinear`."""
+        tensors = dict(tensors)
+        for name in [n for n, t in tensors.items() if isinstance(t, Int8Weight | Int4Weight)]:
+            packed = tensors.pop(name)
+            prefix = name.removesuffix(".weight")
+            parent, _, attr = prefix.rpartition(".")
+            old = self.get_submodule(prefix)
+            setattr(self.get_submodule(parent), attr, QuantLinear(packed, old.bias is not None))
+            tensors |= {f"{prefix}.{k}": t for k, t in packed.tensors().items()}
         missing, unexpected = self.load_state_dict(tensors, strict=False, assign=True)
         device = next(iter(tensors.values())).device
         for module in self.modules():
