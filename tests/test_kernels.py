@@ -28,7 +28,7 @@ from backends.base import LoadPlan
 from backends.cuda import CudaBackend
 from backends.cuda.config import ModelConfig
 from backends.cuda.engine import Engine, EngineConfig
-from backends.cuda.loader import LINEAR, load_weights, pack
+from backends.cuda.loader import LINEAR, load_weights, pack_linears
 from backends.cuda.models import build_model
 from kernels.dispatch import choose_backend
 from kernels.matmul import linear, linear_reference
@@ -139,6 +139,7 @@ def gguf_tensor(reader: GGUFReader, name: str):
     return t, shape, ref.view(shape)
 
 
+@pytest.mark.slow
 def test_q8_0_converts_exactly_at_its_blocks_and_rescaled_per_channel_within_2x(qwen_gguf):
     t, shape, ref = gguf_tensor(qwen_gguf, "blk.0.attn_v.weight")
     assert t.tensor_type == GGMLQuantizationType.Q8_0 and shape == (128, 896)
@@ -155,6 +156,7 @@ def test_q8_0_converts_exactly_at_its_blocks_and_rescaled_per_channel_within_2x(
     assert added < 2.0 * own  # measured 1.87x on this tensor
 
 
+@pytest.mark.slow
 def test_q4_k_converts_exactly_at_group_32_and_requantizes_at_128(qwen_gguf):
     t, shape, ref = gguf_tensor(qwen_gguf, "blk.2.ffn_down.weight")
     assert t.tensor_type == GGMLQuantizationType.Q4_K and shape == (896, 4864)
@@ -288,13 +290,10 @@ def tiny_model(quant: str):
     choices are far from ties and both kernel paths must pick the same tokens."""
     g = torch.Generator().manual_seed(0)
     model = build_model(TINY)
-    tensors = {}
-    for name, p in model.named_parameters():
-        t = (torch.ones(p.shape) if name.endswith("norm.weight")
-             else torch.randn(p.shape, generator=g) * 0.3)
-        tensors[name] = quantize(t, quant) if name.endswith("weight") and t.dim() == 2 \
-            and not name.startswith("tok_embd") else t
-    model.load_weights(tensors)
+    tensors = {name: torch.ones(p.shape) if name.endswith("norm.weight")
+               else torch.randn(p.shape, generator=g) * 0.3
+               for name, p in model.named_parameters()}
+    model.load_weights(pack_linears(tensors, quant))
     return model.eval()
 
 
@@ -323,16 +322,15 @@ def qwen_engines(qwen):
     f32 = CudaBackend(max_seqs=1)
     f32.load(qwen, LoadPlan(context=512, threads=2, parallel=1, batch=256))
     model = f32.engine.runner.model
-    tensors = {name: pack(name, t, "int8") if LINEAR.fullmatch(name) else t
-               for name, t in model.state_dict().items()}
     int8 = build_model(model.config)
-    int8.load_weights(tensors)
+    int8.load_weights(pack_linears(model.state_dict(), "int8"))
     engine = Engine(int8.eval(), f32.engine.config, torch.device("cpu"), torch.float32,
                     f32.tokenizer.is_eog)
     yield f32, engine
     f32.unload()
 
 
+@pytest.mark.slow
 def test_int8_qwen_agrees_with_the_float32_engine(qwen_engines):
     f32, int8 = qwen_engines
     assert type(int8.runner.model.layers[0].attn.q).__name__ == "QuantLinear"
@@ -342,6 +340,7 @@ def test_int8_qwen_agrees_with_the_float32_engine(qwen_engines):
     assert top1.float().mean() >= 0.95
 
 
+@pytest.mark.slow
 def test_int8_qwen_writes_the_same_greedy_code(qwen_engines):
     f32, int8 = qwen_engines
     prompt = f32.tokenizer.encode("def fibonacci(n):")
@@ -406,6 +405,7 @@ def test_loader_packs_every_linear_and_keeps_q8_0_tensors_exact(tmp_path):
     assert torch.equal(int8["tok_embd.weight"], f32["tok_embd.weight"])  # not a Linear
 
 
+@pytest.mark.slow
 def test_loading_with_an_unknown_quantization_is_a_clear_error(qwen):
     with pytest.raises(InvalidRequestError, match="unknown weight quantization 'fp4'"):
         CudaBackend().load(qwen, LoadPlan(context=256, threads=1, quant="fp4"))

@@ -140,6 +140,14 @@ def permute_qk(w: torch.Tensor, n_head: int) -> torch.Tensor:
              .transpose(1, 2).reshape(w.shape))
 
 
+def pack_linears(tensors: dict[str, torch.Tensor], quant: str
+                 ) -> dict[str, torch.Tensor | PackedWeight]:
+    """A float state dict with every Linear weight packed (int8 per channel, int4 group 128):
+    for weights that are already in memory, such as a benchmark's random model."""
+    return {name: pack(name, t, quant) if LINEAR.fullmatch(name) else t
+            for name, t in tensors.items()}
+
+
 def _load_gguf(path: Path, dtype: torch.dtype, device, quant: str | None) -> LoadedWeights:
     from gguf import GGMLQuantizationType, GGUFReader
     from gguf.quants import dequantize
