@@ -8,11 +8,14 @@ One kernel, two launch shapes:
   panel run together and find it in L2.
 
 Each K-tile of the weight is dequantized in registers (float32, then the activation dtype)
-and fed to `tl.dot` with float32 accumulation. The block sizes are reasoned, not tuned: this
+and fed to `tl.dot` with float32 accumulation; an int4 tile is read as BLOCK_K / 8 rows of
+words, each word once. The block sizes are reasoned, not tuned: this
 file has only run under TRITON_INTERPRET=1 on a CPU (tests/test_kernels.py).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -60,12 +63,18 @@ def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_per_split,
             g2 = (offs_k // GROUP)[:, None] * N + offs_n[None, :]
             s = tl.load(s_ptr + g2, mask=mask, other=0.0).to(tl.float32)
         if BITS == 8:  # int8 (N, K), row-major
-            q = tl.load(q_ptr + offs_n[None, :] * K + offs_k[:, None], mask=mask, other=0)
+            # int64: N * K passes 2**31 for a large vocabulary head (256k x 8192)
+            q = tl.load(q_ptr + offs_n.to(tl.int64)[None, :] * K + offs_k[:, None], mask=mask,
+                        other=0)
             w = q.to(tl.float32) * s
         else:  # int32 (K // 8, N): nibble k % 8 of word k // 8
-            word = tl.load(q_ptr + (offs_k // 8)[:, None] * N + offs_n[None, :],
-                           mask=mask, other=0)
-            q = (word >> ((offs_k % 8) * 4)[:, None]) & 0xF
+            # each word is loaded once, (BLOCK_K / 8, BLOCK_N), and spread to its 8 rows in
+            # registers: row 8p + j of the reshape is nibble j of word row p
+            rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+            words = tl.load(q_ptr + rows[:, None] * N + offs_n[None, :],
+                            mask=(rows < K // 8)[:, None] & n_ok[None, :], other=0)
+            nibbles = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
+            q = tl.reshape(nibbles, (BLOCK_K, BLOCK_N))
             if TILE_IN_GROUP:
                 z = tl.load(z_ptr + g * N + offs_n, mask=n_ok, other=0.0)
                 z = z.to(tl.float32)[None, :]
@@ -77,6 +86,7 @@ def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_per_split,
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
+@functools.cache
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count

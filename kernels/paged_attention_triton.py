@@ -29,7 +29,8 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, lse_
                          BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
     seq, kvh, part = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     GROUP: tl.constexpr = HEADS // KV_HEADS
-    n_ctx = tl.load(lens_ptr + seq)
+    # int32 throughout: compiled Triton wants one type for `lo` on both sides of the `if`
+    n_ctx = tl.load(lens_ptr + seq).to(tl.int32)
     lo = part * PARTITION
     hi = min(lo + PARTITION, n_ctx)
     if window > 0:  # skip whole tiles before the window (their blocks may be freed)

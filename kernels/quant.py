@@ -10,8 +10,8 @@ Layouts (a Linear's weight W is (N, K): N outputs, K inputs; groups run along K)
   value q = 0 stands for, the group's minimum), group 128 by default. `qweight` int32
   (K // 8, N): word [p, n] holds k = 8p .. 8p+7 of output n, k = 8p + j in bits 4j..4j+3.
   This is GPTQ's packing: a tile of words is contiguous along N, so the threads of a warp
-  that own neighbouring outputs read neighbouring words (coalesced), and the 8 rows of a
-  K-tile that share a word hit the same cache line. `scales`, `zeros` (K // group, N).
+  that own neighbouring outputs read neighbouring words (coalesced), and one word row feeds
+  8 rows of a K-tile after unpacking in registers. `scales`, `zeros` (K // group, N).
 
 Scales and zeros are float16 by default (bf16 keeps 8 mantissa bits: a 0.4% error on every
 weight of a group; fp16's range covers weight scales). Rounding is plain round-to-nearest
