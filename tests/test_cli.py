@@ -204,3 +204,13 @@ def test_pull_says_which_quantization_it_picked(qwen):
     assert r.returncode == 0, r.stderr
     assert f"{qwen.id}: picked Q4_K_M for this machine" in r.stderr
     assert "already installed" in r.stderr
+
+
+def test_quantize_packs_weights_on_the_cuda_backend_and_is_refused_elsewhere(qwen):
+    r = ember("run", qwen.id, "Say hi", "--quantize", "int8", "--max-tokens", "2")
+    assert r.returncode != 0 and "cuda backend's" in r.stderr and "MODEL:QUANT" in r.stderr
+    r = ember("run", qwen.id, "def add(a, b):\n    return", "--raw", "--backend", "cuda",
+              "--quantize", "int8", "--temperature", "0", "--max-tokens", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["backend"] == "cuda" and "a + b" in out["text"]

@@ -38,6 +38,8 @@ from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
 from backends.remote import RemoteModel
 
+QUANTS = ("int8", "int4")  # weight formats the cuda backend packs at load (kernels/quant.py)
+
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -104,18 +106,27 @@ class Runtime:
                     for w in self._workers.values() if w.alive]
 
     def load(self, name: str, context: int | None = None, backend: str | None = None,
-             gpu_layers: int | None = None) -> LoadedModel:
+             gpu_layers: int | None = None, quant: str | None = None) -> LoadedModel:
         """Load a local model (in the backend `backend`, or the one chosen for it).
-        `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all)."""
+        `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all);
+        `quant` ("int8", "int4") packs the weights at load (the cuda backend's kernels)."""
         if self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: its server loads it")
         model = self._installed(name)
         backend = self.choose(model, backend).name
+        if quant is not None and (quant not in QUANTS or backend != "cuda"):
+            raise InvalidRequestError(
+                f"weights packed at load ({quant}) are the cuda backend's "
+                f"({', '.join(QUANTS)}); the {backend} backend runs the quantization of the "
+                f"model's files: pick a quantization when pulling instead (MODEL:QUANT)"
+                if quant in QUANTS else f"unknown weight format {quant!r} (use "
+                f"{' or '.join(QUANTS)})")
         with self._lock:
             worker = self._workers.get(model.ref)
             if worker is not None and worker.alive and worker.backend == backend and (
                     context is None or worker.plan.context == context) and (
-                    gpu_layers is None or worker.plan.gpu_layers == gpu_layers):
+                    gpu_layers is None or worker.plan.gpu_layers == gpu_layers) and (
+                    worker.plan.quant == quant):
                 return LoadedModel(model, worker.plan, worker.backend, worker.pid)
             if worker is not None:
                 worker.stop()
@@ -124,6 +135,9 @@ class Runtime:
             if gpu_layers is not None:
                 plan = replace(plan, gpu_layers=gpu_layers,
                                reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
+            if quant is not None:
+                plan = replace(plan, quant=quant,
+                               reason=f"{plan.reason}; weights packed as {quant} at load")
             self._make_room(plan.memory_bytes)
             worker = Worker(model, plan, backend)
             self._workers[model.ref] = worker
@@ -163,7 +177,9 @@ class Runtime:
             worker = self._workers.get(model.ref)
         if worker is None or not worker.alive or (backend is not None
                                                   and worker.backend != backend):
-            self.load(name, worker.plan.context if worker else None, backend)
+            keep_quant = worker is not None and (backend in (None, worker.backend))
+            self.load(name, worker.plan.context if worker else None, backend,
+                      quant=worker.plan.quant if keep_quant else None)
             with self._lock:
                 worker = self._workers[model.ref]
         return worker
