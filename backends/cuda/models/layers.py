@@ -77,11 +77,14 @@ class PagedAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 ctx: Context) -> torch.Tensor:
         # q: (tokens, heads, dim); k, v: (tokens, kv_heads, dim)
-        self.k_cache[ctx.slot_mapping] = k.to(self.k_cache.dtype)
-        self.v_cache[ctx.slot_mapping] = v.to(self.v_cache.dtype)
+        slots, tables = ctx.slot_mapping, ctx.block_tables
+        if self.window and ctx.local_block_tables is not None:
+            slots, tables = ctx.local_slot_mapping, ctx.local_block_tables
+        self.k_cache[slots] = k.to(self.k_cache.dtype)
+        self.v_cache[slots] = v.to(self.v_cache.dtype)
         if ctx.is_decode:
-            return self._decode(q, ctx)
-        return self._prefill(q, ctx)
+            return self._decode(q, tables, ctx)
+        return self._prefill(q, tables, ctx)
 
     def _gather(self, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(seqs, kv_heads, blocks*block_size, dim) keys and values of each sequence."""
@@ -102,20 +105,20 @@ class PagedAttention(nn.Module):
             allowed &= q_pos[..., None] - k_pos < self.window
         return allowed
 
-    def _decode(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
-        k, v = self._gather(ctx.block_tables)
+    def _decode(self, q: torch.Tensor, tables: torch.Tensor, ctx: Context) -> torch.Tensor:
+        k, v = self._gather(tables)
         q_pos = (ctx.context_lens - 1)[:, None]  # (seqs, 1): the query is the newest token
         mask = self._mask(q_pos, k.shape[2])[:, None]  # (seqs, 1, 1, keys)
         out = F.scaled_dot_product_attention(q[:, :, None, :], k.to(q.dtype), v.to(q.dtype),
                                              attn_mask=mask, scale=self.scale, enable_gqa=True)
         return out[:, :, 0, :]
 
-    def _prefill(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
+    def _prefill(self, q: torch.Tensor, tables: torch.Tensor, ctx: Context) -> torch.Tensor:
         outs, start = [], 0
         for i, (n_q, n_ctx) in enumerate(zip(ctx.query_lens, ctx.context_lens_list,
                                              strict=True)):
             blocks = -(-n_ctx // self.block_size)
-            k, v = self._gather(ctx.block_tables[i:i + 1, :blocks])
+            k, v = self._gather(tables[i:i + 1, :blocks])
             k, v = k[:, :, :n_ctx], v[:, :, :n_ctx]
             q_pos = torch.arange(n_ctx - n_q, n_ctx, device=q.device)
             mask = self._mask(q_pos, n_ctx)
