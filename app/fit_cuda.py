@@ -23,8 +23,9 @@ the GPU and 32 on the CPU.
               batch, 64) and the caching allocator's slack (ALLOCATOR_SLACK of the rest)
 
 Decode at batch 1 is memory-bound: tokens/s = efficiency x bandwidth / (weights + the KV
-read at a typical fill); the issue's target on a GPU is 80% of bandwidth, on this CPU the
-float32 engine reaches about half of it. Prefill: FLOP/s / (2 x parameters).
+read at a typical fill). The GPU share is the issue's target (80% of bandwidth, not yet
+measured on a GPU); the CPU share (0.5) is an assumption below llama.cpp's measured 0.55, not
+yet calibrated by benchmarks/engine.py. Prefill: FLOP/s / (2 x parameters).
 """
 
 from __future__ import annotations
@@ -56,8 +57,7 @@ WEIGHT_BITS = {"float32": 32.0, "bfloat16": 16.0, "float16": 16.0,
                "int8": 8.0,  # one scale per output channel
                "int4": 4.25}  # group 128 with a 16-bit scale and zero point
 COMPUTE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# Share of the bandwidth limit reached at batch-1 decode: float32 on this CPU (2 cores,
-# Gemma 3 270M) and the issue's GPU target.
+# Share of the bandwidth limit reached at batch-1 decode (see the docstring: not yet measured)
 EFFICIENCY_CUDA = {"cpu": 0.5, "nvidia": 0.8}
 
 
