@@ -279,6 +279,11 @@ def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
              parallel: int = 1) -> list[Fit]:
     ctx = min(context or min(spec.context_default, DEFAULT_CONTEXT), spec.context_max)
     formats = backend_formats(hw)
+    if hw.has_nvidia and hw.torch_cuda is not None:
+        # the cuda backend runs models here (app.selection): size them as its engine keeps them
+        from app.fit_cuda import estimate_cuda
+        return [estimate_cuda(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
+                for v in spec.variants if v.format in formats]
     return [estimate(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
             for v in spec.variants if v.format in formats]
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from app import remotes
 from app.errors import InvalidRequestError
 from app.fit import memory_budget, plan_load, plan_mlx_load
+from app.fit_cuda import plan_cuda_gguf
 from app.gguf_file import read_gguf
 from app.hardware import HardwareProfile, detect
 from app.runtime.generation import Generation
@@ -131,7 +132,7 @@ class Runtime:
             if worker is not None:
                 worker.stop()
                 del self._workers[model.ref]
-            plan = self._plan(model, context)
+            plan = self._plan(model, context, backend)
             if gpu_layers is not None:
                 plan = replace(plan, gpu_layers=gpu_layers,
                                reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
@@ -143,15 +144,18 @@ class Runtime:
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
 
-    def _plan(self, model: InstalledModel, context: int | None) -> LoadPlan:
-        """The load plan for a model (an MLX directory or a GGUF file). Reading the files
-        here gives a clear error before a native library touches them."""
+    def _plan(self, model: InstalledModel, context: int | None,
+              backend: str = "llamacpp") -> LoadPlan:
+        """The load plan for a model (an MLX directory or a GGUF file) in `backend`. Reading
+        the files here gives a clear error before a native library touches them."""
         if model.format == "mlx":
             from backends.mlx.config import read_config
 
             config = read_config(model.path)
             return plan_mlx_load(config, model, self.hardware, context, self.parallel)
         info = read_gguf(model.path)
+        if backend == "cuda":
+            return plan_cuda_gguf(info, self.hardware, context, self.parallel)
         return plan_load(info, self.hardware, context, self.parallel)
 
     def _make_room(self, needed: int) -> None:

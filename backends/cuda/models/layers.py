@@ -81,21 +81,24 @@ class PagedAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 ctx: Context) -> torch.Tensor:
         # q: (tokens, heads, dim); k, v: (tokens, kv_heads, dim)
-        self.k_cache[ctx.slot_mapping] = k.to(self.k_cache.dtype)
-        self.v_cache[ctx.slot_mapping] = v.to(self.v_cache.dtype)
+        slots, tables = ctx.slot_mapping, ctx.block_tables
+        if self.window and ctx.local_block_tables is not None:
+            slots, tables = ctx.local_slot_mapping, ctx.local_block_tables
+        self.k_cache[slots] = k.to(self.k_cache.dtype)
+        self.v_cache[slots] = v.to(self.v_cache.dtype)
         if ctx.is_decode:
-            return self._decode(q, ctx)
-        return self._prefill(q, ctx)
+            return self._decode(q, tables, ctx)
+        return self._prefill(q, tables, ctx)
 
-    def _decode(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
-        return paged_decode(q, self.k_cache, self.v_cache, ctx.block_tables, ctx.context_lens,
+    def _decode(self, q: torch.Tensor, tables: torch.Tensor, ctx: Context) -> torch.Tensor:
+        return paged_decode(q, self.k_cache, self.v_cache, tables, ctx.context_lens,
                             self.scale, self.window, self.block_size)
 
-    def _prefill(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
+    def _prefill(self, q: torch.Tensor, tables: torch.Tensor, ctx: Context) -> torch.Tensor:
         outs, start = [], 0
         for i, (n_q, n_ctx) in enumerate(zip(ctx.query_lens, ctx.context_lens_list,
                                              strict=True)):
-            table = ctx.block_tables[i:i + 1, :-(-n_ctx // self.block_size)]
+            table = tables[i:i + 1, :-(-n_ctx // self.block_size)]
             k = gather_blocks(self.k_cache, table, self.block_size)[:, :, :n_ctx]
             v = gather_blocks(self.v_cache, table, self.block_size)[:, :, :n_ctx]
             q_pos = torch.arange(n_ctx - n_q, n_ctx, device=q.device)
