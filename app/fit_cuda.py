@@ -30,6 +30,8 @@ yet calibrated by benchmarks/engine.py. Prefill: FLOP/s / (2 x parameters).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.config import env_int
 from app.fit import (
     CPU_FLOPS_PER_CORE,
@@ -191,10 +193,14 @@ def plan_cuda_load(name: str, arch: Arch, params: int, variant: Variant, hw: Har
 
 
 def plan_cuda_gguf(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
-                   parallel: int = 1) -> LoadPlan:
-    """plan_cuda_load for a GGUF file at hand (the Runtime's plan when cuda runs it)."""
+                   parallel: int = 1, quant: str | None = None) -> LoadPlan:
+    """plan_cuda_load for a GGUF file at hand (the Runtime's plan when cuda runs it);
+    `quant` ("int8", "int4") packs the linear layers' weights at load."""
     from app.fit import arch_from_gguf
 
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
-    return plan_cuda_load(info.name, arch_from_gguf(info), info.params, variant, hw,
-                          info.context_length, context, parallel)
+    plan = plan_cuda_load(info.name, arch_from_gguf(info), info.params, variant, hw,
+                          info.context_length, context, parallel, weight_dtype=quant)
+    if quant is None:
+        return plan
+    return replace(plan, quant=quant, reason=f"{plan.reason}; weights packed as {quant} at load")

@@ -132,20 +132,17 @@ class Runtime:
             if worker is not None:
                 worker.stop()
                 del self._workers[model.ref]
-            plan = self._plan(model, context, backend)
+            plan = self._plan(model, context, backend, quant)
             if gpu_layers is not None:
                 plan = replace(plan, gpu_layers=gpu_layers,
                                reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
-            if quant is not None:
-                plan = replace(plan, quant=quant,
-                               reason=f"{plan.reason}; weights packed as {quant} at load")
             self._make_room(plan.memory_bytes)
             worker = Worker(model, plan, backend)
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
 
     def _plan(self, model: InstalledModel, context: int | None,
-              backend: str = "llamacpp") -> LoadPlan:
+              backend: str = "llamacpp", quant: str | None = None) -> LoadPlan:
         """The load plan for a model (an MLX directory or a GGUF file) in `backend`. Reading
         the files here gives a clear error before a native library touches them."""
         if model.format == "mlx":
@@ -155,7 +152,7 @@ class Runtime:
             return plan_mlx_load(config, model, self.hardware, context, self.parallel)
         info = read_gguf(model.path)
         if backend == "cuda":
-            return plan_cuda_gguf(info, self.hardware, context, self.parallel)
+            return plan_cuda_gguf(info, self.hardware, context, self.parallel, quant)
         return plan_load(info, self.hardware, context, self.parallel)
 
     def _make_room(self, needed: int) -> None:
