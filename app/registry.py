@@ -39,13 +39,24 @@ class Source:
 
 
 @dataclass(frozen=True)
+class VariantFile:
+    """One file of a directory variant (an MLX repo): its path in the repo, size, SHA-256."""
+    name: str
+    size_bytes: int
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
 class Variant:
     format: str  # "gguf" | "mlx" | "safetensors"
     quant: str
-    file: str
+    file: str  # the file of a single-file variant; "" for a directory (a whole repo)
     size_bytes: int
     sha256: str | None
     sources: tuple[Source, ...]
+    # a directory variant's files, each checked against its SHA-256; empty: the hub's
+    # listing of the repo gives them (app.snapshot)
+    files: tuple[VariantFile, ...] = ()
 
     def source(self, kind: str) -> Source | None:
         return next((s for s in self.sources if s.kind == kind), None)
@@ -83,8 +94,11 @@ class ModelSpec:
 def _variant(raw: dict) -> Variant:
     sources = tuple(Source(kind=s["kind"], repo=s.get("repo"), file=s.get("file"),
                            packages=tuple(s.get("packages", ()))) for s in raw["sources"])
+    files = tuple(VariantFile(name=f["name"], size_bytes=int(f["size_bytes"]),
+                              sha256=f.get("sha256")) for f in raw.get("files") or ())
     return Variant(format=raw["format"], quant=raw["quant"], file=raw["file"],
-                   size_bytes=int(raw["size_bytes"]), sha256=raw.get("sha256"), sources=sources)
+                   size_bytes=int(raw["size_bytes"]), sha256=raw.get("sha256"), sources=sources,
+                   files=files)
 
 
 def _spec(raw: dict) -> ModelSpec:

@@ -19,6 +19,7 @@ from app.errors import ConfigError, InvalidRequestError
 from app.hardware import HardwareProfile
 
 BACKENDS = ("llamacpp", "cuda", "mlx")
+SPECULATIVE_BACKENDS = frozenset({"llamacpp", "mlx"})  # backends that do speculative decoding
 CUDA_FORMATS = ("gguf", "safetensors")
 
 
@@ -26,6 +27,12 @@ CUDA_FORMATS = ("gguf", "safetensors")
 class BackendChoice:
     name: str
     reason: str
+
+
+def preferred_format(hw: HardwareProfile) -> str | None:
+    """The format auto-selection prefers here when a model comes in several: MLX on Apple
+    Silicon (native on its unified memory, and what the mlx backend loads); elsewhere none."""
+    return "mlx" if hw.apple_chip else None
 
 
 def check_backend(name: str) -> str:

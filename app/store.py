@@ -86,13 +86,15 @@ class Store:
                 found.append(model)
         return found
 
-    def get(self, name: str) -> InstalledModel:
-        """`id` or `id:quant`; an id with several quantizations gives the first installed."""
+    def get(self, name: str, prefer: str | None = None) -> InstalledModel:
+        """`id` or `id:quant`; an id with several quantizations gives the first installed,
+        in the format `prefer` if one is (app.selection.preferred_format)."""
         base, _, quant = name.partition(":")
         installed = self.list()
-        for m in installed:
-            if m.id == base.lower() and (not quant or m.quant.lower() == quant.lower()):
-                return m
+        matches = [m for m in installed if m.id == base.lower()
+                   and (not quant or m.quant.lower() == quant.lower())]
+        if matches:
+            return next((m for m in matches if m.format == prefer), matches[0])
         names = [m.id for m in installed]
         hints = suggest(base, names)
         where = "installed models"
@@ -178,6 +180,37 @@ class Store:
         self._write_manifest(model)
         return model
 
+    def install_snapshot(self, spec: ModelSpec, variant: Variant, folder: Path,
+                         sha256: dict[str, str]) -> InstalledModel:
+        """Move a downloaded and verified directory variant (`sha256`: its files' digests)
+        to `models/<publisher>/<repo>/`. Whatever is at that place and is not an installed
+        model (a damaged earlier install) is replaced, and only once the new one is in."""
+        from backends.mlx.config import read_config  # reads JSON only, no MLX
+
+        config = read_config(folder)
+        target = self.target_path(spec, variant)
+        old = self.paths.partial / f"replaced-{os.getpid()}-{target.name}"
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(folder, target)
+        except OSError:
+            if old.exists():
+                os.replace(old, target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        model = InstalledModel(
+            id=spec.id, quant=variant.quant, format=variant.format, path=target,
+            size_bytes=dir_size(target), sha256=dir_sha256(target, sha256),
+            architecture=str(config["model_type"]),
+            context_length=int(config.get("max_position_embeddings") or spec.context_max),
+            chat=spec.chat and has_chat_template(target), origin="registry",
+            installed_at=time.time())
+        self._write_manifest(model)
+        return model
+
     def remove(self, name: str) -> InstalledModel:
         model = self.get(name)
         _manifest_path(model).unlink(missing_ok=True)  # unlisted first, then deleted
@@ -218,13 +251,28 @@ def _dir_files(folder: Path) -> list[Path]:
                   if p.is_file() and not p.name.endswith(MANIFEST_SUFFIX))
 
 
+def has_chat_template(folder: Path) -> bool:
+    """Whether a model directory carries a chat template (tokenizer_config.json's, or the
+    chat_template.jinja newer repos have)."""
+    if (folder / "chat_template.jinja").is_file():
+        return True
+    try:
+        tok_config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(tok_config, dict) and bool(tok_config.get("chat_template"))
+
+
 def dir_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in _dir_files(folder))
 
 
-def dir_sha256(folder: Path) -> str:
-    """One digest for a directory model: SHA-256 over each file's name and SHA-256."""
+def dir_sha256(folder: Path, known: dict[str, str] | None = None) -> str:
+    """One digest for a directory model: SHA-256 over each file's name and SHA-256 (`known`:
+    digests already computed while verifying a download, by file name)."""
     h = hashlib.sha256()
+    known = known or {}
     for p in _dir_files(folder):
-        h.update(f"{p.relative_to(folder).as_posix()}\0{sha256_file(p)}\n".encode())
+        name = p.relative_to(folder).as_posix()
+        h.update(f"{name}\0{known.get(name) or sha256_file(p)}\n".encode())
     return h.hexdigest()

@@ -176,6 +176,9 @@ class LoadPlan:
     parallel: int = 1
     reason: str = ""
     memory_bytes: int = 0  # what the fit model says this load needs (for eviction)
+    # weight-only quantization at load: "int8" or "int4" (the cuda backend's kernels/);
+    # None keeps the weights in the backend's float dtype
+    quant: str | None = None
 
 
 class Backend(Protocol):

@@ -5,6 +5,7 @@ Prints JSON.
 
     .venv/bin/python benchmarks/engine.py [--model qwen2.5-coder-0.5b-instruct]
     .venv/bin/python benchmarks/engine.py --random llama3-8b   # random weights (GPU)
+    .venv/bin/python benchmarks/engine.py --random llama3-8b --quant int4 --batches 1,8
 
 Decode: B sequences with 32-token prompts; once every prompt is in the cache, `--steps`
 decode steps are timed (B tokens each). Prefill: one 512-token prompt to its first token.
@@ -25,6 +26,7 @@ from backends.base import GenerationRequest, LoadPlan, SamplingParams
 from backends.cuda.backend import pick_device
 from backends.cuda.config import ModelConfig
 from backends.cuda.engine import GREEDY, Engine, EngineConfig
+from backends.cuda.loader import pack_linears
 from backends.cuda.models import build_model
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.sequence import Sequence
@@ -50,10 +52,19 @@ def random_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> 
     return model.eval()
 
 
+def quantized(model: CausalLM, quant: str) -> CausalLM:
+    """The same model with every Linear packed as `quant` (kernels.quant)."""
+    packed = build_model(model.config)
+    packed.load_weights(pack_linears(dict(model.state_dict()), quant))
+    return packed.eval()
+
+
 def weight_bytes(model: CausalLM) -> int:
-    """Bytes one decode step reads: every matrix once (the embedding only as the tied head)."""
-    total = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
-                if not n.startswith("tok_embd"))
+    """Bytes one decode step reads: every matrix once (the embedding only as the tied head),
+    packed int8/int4 weights with their scales."""
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    total = sum(p.numel() * p.element_size() for n, p in tensors
+                if not n.startswith("tok_embd") and not n.endswith("inv_freq"))
     if model.output is None:
         total += model.tok_embd.weight.numel() * model.tok_embd.weight.element_size()
     return total
@@ -149,6 +160,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--steps", type=int, default=None, help="timed decode steps per batch")
     ap.add_argument("--no-llama-cpp", action="store_true")
+    ap.add_argument("--quant", choices=["int8", "int4"], default=None,
+                    help="pack every Linear weight (the Triton kernels on a GPU)")
     args = ap.parse_args()
     device, dtype = pick_device()
     hw = detect()
@@ -161,11 +174,15 @@ def main() -> None:
     if args.random:
         cfg = SHAPES[args.random]
         model = random_model(cfg, device, dtype)
+        if args.quant:
+            model = quantized(model, args.quant)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         name = f"random {args.random}"
     else:
         from backends.cuda.loader import load_weights
         path = Store().get(args.model).path
-        weights = load_weights(path, dtype, device)
+        weights = load_weights(path, dtype, device, args.quant)
         cfg = weights.config
         model = build_model(cfg)
         model.load_weights(weights.tensors)
@@ -179,6 +196,7 @@ def main() -> None:
     else:
         limit, where = hw.cpu_bandwidth_gbps, f"{hw.cpu} ({threads} threads)"
     result: dict = {"model": name, "device": where, "dtype": str(dtype).removeprefix("torch."),
+                    "weights": args.quant or str(dtype).removeprefix("torch."),
                     "bandwidth_limit_gbps": limit, "bandwidth_source": hw.bandwidth_source,
                     "weight_bytes_per_token": weight_bytes(model), "ember_cuda": {}}
     ours = result["ember_cuda"]

@@ -56,6 +56,27 @@ def gemma(store: Store) -> InstalledModel:
     return pull(GEMMA, store=store)
 
 
+def converted_mlx(store: Store, source: InstalledModel, bits: int) -> InstalledModel:
+    """`source` converted to MLX, kept in the test home (only the first run converts)."""
+    from app.errors import EmberError
+    from app.mlx_convert import convert_to_mlx
+
+    try:
+        return store.get(f"{source.id}-mlx:{bits}bit")
+    except EmberError:
+        return convert_to_mlx(source.ref, bits, store=store)
+
+
+@pytest.fixture(scope="session")
+def qwen_mlx(store: Store, qwen: InstalledModel) -> InstalledModel:
+    return converted_mlx(store, qwen, 8)
+
+
+@pytest.fixture(scope="session")
+def qwen15_mlx(store: Store, qwen15: InstalledModel) -> InstalledModel:
+    return converted_mlx(store, qwen15, 8)
+
+
 @pytest.fixture(scope="session")
 def runtime(store: Store, qwen: InstalledModel) -> Iterator[Runtime]:
     with Runtime(store=store) as rt:

@@ -1,7 +1,11 @@
 """A local HTTP server that speaks the part of the Hugging Face hub protocol that
-`hf_hub_download` uses: HEAD and GET (with Range) on /{repo}/resolve/{revision}/{file}.
+`hf_hub_download` and `list_repo_tree` use: HEAD and GET (with Range) on
+/{repo}/resolve/{revision}/{file}, and GET /api/models/{repo}/tree/{revision}.
 Each file can misbehave on purpose: drop the connection halfway, serve corrupted bytes,
-be missing (404) or gated (401)."""
+be missing (404) or gated (401).
+
+As on the real hub, weights are LFS files (ETag and listing give their SHA-256) and small
+text files live in git (ETag and listing give their git blob id)."""
 
 from __future__ import annotations
 
@@ -9,9 +13,12 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 COMMIT = "a" * 40
+LFS_ABOVE = 10 << 20
+LFS_SUFFIXES = (".safetensors", ".gguf", ".bin")
 
 
 @dataclass
@@ -21,6 +28,27 @@ class HubFile:
     corrupt: bool = False  # serve other bytes than the ETag (sha256) promises
     drop_after: int | None = None  # close the first GET after this many bytes
     bytes_per_s: int | None = None  # throttle the body (a slow link, to watch progress)
+    name: str = ""
+
+    @property
+    def lfs(self) -> bool:
+        return len(self.data) > LFS_ABOVE or self.name.endswith(LFS_SUFFIXES)
+
+    @cached_property
+    def etag(self) -> str:
+        if self.lfs:
+            return hashlib.sha256(self.data).hexdigest()
+        return git_blob_sha1(self.data)
+
+    def body(self) -> bytes:
+        if not self.corrupt:
+            return self.data
+        i = len(self.data) // 2  # one flipped byte: fast on a model-sized file
+        return self.data[:i] + bytes([self.data[i] ^ 0xFF]) + self.data[i + 1:]
+
+
+def git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
 
 
 @dataclass
@@ -30,7 +58,7 @@ class FakeHub:
     url: str = ""
 
     def add(self, repo: str, filename: str, data: bytes, **kw: object) -> HubFile:
-        f = HubFile(data, **kw)  # type: ignore[arg-type]
+        f = HubFile(data, name=filename, **kw)  # type: ignore[arg-type]
         self.files[(repo, filename)] = f
         return f
 
@@ -61,17 +89,42 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _tree(self) -> None:
+            parts = self.path.split("?")[0].strip("/").split("/")
+            repo = "/".join(parts[2:parts.index("tree")])
+            files = [(name, f) for (r, name), f in sorted(hub.files.items()) if r == repo]
+            if not files:
+                return self._error(404, "RepoNotFound", "Repository not found")
+            if any(f.gated for _, f in files):
+                return self._error(401, "GatedRepo", "Access to this model is restricted")
+            listing = []
+            for name, f in files:
+                entry = {"type": "file", "path": name, "size": len(f.data),
+                         "oid": git_blob_sha1(f.data)}
+                if f.lfs:
+                    entry["lfs"] = {"oid": f.etag,
+                                    "size": len(f.data), "pointerSize": 134}
+                listing.append(entry)
+            body = json.dumps(listing).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
+
         def _serve(self, head: bool) -> None:
             hub.requests.append({"method": self.command, "path": self.path,
                                  "range": self.headers.get("Range"),
                                  "auth": self.headers.get("Authorization")})
+            if self.path.startswith("/api/models/") and "/tree/" in self.path:
+                return self._tree()
             f = self._lookup()
             if f is None:
                 return self._error(404, "EntryNotFound", "Entry not found")
             if f.gated:
                 return self._error(401, "GatedRepo", "Access to this model is restricted")
-            sha = hashlib.sha256(f.data).hexdigest()
-            body = bytes(b ^ 0xFF for b in f.data) if f.corrupt else f.data
+            body = f.body()
             start = 0
             rng = self.headers.get("Range")
             if rng and rng.startswith("bytes="):
@@ -79,7 +132,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             part = body[start:]
             self.send_response(206 if start else 200)
             self.send_header("X-Repo-Commit", COMMIT)
-            self.send_header("ETag", f'"{sha}"')
+            self.send_header("ETag", f'"{f.etag}"')
             self.send_header("Content-Length", str(len(part)))
             if start:
                 self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")

@@ -36,11 +36,30 @@ def test_run_json_prints_one_object_with_the_stats(qwen):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert set(out) == {"text", "model", "backend", "prompt_tokens", "completion_tokens",
-                        "ttft_s", "decode_tokens_per_s", "finish_reason", "truncated"}
+                        "ttft_s", "decode_tokens_per_s", "finish_reason", "truncated",
+                        "cached_tokens", "draft_tokens", "accepted_tokens"}
     assert out["model"] == qwen.id and out["backend"] == "llamacpp"
     assert "[::-1]" in out["text"]
     assert out["completion_tokens"] <= 64 and out["finish_reason"] in ("stop", "length")
     assert out["decode_tokens_per_s"] > 1 and out["truncated"] is False
+
+
+def test_run_with_prompt_lookup_reports_draft_and_accepted_tokens(qwen):
+    code = "\n".join(f"def f{i}(x):\n    return x - {i}" for i in range(6))
+    args = ("run", qwen.id, f"Repeat this code exactly:\n{code}", "--temperature", "0",
+            "--max-tokens", "40")
+    plain = json.loads(ember(*args, "--json").stdout)
+    r = ember(*args, "--lookup", "--max-draft", "5", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["text"] == plain["text"] and plain["draft_tokens"] == 0
+    assert 0 < out["accepted_tokens"] <= out["draft_tokens"]
+    r = ember(*args, "--lookup", "--draft-model", qwen.id)
+    assert r.returncode != 0 and "pick one" in r.stderr
+    r = ember(*args)
+    assert "speculative" not in r.stderr
+    r = ember(*args, "--lookup")
+    assert "speculative tokens accepted" in r.stderr
 
 
 def test_run_streams_text_and_reports_stats_on_stderr(qwen):
@@ -185,3 +204,13 @@ def test_pull_says_which_quantization_it_picked(qwen):
     assert r.returncode == 0, r.stderr
     assert f"{qwen.id}: picked Q4_K_M for this machine" in r.stderr
     assert "already installed" in r.stderr
+
+
+def test_quantize_packs_weights_on_the_cuda_backend_and_is_refused_elsewhere(qwen):
+    r = ember("run", qwen.id, "Say hi", "--quantize", "int8", "--max-tokens", "2")
+    assert r.returncode != 0 and "cuda backend's" in r.stderr and "MODEL:QUANT" in r.stderr
+    r = ember("run", qwen.id, "def add(a, b):\n    return", "--raw", "--backend", "cuda",
+              "--quantize", "int8", "--temperature", "0", "--max-tokens", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["backend"] == "cuda" and "a + b" in out["text"]

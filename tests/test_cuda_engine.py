@@ -91,27 +91,43 @@ def test_teacher_forced_logits_match_llama_cpp_on_1000_tokens(name, request):
     top1, kl = agreement(ours, llama_cpp_logits(model.path, tokens))
     print(f"\n{name}: top-1 agreement with llama.cpp on the Q4_K_M file {top1:.2%} "
           f"(mean KL {kl:.2e})")
-    # llama.cpp rounds activations to 8 bits before each matmul with quantized weights; the
-    # near-ties that flips differ. Measured here: Qwen 98.4%, Gemma 3 270M (a base model with
-    # flat distributions) 96.5%, so the issue's 98% holds for Qwen only; the float32 test
-    # below shows the rest is llama.cpp's rounding, not ours.
-    assert top1 >= (0.98 if name == "qwen" else 0.95)
+    # llama.cpp rounds activations to 8 bits before each matmul with quantized weights, and
+    # flips near-ties. Measured here: Qwen 98.4%; Gemma 3 270M (a base model with flat
+    # distributions: 5.7% of its positions have a top-2 margin under 0.1 nats) 96.5%, which is
+    # exactly how often llama.cpp agrees with itself between this file and its float32 copy
+    # (next test): the issue's 98% is out of reach of any exact implementation for Gemma.
+    assert top1 >= (0.98 if name == "qwen" else 0.96)
     assert kl < 0.01
 
 
 def test_gemma_logits_equal_llama_cpp_on_a_float32_copy(gemma, gemma_cuda, tmp_path):
     """On F32 weights llama.cpp computes in float32 as we do: the same distributions over
     1,000 tokens checks every part of Gemma 3 (its norms, both rotary bases, the 512-token
-    sliding window, the query scale) and the dequantization. (Qwen measured 100%, KL 2e-9,
-    too; left out to keep the suite short.)"""
+    sliding window, the query scale) and the dequantization. The bound is tight enough to
+    catch a window one token too wide or too narrow (measured KL 1.1e-5 and 1.7e-5, against
+    3.6e-7 for the right one). (Qwen measured 100%, KL 2e-9, too; left out to keep the
+    suite short.)
+
+    llama.cpp's own run of the Q4_K_M file agrees with its float32 copy no better than ours
+    does: what separates us from it on the quantized file is its 8-bit rounding of
+    activations (Q8_0 blocks of 32 before Q5_0/Q8_0 weights, Q8_K blocks of 256 before
+    Q4_K/Q6_K), not a difference in the model."""
     tokens = gemma_cuda.tokenizer.encode(TEXT_FILE.read_text())[:N_TOKENS]
     f32 = float32_copy(gemma.path, tmp_path / "f32.gguf")
     try:
-        top1, kl = agreement(gemma_cuda.engine.score(tokens), llama_cpp_logits(f32, tokens))
+        ref_f32 = llama_cpp_logits(f32, tokens)
     finally:
         f32.unlink()
-    print(f"\ngemma: on its float32 copy {top1:.2%} (mean KL {kl:.2e})")
-    assert top1 >= 0.995 and kl < 1e-4
+    ours = gemma_cuda.engine.score(tokens)
+    top1, kl = agreement(ours, ref_f32)
+    ref_q4 = llama_cpp_logits(gemma.path, tokens)
+    ceiling, ceiling_kl = agreement(ref_f32, ref_q4)
+    ours_q4, ours_q4_kl = agreement(ours, ref_q4)
+    print(f"\ngemma: on its float32 copy {top1:.2%} (mean KL {kl:.2e}); on the Q4_K_M file "
+          f"ours {ours_q4:.2%} (KL {ours_q4_kl:.2e}), llama.cpp's float32 run {ceiling:.2%} "
+          f"(KL {ceiling_kl:.2e})")
+    assert top1 >= 0.999 and kl < 2e-6
+    assert ours_q4 >= ceiling - 0.005 and ours_q4_kl < 1.2 * ceiling_kl
 
 
 def test_tokens_equal_llama_cpp_for_tricky_strings(qwen, qwen_cuda):

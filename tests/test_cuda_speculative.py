@@ -175,11 +175,20 @@ TINY = ModelConfig("qwen2", vocab_size=48, hidden_size=32, num_layers=2, num_hea
                    rope_theta=10000.0, max_position=512, qkv_bias=True)
 
 
-def tiny_model(seed: int, like: CausalLM | None = None, noise: float = 0.0) -> CausalLM:
+# Gemma 3's shape in miniature: a sliding-window layer (window 32) and a global one, so a
+# 60-token answer slides out of the window and the window pool (window_blocks.py) is used.
+TINY_GEMMA = ModelConfig("gemma3", vocab_size=48, hidden_size=32, num_layers=2, num_heads=4,
+                         num_kv_heads=2, head_dim=8, intermediate_size=64, rms_norm_eps=1e-6,
+                         rope_theta=10000.0, max_position=512, qk_norm=True,
+                         sliding_window=32, sliding_pattern=2)
+
+
+def tiny_model(seed: int, like: CausalLM | None = None, noise: float = 0.0,
+               config: ModelConfig = TINY) -> CausalLM:
     """Random weights large enough for peaked distributions (no near-ties), in float64;
     `like`: the weights of another tiny model plus `noise` (a draft that mostly agrees)."""
     g = torch.Generator().manual_seed(seed)
-    model = build_model(TINY).to_empty(device="cpu").to(torch.float64)
+    model = build_model(config).to_empty(device="cpu").to(torch.float64)
     source = dict(like.state_dict()) if like is not None else {}
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -190,6 +199,10 @@ def tiny_model(seed: int, like: CausalLM | None = None, noise: float = 0.0) -> C
                                                            dtype=p.dtype))
             else:
                 p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.4)
+        if like is None and model.embed_scale != 1.0:
+            # Gemma scales its (tied) embedding up: keep it from drowning the layers, or the
+            # model just repeats its input
+            model.tok_embd.weight.mul_(0.1)
     model.load_weights(dict(model.state_dict()))
     return model.eval()
 
@@ -212,6 +225,15 @@ PROMPTS = [[3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4], list(range(10, 30)), [40, 41, 2
            list(range(1, 45))]
 
 
+def assert_window_pool_consistent(engine: Engine, seqs: list[Sequence]) -> None:
+    window = engine.blocks.window
+    refs = Counter(b for s in seqs for b in s.local_table if b != window.null)
+    for block in window.pool.blocks:
+        assert block.ref_count == refs[block.id]
+    for s in seqs:
+        assert len(s.local_table) == len(s.block_table)
+
+
 def run_checked(engine: Engine, seqs: list[Sequence]) -> None:
     """Generate to the end, checking the blocks after every step."""
     for seq in seqs:
@@ -222,6 +244,8 @@ def run_checked(engine: Engine, seqs: list[Sequence]) -> None:
                 engine.finish(seq)
         live = [s for s in seqs if s.status.value == "running"]
         assert_blocks_consistent(engine.blocks, live)
+        if engine.blocks.window is not None:
+            assert_window_pool_consistent(engine, live)
         draft = engine.speculator.draft
         assert_blocks_consistent(draft.blocks, list(draft.shadows.values()))
 
@@ -281,3 +305,17 @@ def test_the_draft_caches_the_prompt_it_caught_up_on_for_the_next_request(tiny):
     seq = engine.generate_seqs([PROMPTS[3]], 3, speculative=DRAFT)[0]  # one proposing step
     assert seq.num_drafted > 0
     assert len(engine.speculator.draft.blocks.by_hash) == len(PROMPTS[3]) // BLOCK_SIZE
+
+
+def test_speculation_past_a_sliding_window_equals_plain_greedy():
+    target = tiny_model(3, config=TINY_GEMMA)
+    draft = tiny_model(4, like=target, noise=0.08, config=TINY_GEMMA)
+    plain = tiny_engine(target, None).generate(PROMPTS[:3], 60)
+    engine = tiny_engine(target, draft)
+    assert engine.blocks.window is not None
+    seqs = [Sequence(list(p), GREEDY, 60, speculative=s)
+            for p, s in zip(PROMPTS[:3], [LOOKUP, DRAFT, None], strict=True)]
+    run_checked(engine, seqs)
+    assert [s.output for s in seqs] == plain
+    assert seqs[0].num_accepted > 0 and seqs[1].num_accepted > 0
+    assert seqs[1].num_accepted < seqs[1].num_drafted

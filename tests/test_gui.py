@@ -417,3 +417,22 @@ def test_the_gpu_layers_setting_reaches_the_load_plan(qtbot, window: MainWindow,
     plan = runtime.loaded()[0].plan
     assert plan.gpu_layers == 3 and "GPU layers set to 3 by the user" in plan.reason
     assert stored(window)[-1][2] == "complete"  # a CPU-only build runs it anyway
+
+
+def test_speculative_decoding_from_settings_speeds_the_same_answer(qtbot, window: MainWindow):
+    dialog = SettingsDialog(window.settings, window.runtime.hardware, "", ["a-draft"], "", False)
+    qtbot.addWidget(dialog)
+    assert dialog.speculative.isEnabled()  # llama.cpp does it
+    assert dialog.draft_model.itemText(0) == "none: prompt lookup"
+    code = "\n".join(f"def f{i}(x):\n    return x * {i}" for i in range(6))
+    prompt = f"Repeat this code exactly, nothing else:\n{code}"
+    send(qtbot, window, prompt)
+    wait_idle(qtbot, window)
+    plain = window.chat.messages[-1].text
+    window.settings.speculative = True  # and no draft model: prompt lookup
+    window.new_chat()
+    send(qtbot, window, prompt)
+    wait_idle(qtbot, window)
+    answer = window.chat.messages[-1]
+    assert answer.text == plain
+    assert "speculative tokens accepted" in answer.stats.text()

@@ -17,24 +17,12 @@ import pytest
 from app.errors import EmberError, InvalidRequestError, ModelFileError
 from app.mlx_convert import convert_to_mlx
 from app.runtime import Runtime
-from app.store import InstalledModel, Store
+from app.store import InstalledModel
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
 from backends.mlx.backend import MlxBackend
 
 AGREEMENT_TOKENS = 500
 REAL_TEXT = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def _converted(store: Store, source: InstalledModel, bits: int) -> InstalledModel:
-    try:
-        return store.get(f"{source.id}-mlx:{bits}bit")
-    except EmberError:
-        return convert_to_mlx(source.ref, bits, store=store)
-
-
-@pytest.fixture(scope="session")
-def qwen_mlx(store: Store, qwen: InstalledModel) -> InstalledModel:
-    return _converted(store, qwen, 8)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,17 @@ listed, checked and removed like files; memory follows the unified-memory rules.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
-from app.fit import arch_from_mlx_config, estimate, mlx_quant, plan_mlx_load
+from app.fit import (
+    arch_from_mlx_config,
+    estimate,
+    fits_for,
+    mlx_quant,
+    plan_mlx_load,
+    recommend,
+)
 from app.hardware import GPU, HardwareProfile, gpu_wired_bytes
 from app.registry import load_registry
 from app.store import InstalledModel, Store
@@ -102,9 +108,64 @@ def test_load_plan_for_an_mlx_directory_counts_float32_kv_on_the_cpu(isolated_ho
     assert on_mac.gpu_layers == -1 and "Metal" in on_mac.reason
 
 
-def test_pulling_an_mlx_variant_says_to_convert_instead(isolated_home):
-    from app.download import pull
-    from app.errors import DownloadError
+LINUX_CPU = HardwareProfile(os="Linux", machine="x86_64", cpu="x", physical_cores=8,
+                            logical_cores=8, isa=("avx2",), ram_total=16 * GiB,
+                            ram_available=12 * GiB, gpus=(), cpu_bandwidth_gbps=40)
 
-    with pytest.raises(DownloadError, match="ember convert qwen2.5-coder-0.5b-instruct --to mlx"):
-        pull("qwen2.5-coder-0.5b-instruct:8bit")
+
+def test_on_apple_silicon_the_recommendation_is_the_best_fitting_mlx_variant():
+    spec = load_registry().get("qwen2.5-coder-0.5b-instruct")
+    on_mac = recommend(spec, mac(16 * GiB, 10 * GiB))
+    assert (on_mac.format, on_mac.quant) == ("mlx", "8bit")  # the higher quality fits easily
+    on_linux = recommend(spec, LINUX_CPU)
+    assert (on_linux.format, on_linux.quant) == ("gguf", "Q4_K_M")
+    assert {f.format for f in fits_for(spec, mac(16 * GiB, 10 * GiB))} == {"gguf", "mlx"}
+    assert {f.format for f in fits_for(spec, LINUX_CPU)} == {"gguf"}
+
+
+def test_apple_silicon_falls_back_to_gguf_when_no_mlx_variant_can_run():
+    gemma = load_registry().get("gemma-3-270m")  # no MLX variant in the registry
+    assert recommend(gemma, mac(16 * GiB, 10 * GiB)).format == "gguf"
+    spec = load_registry().get("qwen2.5-coder-0.5b-instruct")
+    huge = tuple(replace(v, size_bytes=200 * GiB) if v.format == "mlx" else v
+                 for v in spec.variants)
+    fit = recommend(replace(spec, variants=huge), mac(16 * GiB, 10 * GiB))
+    assert (fit.format, fit.placement) == ("gguf", "full_gpu")
+
+
+def test_pull_without_a_quantization_takes_the_mlx_variant_on_a_mac():
+    from app.download import resolve
+
+    _, variant = resolve("qwen2.5-coder-0.5b-instruct", mac(16 * GiB, 10 * GiB))
+    assert (variant.format, variant.quant) == ("mlx", "8bit")
+    _, variant = resolve("qwen2.5-coder-0.5b-instruct", LINUX_CPU)
+    assert variant.format == "gguf"
+
+
+def test_ember_hw_recommends_mlx_variants_on_a_mac():
+    from app.cli.models import _best_models
+
+    best = _best_models(mac(32 * GiB, 20 * GiB))
+    assert best
+    for spec, fit in best:
+        has_mlx = any(v.format == "mlx" for v in spec.variants)
+        assert fit.format == ("mlx" if has_mlx else "gguf"), spec.id
+    assert any(fit.format == "mlx" for _, fit in best)
+
+
+def test_a_model_installed_as_gguf_and_mlx_runs_as_mlx_on_a_mac(isolated_home, tmp_path):
+    from tiny_gguf import write_tiny_gguf
+
+    from app.runtime import Runtime
+
+    store = Store()
+    gguf_model = store.import_gguf(write_tiny_gguf(tmp_path / "tiny.gguf"))
+    mlx_model = store.install_directory(make_mlx_dir(tmp_path / "built"), gguf_model.id,
+                                        "4bit", "mlx", "qwen2", 32768, True, origin="converted")
+    assert store.get(gguf_model.id, prefer="mlx") == mlx_model
+    assert store.get(gguf_model.id, prefer="gguf") == gguf_model
+    on_mac = Runtime(store=store, hardware=mac(16 * GiB, 10 * GiB))
+    chosen = on_mac._installed(gguf_model.id)
+    assert chosen == mlx_model and on_mac.choose(chosen).name == "mlx"
+    on_linux = Runtime(store=store, hardware=LINUX_CPU)
+    assert on_linux._installed(gguf_model.id) == store.get(gguf_model.id)  # no preference

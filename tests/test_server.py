@@ -110,6 +110,28 @@ def test_openai_stop_and_seed(oai, qwen):
     assert a == ask(oai, qwen.id, "Name a fruit.", temperature=1.0, seed=7)
 
 
+def test_speculative_extension_reports_accepted_predictions(server, oai, qwen):
+    code = "\n".join(f"def f{i}(x):\n    return x * {i}" for i in range(8))
+    prompt = f"Repeat this code exactly:\n{code}"
+    plain = oai.chat.completions.create(model=qwen.id, temperature=0, max_tokens=48,
+                                        messages=[{"role": "user", "content": prompt}])
+    spec = oai.chat.completions.create(model=qwen.id, temperature=0, max_tokens=48,
+                                       messages=[{"role": "user", "content": prompt}],
+                                       extra_body={"speculative": {"method": "lookup"}})
+    assert spec.choices[0].message.content == plain.choices[0].message.content
+    details = spec.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens > 10
+    assert plain.usage.completion_tokens_details is None
+    r = httpx.post(server[0] + "/api/chat", timeout=120, json={
+        "model": qwen.id, "stream": False, "messages": [{"role": "user", "content": prompt}],
+        "options": {"temperature": 0, "num_predict": 48}, "speculative": {"method": "lookup"}})
+    assert r.json()["message"]["content"] == plain.choices[0].message.content
+    with pytest.raises(openai.BadRequestError, match="max_draft"):
+        oai.chat.completions.create(model=qwen.id, messages=[{"role": "user", "content": "hi"}],
+                                    extra_body={"speculative": {"method": "lookup",
+                                                                "max_draft": 99}})
+
+
 def test_openai_completions(oai, qwen):
     r = oai.completions.create(model=qwen.id, prompt="def add(a, b):\n    return",
                                temperature=0, max_tokens=8)

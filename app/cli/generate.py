@@ -46,7 +46,8 @@ class Target:
     about: str  # one line for the chat banner
 
 
-def open_target(rt, model: str, context: int | None, backend: str | None) -> Target:  # noqa: ANN001
+def open_target(rt, model: str, context: int | None, backend: str | None,  # noqa: ANN001
+                quant: str | None = None) -> Target:
     """Load a local model (pulling it first if it is in the registry), or check that a
     remote one exists, so that a wrong name fails before the first prompt."""
     if rt.is_remote(model):
@@ -54,7 +55,7 @@ def open_target(rt, model: str, context: int | None, backend: str | None) -> Tar
         # OpenAI-compatible servers apply their own chat template; --raw uses /completions
         return Target(model, True, "remote", model, "on its remote server")
     installed = installed_or_pull(model)
-    loaded = rt.load(installed.ref, context, backend)
+    loaded = rt.load(installed.ref, context, backend, quant=quant)
     return Target(installed.ref, installed.chat, loaded.backend, installed.id,
                   f"on {loaded.backend} ({loaded.plan.reason})")
 
@@ -81,6 +82,9 @@ def speculative_from(draft_model: str | None, lookup: bool,
 
 
 def backend_option(f: Callable) -> Callable:
+    f = click.option("--quantize", "quant", type=click.Choice(("int8", "int4")), default=None,
+                     help="cuda backend: pack the weights as int8 or int4 at load "
+                          "(Ember's Triton kernels)")(f)
     return click.option("--backend", type=click.Choice(BACKENDS), default=None,
                         help="run a local model on this backend (default: chosen for this "
                              "machine, see `ember hw`)")(f)
@@ -96,8 +100,8 @@ def backend_option(f: Callable) -> Callable:
 @click.option("--raw", is_flag=True, help="send PROMPT as-is, without the chat template")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object with the stats")
 def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
-        backend: str | None, draft_model: str | None, lookup: bool, max_draft: int,
-        **kw) -> None:
+        backend: str | None, quant: str | None, draft_model: str | None, lookup: bool,
+        max_draft: int, **kw) -> None:
     """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin).
     MODEL is an installed model or NAME/model on a remote endpoint (`ember remote`)."""
     from app.runtime import Runtime
@@ -108,7 +112,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
     sampling.validate()
     speculative = speculative_from(draft_model, lookup, max_draft)
     with Runtime() as rt:
-        target = open_target(rt, model, kw["context"], backend)
+        target = open_target(rt, model, kw["context"], backend, quant)
         if draft_model and not rt.is_remote(model):
             installed_or_pull(draft_model)
         if raw or not target.chat:
@@ -161,7 +165,8 @@ CHAT_HELP = "/reset clears the conversation, /system TEXT sets the system prompt
 @sampling_options
 @backend_option
 @click.option("--system", default=None, help="system prompt")
-def chat(model: str, system: str | None, backend: str | None, **kw) -> None:
+def chat(model: str, system: str | None, backend: str | None, quant: str | None,
+         **kw) -> None:
     """Chat with MODEL (installed, or NAME/model on a remote endpoint) in the terminal.
     Ctrl+C stops an answer; Ctrl+D or /bye leaves."""
     from app.runtime import Runtime
@@ -170,7 +175,7 @@ def chat(model: str, system: str | None, backend: str | None, **kw) -> None:
     sampling.validate()
     history: list[Message] = []
     with Runtime() as rt:
-        target = open_target(rt, model, kw["context"], backend)
+        target = open_target(rt, model, kw["context"], backend, quant)
         if not target.chat:
             raise EmberError(f"{target.ref} has no chat template (a base model); "
                              f"use `ember run {target.model} PROMPT` for completions")

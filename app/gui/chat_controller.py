@@ -16,7 +16,13 @@ from app.gui.tasks import GenerationTask
 from app.history import History
 from app.runtime import Runtime
 from app.settings import Settings
-from backends.base import GenerationRequest, Message, SamplingParams, Stats
+from backends.base import (
+    GenerationRequest,
+    Message,
+    SamplingParams,
+    SpeculativeParams,
+    Stats,
+)
 
 KEPT_STATUSES = ("complete", "stopped", "interrupted")  # what the model sees of the past
 TITLE_CHARS = 48
@@ -140,7 +146,12 @@ class ChatController(QObject):
         s = self.settings
         sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p,
                                   max_tokens=s.max_tokens)
-        return GenerationRequest(messages=system + tuple(history), sampling=sampling)
+        speculative = None
+        if s.speculative and not self.runtime.is_remote(self.model or ""):
+            speculative = (SpeculativeParams(method="draft", draft_model=s.draft_model)
+                           if s.draft_model else SpeculativeParams(method="lookup"))
+        return GenerationRequest(messages=system + tuple(history), sampling=sampling,
+                                 speculative=speculative)
 
     def _generate(self) -> None:
         self.view.show_banner("")

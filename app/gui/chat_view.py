@@ -36,6 +36,9 @@ def stats_text(stats: dict) -> str:
             f"{stats.get('ttft_s', 0):.2f} s · {stats.get('decode_tokens_per_s', 0):.1f} tokens/s")
     if stats.get("cached_tokens"):
         line += f" · {stats['cached_tokens']} prompt tokens from cache"
+    if stats.get("draft_tokens"):
+        line += (f" · {stats.get('accepted_tokens', 0)} of {stats['draft_tokens']} speculative "
+                 "tokens accepted")
     return line
 
 

@@ -29,7 +29,7 @@ from app.config import Paths
 from app.errors import EmberError
 from app.hardware import HardwareProfile
 from app.selection import BACKENDS as SELECTABLE
-from app.selection import choose_backend, llama_cpp_gpu_offload
+from app.selection import SPECULATIVE_BACKENDS, choose_backend, llama_cpp_gpu_offload
 from app.settings import THEMES, Settings
 
 
@@ -39,7 +39,7 @@ class SettingsDialog(QDialog):
 
     def __init__(self, settings: Settings, hardware: HardwareProfile, system_prompt: str,
                  installed: list[str], server_text: str, server_running: bool,
-                 speculative_supported: bool = False, home: Paths | None = None) -> None:
+                 home: Paths | None = None) -> None:
         super().__init__()
         self.home = home
         self.setWindowTitle("Settings")
@@ -87,15 +87,20 @@ class SettingsDialog(QDialog):
         self.speculative = QCheckBox("Speculative decoding")
         self.speculative.setChecked(settings.speculative)
         self.draft_model = QComboBox()
-        self.draft_model.addItem("(none)", "")
+        self.speculative.setToolTip(
+            "Proposes several tokens and lets the model check them in one pass: faster, "
+            "same answers. Prompt lookup copies from the conversation (best for editing "
+            "code); a draft model is a smaller model of the same family.")
+        self.draft_model.addItem("none: prompt lookup", "")
         for ref in installed:
             self.draft_model.addItem(ref, ref)
         self.draft_model.setCurrentIndex(max(0, self.draft_model.findData(settings.draft_model)))
+        backend = choice.name if settings.backend == "auto" else settings.backend
+        supported = backend in SPECULATIVE_BACKENDS
         for w in (self.speculative, self.draft_model):
-            w.setEnabled(speculative_supported)
-            if not speculative_supported:
-                w.setToolTip(f"the {choice.name} backend of this build does not do "
-                             "speculative decoding")
+            w.setEnabled(supported)
+            if not supported:
+                w.setToolTip(f"the {backend} backend does not do speculative decoding yet")
         form.addRow(self.speculative)
         form.addRow("Draft model", self.draft_model)
         layout.addWidget(engine)

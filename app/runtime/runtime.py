@@ -21,16 +21,25 @@ from dataclasses import dataclass, replace
 from app import remotes
 from app.errors import InvalidRequestError
 from app.fit import memory_budget, plan_load, plan_mlx_load
+from app.fit_cuda import plan_cuda_gguf
 from app.gguf_file import read_gguf
 from app.hardware import HardwareProfile, detect
 from app.runtime.generation import Generation
 from app.runtime.process import EventSink, Worker
 from app.runtime.protocol import Embed, Tokenize
 from app.runtime.remote import Remotes
-from app.selection import BackendChoice, check_backend, choose_backend, configured_backend
+from app.selection import (
+    BackendChoice,
+    check_backend,
+    choose_backend,
+    configured_backend,
+    preferred_format,
+)
 from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
 from backends.remote import RemoteModel
+
+QUANTS = ("int8", "int4")  # weight formats the cuda backend packs at load (kernels/quant.py)
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,11 @@ class Runtime:
         self.remotes.check(name)
 
     # -- local models ----------------------------------------------------------------------
+    def _installed(self, name: str) -> InstalledModel:
+        """The installed model `name` names; of an id installed in several formats, the one
+        this machine prefers (MLX on Apple Silicon)."""
+        return self.store.get(name, prefer=preferred_format(self.hardware))
+
     def choose(self, model: InstalledModel, requested: str | None = None) -> BackendChoice:
         if requested is None and self.backend is not None:
             return BackendChoice(check_backend(self.backend), "set for this Runtime")
@@ -93,23 +107,32 @@ class Runtime:
                     for w in self._workers.values() if w.alive]
 
     def load(self, name: str, context: int | None = None, backend: str | None = None,
-             gpu_layers: int | None = None) -> LoadedModel:
+             gpu_layers: int | None = None, quant: str | None = None) -> LoadedModel:
         """Load a local model (in the backend `backend`, or the one chosen for it).
-        `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all)."""
+        `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all);
+        `quant` ("int8", "int4") packs the weights at load (the cuda backend's kernels)."""
         if self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: its server loads it")
-        model = self.store.get(name)
+        model = self._installed(name)
         backend = self.choose(model, backend).name
+        if quant is not None and (quant not in QUANTS or backend != "cuda"):
+            raise InvalidRequestError(
+                f"weights packed at load ({quant}) are the cuda backend's "
+                f"({', '.join(QUANTS)}); the {backend} backend runs the quantization of the "
+                f"model's files: pick a quantization when pulling instead (MODEL:QUANT)"
+                if quant in QUANTS else f"unknown weight format {quant!r} (use "
+                f"{' or '.join(QUANTS)})")
         with self._lock:
             worker = self._workers.get(model.ref)
             if worker is not None and worker.alive and worker.backend == backend and (
                     context is None or worker.plan.context == context) and (
-                    gpu_layers is None or worker.plan.gpu_layers == gpu_layers):
+                    gpu_layers is None or worker.plan.gpu_layers == gpu_layers) and (
+                    worker.plan.quant == quant):
                 return LoadedModel(model, worker.plan, worker.backend, worker.pid)
             if worker is not None:
                 worker.stop()
                 del self._workers[model.ref]
-            plan = self._plan(model, context)
+            plan = self._plan(model, context, backend, quant)
             if gpu_layers is not None:
                 plan = replace(plan, gpu_layers=gpu_layers,
                                reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
@@ -118,15 +141,18 @@ class Runtime:
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
 
-    def _plan(self, model: InstalledModel, context: int | None) -> LoadPlan:
-        """The load plan for a model (an MLX directory or a GGUF file). Reading the files
-        here gives a clear error before a native library touches them."""
+    def _plan(self, model: InstalledModel, context: int | None,
+              backend: str = "llamacpp", quant: str | None = None) -> LoadPlan:
+        """The load plan for a model (an MLX directory or a GGUF file) in `backend`. Reading
+        the files here gives a clear error before a native library touches them."""
         if model.format == "mlx":
             from backends.mlx.config import read_config
 
             config = read_config(model.path)
             return plan_mlx_load(config, model, self.hardware, context, self.parallel)
         info = read_gguf(model.path)
+        if backend == "cuda":
+            return plan_cuda_gguf(info, self.hardware, context, self.parallel, quant)
         return plan_load(info, self.hardware, context, self.parallel)
 
     def _make_room(self, needed: int) -> None:
@@ -147,12 +173,14 @@ class Runtime:
         if self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: tokenize and embed run on "
                                       "local models only")
-        model = self.store.get(name)
+        model = self._installed(name)
         with self._lock:
             worker = self._workers.get(model.ref)
         if worker is None or not worker.alive or (backend is not None
                                                   and worker.backend != backend):
-            self.load(name, worker.plan.context if worker else None, backend)
+            keep_quant = worker is not None and (backend in (None, worker.backend))
+            self.load(name, worker.plan.context if worker else None, backend,
+                      quant=worker.plan.quant if keep_quant else None)
             with self._lock:
                 worker = self._workers[model.ref]
         return worker
@@ -204,7 +232,7 @@ class Runtime:
         a negative value: forever; 0: unload as soon as it is idle)."""
         if self.is_remote(name):
             return  # the remote server decides what it keeps loaded
-        model = self.store.get(name)
+        model = self._installed(name)
         with self._lock:
             worker = self._workers.get(model.ref)
         if worker is not None:
@@ -228,7 +256,7 @@ class Runtime:
     def unload(self, name: str) -> bool:
         if self.is_remote(name):
             return False
-        model = self.store.get(name)
+        model = self._installed(name)
         with self._lock:
             worker = self._workers.pop(model.ref, None)
         if worker is None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from app.server.schemas import MAX_TOKENS_LIMIT
-from backends.base import GenerationRequest, Message, SamplingParams
+from dataclasses import replace
+
+from app.server.schemas import MAX_TOKENS_LIMIT, SpeculativeOptions
+from backends.base import GenerationRequest, Message, SamplingParams, SpeculativeParams
 
 DEFAULTS = SamplingParams()
 
@@ -37,3 +39,11 @@ def completion_request(prompt: str, params: SamplingParams, json_mode: bool = Fa
     return GenerationRequest(prompt=prompt, sampling=params,
                              json_mode=json_mode or json_schema is not None,
                              json_schema=json_schema)
+
+
+def with_speculative(request: GenerationRequest,
+                     options: SpeculativeOptions | None) -> GenerationRequest:
+    if options is None:
+        return request
+    return replace(request, speculative=SpeculativeParams(
+        method=options.method, draft_model=options.draft_model, max_draft=options.max_draft))

@@ -259,8 +259,9 @@ async def chat(body: OllamaChatRequest, request: Request):  # noqa: ANN201
     if not body.messages:  # Ollama: an empty chat loads (or with keep_alive 0 unloads)
         return await _load_or_unload(request, body, model, "message")
     json_mode, schema = _format(body)
-    gen_request = convert.chat_request([(m.role, m.content) for m in body.messages],
-                                       _params(body), json_mode, schema)
+    gen_request = convert.with_speculative(convert.chat_request(
+        [(m.role, m.content) for m in body.messages], _params(body), json_mode, schema),
+        body.speculative)
     return await _respond(request, body, model, gen_request, "message")
 
 
@@ -278,6 +279,7 @@ async def generate(body: OllamaGenerateRequest, request: Request):  # noqa: ANN2
     else:
         messages = ([("system", body.system)] if body.system else []) + [("user", body.prompt)]
         gen_request = convert.chat_request(messages, _params(body), json_mode, schema)
+    gen_request = convert.with_speculative(gen_request, body.speculative)
     return await _respond(request, body, model, gen_request, "response")
 
 

@@ -24,6 +24,7 @@ from app.server.schemas import (
     Completion,
     CompletionChoice,
     CompletionRequest,
+    CompletionTokensDetails,
     EmbeddingData,
     EmbeddingRequest,
     EmbeddingResponse,
@@ -38,8 +39,14 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 
 
 def _usage(stats: Stats) -> Usage:
+    details = None
+    if stats.draft_tokens:  # speculative decoding's proposals, as OpenAI counts predictions
+        details = CompletionTokensDetails(
+            accepted_prediction_tokens=stats.accepted_tokens,
+            rejected_prediction_tokens=stats.draft_tokens - stats.accepted_tokens)
     return Usage(prompt_tokens=stats.prompt_tokens, completion_tokens=stats.completion_tokens,
-                 total_tokens=stats.prompt_tokens + stats.completion_tokens)
+                 total_tokens=stats.prompt_tokens + stats.completion_tokens,
+                 completion_tokens_details=details)
 
 
 def _finish(stats: Stats) -> str:
@@ -81,8 +88,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):  # no
     params = convert.sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                               stop=body.stop,
                               max_tokens=body.max_completion_tokens or body.max_tokens)
-    gen_request = convert.chat_request([(m.role, m.text()) for m in body.messages], params,
-                                       json_mode, schema)
+    gen_request = convert.with_speculative(convert.chat_request(
+        [(m.role, m.text()) for m in body.messages], params, json_mode, schema),
+        body.speculative)
     events = await open_events(request.app.state, model, gen_request, "chat",
                                backend=body.backend)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -149,7 +157,8 @@ async def completions(body: CompletionRequest, request: Request):  # noqa: ANN20
     prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
     params = convert.sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                               stop=body.stop, max_tokens=body.max_tokens)
-    gen_request = convert.completion_request(prompt, params)
+    gen_request = convert.with_speculative(convert.completion_request(prompt, params),
+                                           body.speculative)
     events = await open_events(request.app.state, model, gen_request, "completions",
                                backend=body.backend)
     completion_id = f"cmpl-{uuid.uuid4().hex}"

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backends.base import MAX_DRAFT
+
 MAX_TOKENS_LIMIT = 8192
 
 
@@ -46,6 +48,14 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class SpeculativeOptions(BaseModel):
+    """Ember's extension: speculative decoding for this request (see backends.base)."""
+    model_config = ConfigDict(extra="forbid")
+    method: Literal["draft", "lookup"] = "draft"
+    draft_model: str | None = Field(None, max_length=200)
+    max_draft: int = Field(8, ge=1, le=MAX_DRAFT)
+
+
 class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str = Field(max_length=200)
@@ -61,6 +71,7 @@ class SamplingFields(BaseModel):
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     user: str | None = None
     backend: str | None = None  # Ember's extension: run a local model on this backend
+    speculative: SpeculativeOptions | None = None  # Ember's extension
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -100,10 +111,17 @@ class EmbeddingResponse(BaseModel):
     usage: EmbeddingUsage
 
 
+class CompletionTokensDetails(BaseModel):
+    """OpenAI's counts for predicted outputs; Ember reports speculative decoding's here."""
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class AssistantMessage(BaseModel):
@@ -194,6 +212,7 @@ class OllamaBase(BaseModel):
     stream: bool = True
     format: str | dict[str, Any] | None = None
     options: OllamaOptions | None = None
+    speculative: SpeculativeOptions | None = None  # Ember's extension
     keep_alive: str | int | float | None = None
 
 

@@ -92,7 +92,7 @@ class CudaBackend:
                   "(correct but slow: the llamacpp backend is faster here)", file=sys.stderr)
             torch.set_num_threads(max(1, plan.threads))
         self.tokenizer = load_tokenizer(path)
-        weights = load_weights(path, dtype, self.device)
+        weights = load_weights(path, dtype, self.device, plan.quant)
         model = build_model(weights.config)
         model.load_weights(weights.tensors)
         model.eval()

@@ -22,6 +22,10 @@ class Context:
     # (the shape CUDA graphs capture).
     query_lens: list[int] | None = None
     context_lens_list: list[int] | None = None
+    # Sliding-window layers with their own block pool (window_blocks.py): their slots and
+    # tables, padded with the pool's scratch block. None: they use the tables above.
+    local_slot_mapping: torch.Tensor | None = None
+    local_block_tables: torch.Tensor | None = None
 
     @property
     def is_decode(self) -> bool:

@@ -15,6 +15,7 @@ import torch
 
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.block_manager import BlockManager
+from backends.cuda.config import ModelConfig
 from backends.cuda.draft import DraftModel, model_bytes
 from backends.cuda.model_runner import ModelRunner
 from backends.cuda.models.layers import CausalLM
@@ -22,6 +23,7 @@ from backends.cuda.sampler import Sampler
 from backends.cuda.scheduler import Scheduled, Scheduler
 from backends.cuda.sequence import BLOCK_SIZE, Sequence
 from backends.cuda.speculative import Speculator
+from backends.cuda.window_blocks import blocks_per_seq
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -35,6 +37,20 @@ class EngineConfig:
     # speculative decoding: False proposes max_draft tokens every step, even where the cost
     # model says it is slower (to measure it, and to test the verification)
     adaptive_speculation: bool = True
+    # sliding-window layers keep only their window's blocks (window_blocks.py); False puts
+    # them on the global table like every other layer (a reference for tests)
+    window_pool: bool = True
+
+
+def window_pool_size(model: ModelConfig, config: EngineConfig, per_seq: int) -> tuple[int, int]:
+    """(window, blocks) of the sliding-window layers' own pool; (0, 0) when the model has no
+    such layers or its window is no smaller than a whole context (nothing to give back)."""
+    if not config.window_pool or not any(model.is_sliding(i) for i in range(model.num_layers)):
+        return 0, 0
+    local = blocks_per_seq(model.sliding_window, config.max_tokens)
+    if local >= per_seq:
+        return 0, 0
+    return model.sliding_window, local * config.max_seqs
 
 
 class Engine:
@@ -46,9 +62,10 @@ class Engine:
             raise ValueError(f"{num_blocks} KV blocks cannot hold one {config.context}-token "
                              "context")
         self.config, self.is_eog = config, is_eog
-        self.blocks = BlockManager(num_blocks)
+        window, window_blocks = window_pool_size(model.config, config, per_seq)
+        self.blocks = BlockManager(num_blocks, window, window_blocks)
         self.scheduler = Scheduler(self.blocks, config.max_seqs, config.max_tokens)
-        self.runner = ModelRunner(model, num_blocks, per_seq, device, dtype)
+        self.runner = ModelRunner(model, num_blocks, per_seq, device, dtype, window_blocks)
         self.sampler = Sampler()
         self.speculator = Speculator(self.blocks, config.context, self.sampler,
                                      model_bytes(model), config.adaptive_speculation)
@@ -151,15 +168,20 @@ class Engine:
         teacher-forced view tests compare with llama.cpp. Runs in `max_tokens` chunks over
         fresh blocks (no prefix cache), between steps of any other work."""
         seq = Sequence(list(tokens))
-        if self.blocks.num_free < seq.num_blocks or len(seq) > self.config.context:
+        window = self.blocks.window
+        if self.blocks.num_free < seq.num_blocks or len(seq) > self.config.context or (
+                window is not None and window.pool.num_free
+                < blocks_per_seq(window.window, self.config.max_tokens)):
             raise ValueError(f"no room to score {len(seq)} tokens")
         self.blocks.allocate(seq, use_cache=False)
         rows = []
         try:
             while seq.num_computed < len(seq):
                 step = Scheduled(seq, min(self.config.max_tokens, len(seq) - seq.num_computed))
+                self.blocks.ensure_slots(seq, seq.num_computed + step.num_tokens)
                 rows.append(self.runner.run([step], every_row=True))
                 seq.num_computed += step.num_tokens
+                self.blocks.register_computed(seq)  # slides the window's blocks
         finally:
             self.blocks.free_seq(seq)
         return torch.cat(rows)

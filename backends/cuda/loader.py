@@ -12,6 +12,11 @@ Two traps, both from llama.cpp's converter (convert_hf_to_gguf.py):
   style, as Hugging Face does). Qwen2/3 and Gemma 3 are stored unpermuted.
 - Gemma's converter adds 1 to every RMSNorm weight (Gemma normalises with (1 + w)); for
   safetensors we add it ourselves, so the model applies a plain `x * w` for both.
+
+With `quant` ("int8", "int4") every Linear weight (attention, MLP, an untied output head)
+comes back packed for the weight-only kernels (kernels.quant): int8 per output channel,
+except GGUF Q8_0 tensors, kept exactly at their 32-weight blocks; int4 in groups of 128.
+Embeddings, norms and biases stay in `dtype`; a head tied to the embedding stays too.
 """
 
 from __future__ import annotations
@@ -24,30 +29,46 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.errors import ModelFileError
+from app.errors import InvalidRequestError, ModelFileError
 from backends.cuda.config import (
     HF_ARCHITECTURES,
     SUPPORTED,
     ModelConfig,
     llama3_freq_factors,
 )
+from kernels.quant import QUANT_TYPES, PackedWeight, from_q4_k, from_q8_0, quantize
+
+LINEAR = re.compile(r"layers\.\d+\.(attn\.[qkvo]|mlp\.(gate|up|down))\.weight|output\.weight")
 
 
 @dataclass
 class LoadedWeights:
     config: ModelConfig
-    tensors: dict[str, torch.Tensor]
+    tensors: dict[str, torch.Tensor | PackedWeight]
 
 
 def load_weights(path: Path, dtype: torch.dtype = torch.float32,
-                 device: str | torch.device = "cpu") -> LoadedWeights:
+                 device: str | torch.device = "cpu", quant: str | None = None
+                 ) -> LoadedWeights:
     path = Path(path)
+    if quant is not None and quant not in QUANT_TYPES:
+        raise InvalidRequestError(f"unknown weight quantization {quant!r} for the cuda "
+                                  f"backend: use one of {', '.join(QUANT_TYPES)}")
     if path.is_dir():
-        return _load_safetensors(path, dtype, device)
+        return _load_safetensors(path, dtype, device, quant)
     if path.suffix.lower() == ".gguf":
-        return _load_gguf(path, dtype, device)
+        return _load_gguf(path, dtype, device, quant)
     raise ModelFileError(f"{path}: the cuda backend reads .gguf files or a folder with "
                          "config.json and *.safetensors")
+
+
+def pack(name: str, w: torch.Tensor, quant: str, group_size: int | None = None
+         ) -> PackedWeight:
+    """A float Linear weight in the `quant` layout, or an error that names the tensor."""
+    try:
+        return quantize(w, quant, group_size)
+    except ValueError as e:
+        raise InvalidRequestError(f"{name} cannot be stored as {quant}: {e}") from e
 
 
 # -- GGUF --------------------------------------------------------------------------------
@@ -119,8 +140,16 @@ def permute_qk(w: torch.Tensor, n_head: int) -> torch.Tensor:
              .transpose(1, 2).reshape(w.shape))
 
 
-def _load_gguf(path: Path, dtype: torch.dtype, device) -> LoadedWeights:
-    from gguf import GGUFReader
+def pack_linears(tensors: dict[str, torch.Tensor], quant: str
+                 ) -> dict[str, torch.Tensor | PackedWeight]:
+    """A float state dict with every Linear weight packed (int8 per channel, int4 group 128):
+    for weights that are already in memory, such as a benchmark's random model."""
+    return {name: pack(name, t, quant) if LINEAR.fullmatch(name) else t
+            for name, t in tensors.items()}
+
+
+def _load_gguf(path: Path, dtype: torch.dtype, device, quant: str | None) -> LoadedWeights:
+    from gguf import GGMLQuantizationType, GGUFReader
     from gguf.quants import dequantize
 
     try:
@@ -134,19 +163,34 @@ def _load_gguf(path: Path, dtype: torch.dtype, device) -> LoadedWeights:
     freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
     config = gguf_config(fields, int(embd.shape[1]), names,
                          None if freqs is None else tuple(float(x) for x in freqs.data))
-    tensors: dict[str, torch.Tensor] = {}
+    tensors: dict[str, torch.Tensor | PackedWeight] = {}
     for t in reader.tensors:
         if t.name not in ("token_embd.weight", "output_norm.weight", "output.weight") and \
                 not t.name.startswith("blk."):
             continue  # rope_freqs (Llama 3.1+) went into the config
+        name = gguf_name(t.name)
+        permuted = config.arch in ("llama", "mistral") and \
+            t.name.endswith(("attn_q.weight", "attn_k.weight"))
+        shape = (int(t.shape[1]), int(t.shape[0])) if len(t.shape) == 2 else ()
+        q8_0 = t.tensor_type == GGMLQuantizationType.Q8_0
+        if quant and LINEAR.fullmatch(name) and not permuted and \
+                (quant, t.tensor_type) in (("int8", GGMLQuantizationType.Q8_0),
+                                           ("int4", GGMLQuantizationType.Q4_K)):
+            # straight from the blocks (Q4_K re-quantizes to group 128 inside from_q4_k)
+            packed = from_q8_0(t.data, shape) if q8_0 else from_q4_k(t.data, shape)
+            tensors[name] = packed.to(device)
+            continue
         array = dequantize(t.data, t.tensor_type)
         w = torch.from_numpy(np.array(array, dtype=np.float32))  # a copy: F32 data is a memmap
-        if config.arch in ("llama", "mistral"):
-            if t.name.endswith("attn_q.weight"):
-                w = unpermute_qk(w, config.num_heads)
-            elif t.name.endswith("attn_k.weight"):
-                w = unpermute_qk(w, config.num_kv_heads)
-        tensors[gguf_name(t.name)] = w.to(device=device, dtype=dtype)
+        if permuted:
+            w = unpermute_qk(w, config.num_heads if t.name.endswith("attn_q.weight")
+                             else config.num_kv_heads)
+        if quant and LINEAR.fullmatch(name):
+            # a Q8_0 source re-quantized at its own 32-blocks gives back its exact values
+            group = 32 if quant == "int8" and q8_0 else None
+            tensors[name] = pack(name, w.to(device), quant, group)
+        else:
+            tensors[name] = w.to(device=device, dtype=dtype)
     return LoadedWeights(config, tensors)
 
 
@@ -212,7 +256,8 @@ def hf_name(name: str, arch: str) -> str | None:
     return f"layers.{m[1]}.{part_ours}.{m[3]}" if part_ours else None
 
 
-def _load_safetensors(path: Path, dtype: torch.dtype, device) -> LoadedWeights:
+def _load_safetensors(path: Path, dtype: torch.dtype, device, quant: str | None
+                      ) -> LoadedWeights:
     from safetensors.torch import load_file
 
     config_file = path / "config.json"
@@ -221,7 +266,7 @@ def _load_safetensors(path: Path, dtype: torch.dtype, device) -> LoadedWeights:
         raise ModelFileError(f"{path}: a Hugging Face model folder needs config.json and "
                              "*.safetensors files")
     config = hf_config(json.loads(config_file.read_text()))
-    tensors: dict[str, torch.Tensor] = {}
+    tensors: dict[str, torch.Tensor | PackedWeight] = {}
     for f in files:
         for name, w in load_file(str(f)).items():
             ours = hf_name(name, config.arch)
@@ -230,5 +275,8 @@ def _load_safetensors(path: Path, dtype: torch.dtype, device) -> LoadedWeights:
             w = w.float()
             if config.arch == "gemma3" and ours.endswith("norm.weight"):
                 w = w + 1.0  # Gemma's (1 + w) RMSNorm, folded in as llama.cpp's converter does
-            tensors[ours] = w.to(device=device, dtype=dtype)
+            if quant and LINEAR.fullmatch(ours):
+                tensors[ours] = pack(ours, w.to(device), quant)
+            else:
+                tensors[ours] = w.to(device=device, dtype=dtype)
     return LoadedWeights(config, tensors)

@@ -35,18 +35,28 @@ class Batch:
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, max_blocks_per_seq: int,
-                 device: torch.device, dtype: torch.dtype) -> None:
+                 device: torch.device, dtype: torch.dtype, window_blocks: int = 0) -> None:
+        """`window_blocks`: size of the sliding-window layers' own pool (0: they share the
+        global cache; see window_blocks.py)."""
         self.model, self.device, self.dtype = model, device, dtype
         self.max_blocks_per_seq = max_blocks_per_seq
         self.threads = torch.get_num_threads()
         cfg = model.config
         layers = model.attention_layers()
-        # one allocation for every layer's K and V: (2, layers, slots, kv_heads, head_dim),
-        # plus one scratch block no sequence owns, where padded rows of a graph replay write
+        self.local = [bool(window_blocks and a.window) for a in layers]
+        # one allocation for the K and V of every global layer: (2, layers, slots, kv_heads,
+        # head_dim), plus one scratch block no sequence owns, where padded rows of a graph
+        # replay write; the same for the sliding-window layers over their smaller pool (its
+        # scratch block is also where their tables point once a block slid out of reach)
         self.scratch_slot = num_blocks * BLOCK_SIZE
-        self.kv_cache = torch.zeros(2, len(layers), (num_blocks + 1) * BLOCK_SIZE,
-                                    cfg.num_kv_heads,
-                                    cfg.head_dim, device=device, dtype=dtype)
+        self.window_scratch_slot = window_blocks * BLOCK_SIZE
+        self.window_null = window_blocks
+        shape = (cfg.num_kv_heads, cfg.head_dim)
+        n_local = sum(self.local)
+        self.kv_cache = torch.zeros(2, len(layers) - n_local, (num_blocks + 1) * BLOCK_SIZE,
+                                    *shape, device=device, dtype=dtype)
+        self.window_cache = (torch.zeros(2, n_local, (window_blocks + 1) * BLOCK_SIZE, *shape,
+                                         device=device, dtype=dtype) if n_local else None)
         self._bind_cache()
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
         if device.type == "cuda":
@@ -55,13 +65,19 @@ class ModelRunner:
     def _bind_cache(self) -> None:
         """Point every attention layer at its slice of this runner's cache (again before each
         step, so two engines over one model, as in tests and benchmarks, never mix caches)."""
-        for i, attn in enumerate(self.model.attention_layers()):
-            attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+        index = {True: 0, False: 0}
+        for attn, local in zip(self.model.attention_layers(), self.local, strict=True):
+            cache = self.window_cache if local else self.kv_cache
+            i = index[local]
+            index[local] += 1
+            attn.k_cache, attn.v_cache = cache[0, i], cache[1, i]
             attn.block_size = BLOCK_SIZE
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        return self.kv_cache[:, :, 0].numel() * self.kv_cache.element_size()
+    def kv_cache_bytes(self) -> int:
+        """Bytes of every KV block (both pools), what the fit model predicts."""
+        caches = [self.kv_cache] + ([self.window_cache] if self.window_cache is not None else [])
+        return sum(c.numel() * c.element_size() for c in caches)
 
     def prepare(self, scheduled: list[Scheduled]) -> Batch:
         ids, pos, slots, tables, lens, q_lens, rows = [], [], [], [], [], [], []
@@ -89,6 +105,15 @@ class ModelRunner:
                       context_lens=tensor(lens),
                       query_lens=None if decode else q_lens,
                       context_lens_list=None if decode else lens)
+        if self.window_cache is not None:
+            local_slots, local_tables = [], []
+            for s in scheduled:
+                table, start = s.seq.local_table, s.seq.num_computed
+                local_slots += [table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE
+                                for p in range(start, start + s.num_tokens)]
+                local_tables.append(table + [self.window_null] * (width - len(table)))
+            ctx.local_slot_mapping = tensor(local_slots)
+            ctx.local_block_tables = tensor(local_tables)
         return Batch(tensor(ids), tensor(pos), ctx, rows)
 
     @torch.inference_mode()
@@ -124,6 +149,13 @@ class ModelRunner:
                 context_lens=torch.ones(bs, dtype=torch.long, device=self.device))
             ctx = Context(static["slot_mapping"], static["block_tables"],
                           static["context_lens"])
+            if self.window_cache is not None:
+                static["local_slot_mapping"] = torch.full(
+                    (bs,), self.window_scratch_slot, dtype=torch.long, device=self.device)
+                static["local_block_tables"] = torch.full(
+                    (bs, width), self.window_null, dtype=torch.long, device=self.device)
+                ctx.local_slot_mapping = static["local_slot_mapping"]
+                ctx.local_block_tables = static["local_block_tables"]
             with torch.inference_mode():
                 self.model(static["input_ids"], static["positions"], ctx)  # warm up
                 torch.cuda.synchronize()
@@ -147,5 +179,10 @@ class ModelRunner:
         width = batch.ctx.block_tables.shape[1]
         static["block_tables"][:n, :width] = batch.ctx.block_tables
         static["context_lens"][:n] = batch.ctx.context_lens
+        if self.window_cache is not None:
+            static["local_slot_mapping"].fill_(self.window_scratch_slot)
+            static["local_block_tables"].fill_(self.window_null)
+            static["local_slot_mapping"][:n] = batch.ctx.local_slot_mapping
+            static["local_block_tables"][:n, :width] = batch.ctx.local_block_tables
         graph.replay()
         return static["hidden"][:n]

@@ -61,6 +61,7 @@ class Scheduler:
         for seq in self.running:
             if budget > 0 and seq.num_computed < len(seq) - 1:
                 n = min(len(seq) - seq.num_computed, budget)
+                self.blocks.ensure_slots(seq, seq.num_computed + n)
                 out.append(Scheduled(seq, n))
                 budget -= n
         while (self.waiting and budget > 0 and len(self.running) < self.max_seqs
@@ -73,6 +74,7 @@ class Scheduler:
             self.running.append(seq)
             self.running.sort(key=lambda s: s.arrival)  # a recomputed one is older than most
             n = min(len(seq) - seq.num_computed, budget)
+            self.blocks.ensure_slots(seq, seq.num_computed + n)
             out.append(Scheduled(seq, n))
             budget -= n
         return out

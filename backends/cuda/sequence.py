@@ -28,6 +28,7 @@ class Sequence:
     num_computed: int = 0  # leading tokens whose K/V are in the cache
     num_cached: int = 0  # prompt tokens found in the prefix cache at the first admission
     block_table: list[int] = field(default_factory=list)
+    local_table: list[int] = field(default_factory=list)  # sliding-window layers' blocks
     status: Status = Status.WAITING
     arrival: int = field(default_factory=lambda: next(_arrival))  # younger = larger
     preemptions: int = 0

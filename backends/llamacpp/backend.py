@@ -30,6 +30,7 @@ from backends.base import (
     Message,
 )
 from backends.llamacpp.engine import BatchEngine, Job
+from backends.llamacpp.speculative import DraftModel, NgramLookup, Speculation
 from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
 
@@ -57,9 +58,12 @@ class LlamaCppBackend:
         self._threads = 1
         self._embed_ctx = None  # a second context, made on the first embeddings request
         self._embed_batch = None
+        self._parallel = 1
+        self._drafts: dict[str, DraftModel] = {}  # draft models by path, loaded on first use
+        self._sliding_window = False
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("gguf",), batching=True)
+        return Capabilities(formats=("gguf",), batching=True, speculative=True)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: InstalledModel, plan: LoadPlan) -> None:
@@ -82,7 +86,9 @@ class LlamaCppBackend:
         self._installed = model
         self._n_ctx_seq = plan.context
         self._threads = plan.threads
+        self._parallel = plan.parallel
         meta = self._model.metadata()
+        self._sliding_window = any(k.endswith(".attention.sliding_window") for k in meta)
         self._template = meta.get("tokenizer.chat_template") or None
         self._bos_text = _token_text(self._model, self._model.token_bos())
         self._eos_text = _token_text(self._model, self._model.token_eos())
@@ -94,6 +100,9 @@ class LlamaCppBackend:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+        for draft in self._drafts.values():
+            draft.close()
+        self._drafts.clear()
         for part in (self._embed_batch, self._embed_ctx, self._ctx, self._model):
             if part is not None:
                 part.close()
@@ -211,13 +220,38 @@ class LlamaCppBackend:
         max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine
         assert engine is not None
+        spec = self._speculation(request, prompt)
         engine.submit(Job(stream_id, request, cancelled, prompt, truncated,
-                          self._sampler(request), max_new, TextStream(request.sampling.stop)))
+                          self._sampler(request), max_new, TextStream(request.sampling.stop),
+                          spec=spec))
+
+    def _speculation(self, request: GenerationRequest, prompt: list[int]) -> Speculation | None:
+        params = request.speculative
+        if params is None:
+            return None
+        if self._sliding_window:
+            raise InvalidRequestError(
+                f"{self._installed.ref if self._installed else 'this model'} has sliding-window "
+                "attention layers, whose llama.cpp cache cannot take back rejected tokens: "
+                "speculative decoding is not available for it")
+        if params.method == "lookup":
+            return Speculation(params, lookup=NgramLookup(prompt))
+        if not params.draft_path:
+            raise InvalidRequestError("speculative decoding with a draft model needs its path "
+                                      "(the Runtime fills it in from draft_model)")
+        draft = self._drafts.get(params.draft_path)
+        if draft is None:
+            draft = DraftModel(params.draft_path, self._parallel, self._n_ctx_seq,
+                               self._threads, self._loaded())
+            self._drafts[params.draft_path] = draft
+        return Speculation(params, draft=draft)
 
     def step(self) -> list[tuple[str, Event]]:
         return self.engine.step() if self.engine is not None else []
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
+        for draft in self._drafts.values():
+            draft.forget_all()
         return self.engine.fail_all(message) if self.engine is not None else []
 
     def has_work(self) -> bool:

@@ -33,6 +33,7 @@ from backends.base import (
     Stats,
     TokenEvent,
 )
+from backends.llamacpp.speculative import Speculation, StepTimes, common_prefix
 from backends.text import TextStream
 
 CHUNK = 64  # prompt evaluation piece; 64 and 512 prefill equally fast here (96-97 tok/s)
@@ -55,6 +56,7 @@ class Job:
     n_out: int = 0
     first_at: float | None = None
     last_at: float | None = None
+    spec: Speculation | None = None  # speculative decoding (backends.llamacpp.speculative)
 
 
 @dataclass
@@ -64,15 +66,6 @@ class Slot:
     exact_upto: int = 0  # leading cached tokens bit-identical to a fresh evaluation
     job: Job | None = None
     last_used: float = 0.0
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class BatchEngine:
@@ -87,6 +80,7 @@ class BatchEngine:
         self.batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq, verbose=False)
         self._memory = llama_cpp.llama_get_memory(ctx.ctx)
         self._prefill_turn = True  # alternate prompt pieces and decode steps
+        self.times = StepTimes()  # decode time by batch rows, for speculation's choices
 
     def close(self) -> None:
         self.batch.close()
@@ -147,34 +141,45 @@ class BatchEngine:
 
         self.batch.reset()
         b = self.batch.batch
-        rows: list[tuple[Slot, int, list[int], bool]] = []  # slot, first row, tokens, prefill
+        # slot, first row, tokens, prefill, proposed tokens (speculative decoding)
+        rows: list[tuple[Slot, int, list[int], bool, list[int]]] = []
 
-        def add(slot: Slot, tokens: list[int], first_pos: int, logits_last: bool) -> None:
+        def add(slot: Slot, tokens: list[int], first_pos: int, logits_from: int,
+                proposal: list[int] = ()) -> None:
             start = b.n_tokens
             for i, tok in enumerate(tokens):
                 j = start + i
                 b.token[j], b.pos[j] = tok, first_pos + i
                 b.seq_id[j][0], b.n_seq_id[j] = slot.seq_id, 1
-                b.logits[j] = logits_last and i == len(tokens) - 1
+                b.logits[j] = i >= logits_from
             b.n_tokens = start + len(tokens)
-            rows.append((slot, start, tokens, first_pos < len(slot.job.prompt)))
+            rows.append((slot, start, tokens, first_pos < len(slot.job.prompt), list(proposal)))
 
         decoding = [s for s in running if s.job.next_token is not None]
         prefilling = [s for s in running
                       if s.job.next_token is None and s.job.pos < len(s.job.prompt)]
-        if prefilling and (self._prefill_turn or not decoding):
+        is_decode = not (prefilling and (self._prefill_turn or not decoding))
+        if not is_decode:
             slot = min(prefilling, key=lambda s: s.job.started)  # oldest request first
             job = slot.job
             end = min((job.pos // CHUNK + 1) * CHUNK, len(job.prompt))
-            add(slot, job.prompt[job.pos:end], job.pos, end == len(job.prompt))
+            n = end - job.pos
+            add(slot, job.prompt[job.pos:end], job.pos, n - 1 if end == len(job.prompt) else n)
         else:
-            for slot in decoding[: self.n_batch]:
-                add(slot, [slot.job.next_token], len(slot.tokens), True)
+            decoding = decoding[: self.n_batch]
+            proposals = self._proposals(decoding)
+            for slot in decoding:
+                proposal = proposals.get(slot.seq_id, [])
+                add(slot, [slot.job.next_token, *proposal], len(slot.tokens), 0, proposal)
         self._prefill_turn = not self._prefill_turn
+        started = time.perf_counter()
         self.ctx.decode(self.batch)
+        if is_decode:
+            self.times.record(b.n_tokens, time.perf_counter() - started)
 
-        for slot, start, tokens, prefill in rows:
+        for slot, start, tokens, prefill, proposal in rows:
             job = slot.job
+            base = len(slot.tokens)
             slot.tokens += tokens
             if prefill:
                 job.pos += len(tokens)
@@ -185,8 +190,78 @@ class BatchEngine:
                 slot.exact_upto = (len(job.prompt) - 1) // CHUNK * CHUNK
             else:
                 job.next_token = None
-            token = job.sampler.sample(self.ctx, start + len(tokens) - 1)
+            if not proposal:
+                token = job.sampler.sample(self.ctx, start + len(tokens) - 1)
+                if job.spec is not None and job.spec.shadow is not None:
+                    job.spec.observe(1, int(token == job.spec.shadow))
+                    job.spec.shadow = None
+                out += self._accept(slot, token)
+            else:
+                out += self._verify(slot, start, base, proposal)
+        return out
+
+    def _proposals(self, decoding: list[Slot]) -> dict[int, list[int]]:
+        """The tokens each speculating sequence proposes this step (by seq id), as many as
+        its cost model says pay off (Speculation.choose)."""
+        out: dict[int, list[int]] = {}
+        drafts: dict[int, list[tuple[Slot, int]]] = {}
+        spare = self.n_batch - len(decoding)
+        for slot in decoding:
+            job = slot.job
+            if job.spec is None or spare <= 0:
+                continue
+            limit = min(job.max_new - job.n_out - 1, self.n_ctx_seq - 1 - len(slot.tokens),
+                        spare)
+            k = job.spec.choose(limit, len(decoding), self.times)
+            if k <= 0:
+                if job.spec.lookup is not None:
+                    guess = job.spec.lookup.propose(1)
+                    job.spec.shadow = guess[0] if guess else None
+                continue
+            if job.spec.lookup is not None:
+                proposal = job.spec.lookup.propose(k)
+                if proposal:
+                    out[slot.seq_id] = proposal
+                    spare -= len(proposal)
+            else:
+                drafts.setdefault(id(job.spec.draft), []).append((slot, k))
+                spare -= k
+        for wants in drafts.values():
+            draft = wants[0][0].job.spec.draft
+            made = draft.propose([(slot.seq_id, slot.tokens + [slot.job.next_token], k)
+                                  for slot, k in wants])
+            for (slot, _), proposal in zip(wants, made, strict=True):
+                out[slot.seq_id] = proposal
+        for slot in decoding:
+            if slot.seq_id in out:
+                slot.job.spec.proposed += len(out[slot.seq_id])
+        return out
+
+    def _verify(self, slot: Slot, start: int, base: int,
+                proposal: list[int]) -> list[tuple[str, Event]]:
+        """Sample at each proposed position with the request's own sampler while the samples
+        equal the proposal; the first sample that differs (or the one after the last
+        proposed token) is the next token. Rejected tokens leave the KV cache."""
+        job = slot.job
+        spec = job.spec
+        out: list[tuple[str, Event]] = []
+        matched = 0
+        for i in range(len(proposal) + 1):
+            token = job.sampler.sample(self.ctx, start + i)
+            hit = i < len(proposal) and token == proposal[i]
+            if hit:
+                matched += 1
+                spec.accepted += 1
             out += self._accept(slot, token)
+            if slot.job is None or not hit:
+                break
+            job.next_token = None  # it is in the cache already
+        spec.observe(len(proposal), matched)
+        keep = base + 1 + matched
+        if keep < len(slot.tokens):
+            if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1):
+                raise RuntimeError("llama.cpp could not drop rejected speculative tokens")
+            slot.tokens = slot.tokens[:keep]
         return out
 
     def _accept(self, slot: Slot, token: int) -> list[tuple[str, Event]]:
@@ -194,6 +269,8 @@ class BatchEngine:
         if self.is_eog(token):
             return self._finish(slot, "stop")
         job.n_out += 1
+        if job.spec is not None and job.spec.lookup is not None:
+            job.spec.lookup.extend([token])
         job.last_at = time.perf_counter()
         job.first_at = job.first_at or job.last_at
         piece = job.text.push(self.detokenize(token))
@@ -220,6 +297,8 @@ class BatchEngine:
             ttft_s=round((job.first_at or end) - job.started, 4),
             decode_tokens_per_s=round((job.n_out - 1) / decode_s, 2) if decode_s > 0 else 0.0,
             finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
-            total_s=round(end - job.started, 4), cached_tokens=job.reused)
+            total_s=round(end - job.started, 4), cached_tokens=job.reused,
+            draft_tokens=job.spec.proposed if job.spec else 0,
+            accepted_tokens=job.spec.accepted if job.spec else 0)
         events.append((job.stream_id, DoneEvent(stats, job.text.text)))
         return events

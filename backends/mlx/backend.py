@@ -5,13 +5,18 @@ its KV caches and prompt-cache LRU). Around it we do what every Ember backend do
 way: the chat template rendered in app.templates' sandbox (the same renderer as the llama.cpp
 backend, so one conversation becomes the same prompt text on both, and a hostile template
 meets the same checks), fitting the conversation into the context, stop strings and stats.
+
+Speculative decoding (`request.speculative`): "draft" loads the draft model's MLX directory
+(kept loaded for the next request that names it) and checks that its tokenizer gives every
+token the same bytes; "lookup" needs no second model. Such requests run outside the batch
+(backends.mlx.engine).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 from mlx_lm.utils import load_model
@@ -25,10 +30,12 @@ from backends.base import (
     GenerationRequest,
     LoadPlan,
     Message,
+    SpeculativeParams,
 )
 from backends.mlx.config import kv_bytes_per_token, read_config
 from backends.mlx.engine import Job, MlxEngine
 from backends.mlx.sampling import make_processors, make_sampler
+from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
 from backends.mlx.tokens import ModelTokenizer, load_tokenizer
 from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
@@ -54,9 +61,11 @@ class MlxBackend:
         self.tok: ModelTokenizer | None = None
         self._installed: InstalledModel | None = None
         self._n_ctx = 0
+        self._batch = 0
+        self._draft: tuple[str, Any] | None = None  # (path, model) of the last draft model
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("mlx",), batching=True)
+        return Capabilities(formats=("mlx",), batching=True, speculative=True)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: InstalledModel, plan: LoadPlan) -> None:
@@ -72,7 +81,7 @@ class MlxBackend:
             raise ModelFileError(f"{folder}: mlx-lm could not load it ({e})") from e
         if float32_activations():
             mlx_model.set_dtype(mx.float32)  # scales, norms, embeddings; packed weights stay
-        self.tok, self._installed, self._n_ctx = tok, model, plan.context
+        self.tok, self._installed, self._n_ctx, self._batch = tok, model, plan.context, plan.batch
         kv_per_token = kv_bytes_per_token(config, float32_activations())
         self.engine = MlxEngine(
             mlx_model, tok.pieces, tok.eog, parallel=max(1, plan.parallel),
@@ -84,6 +93,7 @@ class MlxBackend:
             self.engine.close()
             self.engine = None
         self.tok = None
+        self._draft = None
         mx.clear_cache()
 
     def _tokenizer(self) -> ModelTokenizer:
@@ -121,9 +131,39 @@ class MlxBackend:
         max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine
         assert engine is not None
+        spec = request.speculative
         engine.submit(Job(stream_id, request, cancelled, prompt, truncated, max_new,
                           TextStream(request.sampling.stop), make_sampler(request.sampling),
-                          make_processors(request.sampling)))
+                          make_processors(request.sampling),
+                          proposer=self._proposer(spec) if spec else None,
+                          max_draft=spec.max_draft if spec else 0))
+
+    # -- speculative decoding --------------------------------------------------------------
+    def _proposer(self, spec: SpeculativeParams) -> Proposer:
+        if spec.method == "lookup":
+            return LookupProposer()
+        if not spec.draft_path:
+            raise InvalidRequestError("speculative decoding with a draft model needs the "
+                                      "draft's path (the Runtime fills it from draft_model)")
+        return DraftProposer(self._draft_model(Path(spec.draft_path)), self._batch)
+
+    def _draft_model(self, folder: Path) -> Any:
+        if self._draft is not None and self._draft[0] == str(folder):
+            return self._draft[1]
+        self._draft = None
+        config = read_config(folder)
+        if self._tokenizer().pieces != load_tokenizer(folder, config).pieces:
+            raise InvalidRequestError(f"the draft model {folder.name} has another tokenizer "
+                                      "than the model: a draft must share its vocabulary")
+        try:
+            model, _ = load_model(folder)
+        except (ValueError, KeyError, TypeError, FileNotFoundError, RuntimeError) as e:
+            raise ModelFileError(f"{folder}: mlx-lm could not load the draft model ({e})") \
+                from e
+        if float32_activations():
+            model.set_dtype(mx.float32)
+        self._draft = (str(folder), model)
+        return model
 
     def step(self) -> list[tuple[str, Event]]:
         return self.engine.step() if self.engine is not None else []

@@ -9,6 +9,12 @@ Prompt cache: when a request ends, its KV cache (prompt + answer) goes into mlx-
 LRUPromptCache under its tokens. A new request takes a copy of the entry sharing the longest
 prefix with its prompt, trimmed to that prefix, so a conversation's next turn computes only
 its new tokens (Stats.cached_tokens counts the reused ones).
+
+Speculative requests (`Job.proposer` set) run outside the batch: BatchGenerator decodes one
+token per sequence per step, while speculation verifies several proposed tokens of one
+sequence in one forward pass. Each step advances every speculative request by one
+propose-and-verify round (backends.mlx.speculative) next to the batch's decode. They share the
+prompt cache with the batched requests.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from backends.base import (
     Stats,
     TokenEvent,
 )
+from backends.mlx.speculative import Proposer, SpeculativeRun
 from backends.text import TextStream
 
 MODEL_KEY = "model"  # LRUPromptCache keys entries by model too; a backend holds one
@@ -51,6 +58,9 @@ class Job:
     n_out: int = 0
     first_at: float | None = None
     last_at: float | None = None
+    proposer: Proposer | None = None  # speculative decoding: who proposes tokens
+    max_draft: int = 0
+    run: SpeculativeRun | None = None
 
 
 class MlxEngine:
@@ -59,8 +69,9 @@ class MlxEngine:
         self.model, self.pieces, self.eog = model, pieces, eog
         self.parallel, self.prefill_step = parallel, prefill_step
         self.cache = LRUPromptCache(max_size=cache_entries, max_bytes=cache_bytes)
-        self.jobs: dict[int, Job] = {}
+        self.jobs: dict[int, Job] = {}  # BatchGenerator's uids; speculative jobs below 0
         self.generator = self._new_generator()
+        self._next_solo_uid = -1
 
     def _new_generator(self) -> BatchGenerator:
         return BatchGenerator(self.model, stop_tokens=[[t] for t in sorted(self.eog)],
@@ -83,6 +94,12 @@ class MlxEngine:
             trim_prompt_cache(cache, 1)
             rest = job.prompt[-1:]
         job.reused = len(job.prompt) - len(rest)
+        if job.proposer is not None:
+            job.run = SpeculativeRun(self.model, job.proposer, job.prompt, cache, job.sampler,
+                                     job.processors, job.max_draft, self.prefill_step)
+            job.uid, self._next_solo_uid = self._next_solo_uid, self._next_solo_uid - 1
+            self.jobs[job.uid] = job
+            return
         (job.uid,) = self.generator.insert(
             [rest], max_tokens=[job.max_new],
             caches=[cache] if cache is not None else None,
@@ -104,7 +121,9 @@ class MlxEngine:
         for job in list(self.jobs.values()):
             if job.cancelled is not None and job.cancelled.is_set():
                 out += self._remove(job, "cancelled")
-        if not self.jobs:
+        for job in [j for j in self.jobs.values() if j.run is not None]:
+            out += self._speculate(job)
+        if not any(uid >= 0 for uid in self.jobs):
             return out
         _, responses = self.generator.next()
         for r in responses:
@@ -123,6 +142,20 @@ class MlxEngine:
                 out += self._finish(job, "length")
         return out
 
+    def _speculate(self, job: Job) -> list[tuple[str, Event]]:
+        """One propose-and-verify round of a speculative request."""
+        assert job.run is not None
+        out: list[tuple[str, Event]] = []
+        for token in job.run.step(job.max_new - job.n_out):
+            if token in self.eog:
+                return out + self._remove(job, "stop")
+            out += self._accept(job, token)
+            if job.uid not in self.jobs:  # a stop string ended it
+                return out
+        if job.n_out >= job.max_new:
+            out += self._remove(job, "length")
+        return out
+
     def _accept(self, job: Job, token: int) -> list[tuple[str, Event]]:
         job.n_out += 1
         job.last_at = time.perf_counter()
@@ -135,6 +168,9 @@ class MlxEngine:
 
     def _remove(self, job: Job, reason: str) -> list[tuple[str, Event]]:
         """End a request the generator is still running (cancelled, or a stop string)."""
+        if job.run is not None:  # its cache holds all its tokens but the last
+            self._keep_cache(job.run.tokens[:-1], job.run.cache)
+            return self._finish(job, reason)
         caches = self.generator.remove([job.uid], return_prompt_caches=True)
         if job.uid in caches:
             cache, tokens = caches[job.uid]
@@ -158,6 +194,8 @@ class MlxEngine:
             ttft_s=round((job.first_at or end) - job.started, 4),
             decode_tokens_per_s=round((job.n_out - 1) / decode_s, 2) if decode_s > 0 else 0.0,
             finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
-            total_s=round(end - job.started, 4), cached_tokens=job.reused)
+            total_s=round(end - job.started, 4), cached_tokens=job.reused,
+            draft_tokens=job.run.draft_tokens if job.run else 0,
+            accepted_tokens=job.run.accepted_tokens if job.run else 0)
         events.append((job.stream_id, DoneEvent(stats, job.text.text)))
         return events

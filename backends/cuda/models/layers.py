@@ -1,8 +1,9 @@
 """Layers every architecture shares: RMSNorm, rotary embeddings, paged attention, gated MLP.
 
-Attention over the paged KV cache is plain torch (`scaled_dot_product_attention` with an
-explicit mask): the reference the next issue's Triton kernel is checked against. On the GPU
-the same call takes torch's fused SDPA paths.
+Attention over the paged KV cache: prefill is plain torch (`scaled_dot_product_attention`
+with an explicit mask; on the GPU torch's fused SDPA paths); decode goes through
+`kernels.paged_attention.paged_decode`, the Triton kernel on CUDA and the same plain torch
+elsewhere.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from backends.cuda.context import Context
+from kernels.matmul import linear
+from kernels.paged_attention import attention_mask, gather_blocks, paged_decode
+from kernels.quant import Int4Weight, Int8Weight, PackedWeight
 
 
 class RMSNorm(nn.Module):
@@ -77,48 +81,28 @@ class PagedAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 ctx: Context) -> torch.Tensor:
         # q: (tokens, heads, dim); k, v: (tokens, kv_heads, dim)
-        self.k_cache[ctx.slot_mapping] = k.to(self.k_cache.dtype)
-        self.v_cache[ctx.slot_mapping] = v.to(self.v_cache.dtype)
+        slots, tables = ctx.slot_mapping, ctx.block_tables
+        if self.window and ctx.local_block_tables is not None:
+            slots, tables = ctx.local_slot_mapping, ctx.local_block_tables
+        self.k_cache[slots] = k.to(self.k_cache.dtype)
+        self.v_cache[slots] = v.to(self.v_cache.dtype)
         if ctx.is_decode:
-            return self._decode(q, ctx)
-        return self._prefill(q, ctx)
+            return self._decode(q, tables, ctx)
+        return self._prefill(q, tables, ctx)
 
-    def _gather(self, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(seqs, kv_heads, blocks*block_size, dim) keys and values of each sequence."""
-        shape = (-1, self.block_size, self.num_kv_heads, self.head_dim)
-        ids = block_tables.flatten()
-        k = self.k_cache.view(shape).index_select(0, ids)
-        v = self.v_cache.view(shape).index_select(0, ids)
-        n = block_tables.shape[0]
-        return (k.view(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2),
-                v.view(n, -1, self.num_kv_heads, self.head_dim).transpose(1, 2))
+    def _decode(self, q: torch.Tensor, tables: torch.Tensor, ctx: Context) -> torch.Tensor:
+        return paged_decode(q, self.k_cache, self.v_cache, tables, ctx.context_lens,
+                            self.scale, self.window, self.block_size)
 
-    def _mask(self, q_pos: torch.Tensor, n_keys: int) -> torch.Tensor:
-        """Causal (and sliding-window) mask, (..., queries, keys) from query positions."""
-        k_pos = torch.arange(n_keys, device=q_pos.device)
-        allowed = k_pos <= q_pos[..., None]
-        if self.window:
-            # llama.cpp and Hugging Face: a query sees the last `window` positions, itself included
-            allowed &= q_pos[..., None] - k_pos < self.window
-        return allowed
-
-    def _decode(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
-        k, v = self._gather(ctx.block_tables)
-        q_pos = (ctx.context_lens - 1)[:, None]  # (seqs, 1): the query is the newest token
-        mask = self._mask(q_pos, k.shape[2])[:, None]  # (seqs, 1, 1, keys)
-        out = F.scaled_dot_product_attention(q[:, :, None, :], k.to(q.dtype), v.to(q.dtype),
-                                             attn_mask=mask, scale=self.scale, enable_gqa=True)
-        return out[:, :, 0, :]
-
-    def _prefill(self, q: torch.Tensor, ctx: Context) -> torch.Tensor:
+    def _prefill(self, q: torch.Tensor, tables: torch.Tensor, ctx: Context) -> torch.Tensor:
         outs, start = [], 0
         for i, (n_q, n_ctx) in enumerate(zip(ctx.query_lens, ctx.context_lens_list,
                                              strict=True)):
-            blocks = -(-n_ctx // self.block_size)
-            k, v = self._gather(ctx.block_tables[i:i + 1, :blocks])
-            k, v = k[:, :, :n_ctx], v[:, :, :n_ctx]
+            table = tables[i:i + 1, :-(-n_ctx // self.block_size)]
+            k = gather_blocks(self.k_cache, table, self.block_size)[:, :, :n_ctx]
+            v = gather_blocks(self.v_cache, table, self.block_size)[:, :, :n_ctx]
             q_pos = torch.arange(n_ctx - n_q, n_ctx, device=q.device)
-            mask = self._mask(q_pos, n_ctx)
+            mask = attention_mask(q_pos, n_ctx, self.window)
             qi = q[start:start + n_q].transpose(0, 1)[None]  # (1, heads, n_q, dim)
             out = F.scaled_dot_product_attention(qi, k.to(q.dtype), v.to(q.dtype),
                                                  attn_mask=mask, scale=self.scale,
@@ -126,6 +110,30 @@ class PagedAttention(nn.Module):
             outs.append(out[0].transpose(0, 1))
             start += n_q
         return torch.cat(outs)
+
+
+class QuantLinear(nn.Module):
+    """A Linear whose weight is int8 or int4 (kernels.quant), run by `kernels.matmul.linear`.
+    The packed tensors are buffers, so `.to(device)` moves them with the model."""
+
+    def __init__(self, weight: PackedWeight, bias: bool) -> None:
+        super().__init__()
+        self.kind = type(weight)
+        self.group_size = weight.group_size
+        self.out_features, self.in_features = weight.shape
+        for name, t in weight.tensors().items():
+            self.register_buffer(name, t)
+        self.bias = (nn.Parameter(torch.empty(self.out_features, device="meta"))
+                     if bias else None)  # the loader's bias replaces it (load_state_dict)
+
+    @property
+    def packed(self) -> PackedWeight:
+        if self.kind is Int8Weight:
+            return Int8Weight(self.qweight, self.scales, self.group_size)
+        return Int4Weight(self.qweight, self.scales, self.zeros, self.group_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.packed, self.bias)
 
 
 class GatedMLP(nn.Module):
@@ -190,15 +198,25 @@ class CausalLM(nn.Module):
         return self.output_norm(h)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.tok_embd.weight if self.output is None else self.output.weight
-        return F.linear(hidden, weight).float()
+        if self.output is None:
+            return F.linear(hidden, self.tok_embd.weight).float()
+        return self.output(hidden).float()
 
     def attention_layers(self) -> list[PagedAttention]:
         return [layer.attn.attn for layer in self.layers]
 
-    def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+    def load_weights(self, tensors: dict[str, torch.Tensor | PackedWeight]) -> None:
         """Take the loader's tensors as the parameters (no copy). The model is built on the
-        meta device, so no time goes into random initialisation of weights we replace."""
+        meta device, so no time goes into random initialisation of weights we replace.
+        A packed (int8/int4) weight turns its Linear into a `QuantLinear`."""
+        tensors = dict(tensors)
+        for name in [n for n, t in tensors.items() if isinstance(t, Int8Weight | Int4Weight)]:
+            packed = tensors.pop(name)
+            prefix = name.removesuffix(".weight")
+            parent, _, attr = prefix.rpartition(".")
+            old = self.get_submodule(prefix)
+            setattr(self.get_submodule(parent), attr, QuantLinear(packed, old.bias is not None))
+            tensors |= {f"{prefix}.{k}": t for k, t in packed.tensors().items()}
         missing, unexpected = self.load_state_dict(tensors, strict=False, assign=True)
         device = next(iter(tensors.values())).device
         for module in self.modules():

@@ -1,0 +1,290 @@
+"""Speculative decoding for the llama.cpp backend: who proposes tokens, and how many.
+
+A proposer guesses the next few tokens of a sequence; the engine (engine.BatchEngine) puts
+them behind the sequence's pending token in one batch, so one forward pass gives the model's
+logits at every proposed position, and samples there one position at a time with the request's
+own sampler, keeping tokens while they equal the proposal. Every emitted token is therefore a
+sample of the model itself given the tokens before it: greedy output is the model's greedy
+output, sampled output has the model's distribution, and a seed gives the same answer with or
+without speculation (the sampler draws once per emitted token either way). Tokens after the
+first mismatch are removed from the KV cache.
+
+Two proposers:
+- `NgramLookup` (prompt lookup): the tokens that followed the latest earlier occurrence of the
+  sequence's last few tokens, in the prompt or the answer. Free, and right whenever the answer
+  copies from its context (editing code, quoting).
+- `DraftModel`: a smaller model with the same vocabulary, in a second llama.cpp context with
+  one sequence per slot of the engine, proposing its greedy continuation.
+
+How many (`Speculation.choose`): with a per-token acceptance rate a, proposing k tokens yields
+(1 - a^(k+1)) / (1 - a) tokens per verification. That step costs the decode time of the batch
+with k more rows, plus k draft steps for the draft model, where a plain step costs the batch
+without them. `StepTimes` measures both on the running engine, so the choice adapts to the
+machine and to the request; when no k beats plain decoding, the request decodes plainly, and
+keeps measuring: prompt lookup by checking its guess against each plainly decoded token
+(free), the draft model by probing with one token every few steps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from app.errors import InvalidRequestError, ModelFileError
+from backends.base import SpeculativeParams
+
+NGRAM_SIZES = (4, 3, 2)  # longest match first
+PRIOR_ROW_COST = 0.2  # one more batch row, as a share of a 1-row decode, until measured
+DRAFT_MIN_P = 0.3  # the draft stops proposing when its top token is less likely than this
+PROBE_EVERY = 8  # steps between one-token probes while speculation is off
+MIN_GAIN = 1.05  # speculate only when the model predicts at least this speedup
+
+
+class NgramLookup:
+    """Prompt lookup: an index from each n-gram of the text so far to where it last ended."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens: list[int] = []
+        self._next: dict[tuple[int, ...], int] = {}  # n-gram -> index of the token after it
+        self.extend(tokens)
+
+    def extend(self, tokens: list[int]) -> None:
+        for tok in tokens:
+            p = len(self.tokens)
+            for n in NGRAM_SIZES:
+                if p >= n:
+                    self._next[tuple(self.tokens[p - n:p])] = p
+            self.tokens.append(tok)
+
+    def propose(self, k: int) -> list[int]:
+        for n in NGRAM_SIZES:
+            if len(self.tokens) <= n:
+                continue
+            start = self._next.get(tuple(self.tokens[-n:]))
+            if start is not None:
+                return self.tokens[start:start + k]
+        return []
+
+
+@dataclass
+class StepTimes:
+    """Measured seconds of a decode by its number of batch rows (moving averages)."""
+    rows: dict[int, float] = field(default_factory=dict)
+
+    def record(self, n_rows: int, seconds: float) -> None:
+        old = self.rows.get(n_rows)
+        self.rows[n_rows] = seconds if old is None else 0.8 * old + 0.2 * seconds
+
+    def cost(self, n_rows: int) -> float:
+        """The time of a decode with `n_rows` rows: measured, or interpolated between the
+        nearest measured sizes, or extrapolated with the prior slope from the nearest one."""
+        if n_rows in self.rows:
+            return self.rows[n_rows]
+        if not self.rows:
+            return 1.0 + PRIOR_ROW_COST * (n_rows - 1)
+        below = [r for r in self.rows if r < n_rows]
+        above = [r for r in self.rows if r > n_rows]
+        if below and above:
+            lo, hi = max(below), min(above)
+            f = (n_rows - lo) / (hi - lo)
+            return self.rows[lo] * (1 - f) + self.rows[hi] * f
+        near = max(below) if below else min(above)
+        one_row = self.rows[near] / (1 + PRIOR_ROW_COST * (near - 1))
+        return one_row * (1 + PRIOR_ROW_COST * (n_rows - 1))
+
+
+@dataclass
+class Speculation:
+    """One request's speculative state: its proposer, acceptance estimate and counts."""
+    params: SpeculativeParams
+    lookup: NgramLookup | None = None
+    draft: DraftModel | None = None
+    accepted_seen: float = 3.0  # prior: a = 0.6 until measured (decaying counts)
+    rejected_seen: float = 2.0
+    off_steps: int = 0
+    shadow: int | None = None  # prompt lookup's guess for a step decoded plainly
+    proposed: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted_seen / (self.accepted_seen + self.rejected_seen)
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        """A verification of `proposed` tokens kept `accepted` of them (stopping at the first
+        rejection): `accepted` successes, and one failure unless all were kept."""
+        self.accepted_seen = 0.9 * self.accepted_seen + accepted
+        self.rejected_seen = 0.9 * self.rejected_seen + (1 if accepted < proposed else 0)
+
+    def choose(self, limit: int, rows: int, times: StepTimes) -> int:
+        """How many tokens to propose now (0: decode plainly), for a batch of `rows` other rows."""
+        limit = min(limit, self.params.max_draft)
+        if limit <= 0:
+            return 0
+        a = min(self.acceptance, 0.99)
+        plain = times.cost(rows)
+        draft_step = 0.0
+        if self.draft is not None:
+            draft_step = self.draft.round_s if self.draft.round_s is not None else 0.3 * plain
+        best_k, best_gain = 0, MIN_GAIN
+        for k in range(1, limit + 1):
+            tokens = (1 - a ** (k + 1)) / (1 - a)
+            gain = tokens * plain / (times.cost(rows + k) + k * draft_step)
+            if gain > best_gain:
+                best_k, best_gain = k, gain
+        if best_k:
+            self.off_steps = 0
+            return best_k
+        self.off_steps += 1
+        # look again now and then, in case acceptance picked up (prompt lookup needs no
+        # probe: the engine checks its proposal against each plainly decoded token)
+        if self.draft is not None and self.off_steps >= PROBE_EVERY:
+            self.off_steps = 0
+            return 1
+        return 0
+
+
+class DraftModel:
+    """A smaller model with the same vocabulary, proposing its greedy continuation. Its context
+    has one sequence per engine slot, with the same ids; each sequence's cache follows the
+    slot's tokens lazily (the common prefix is kept, the rest recomputed when proposing)."""
+
+    def __init__(self, path: str, n_seq: int, n_ctx_seq: int, threads: int,
+                 target: Any) -> None:
+        from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel
+
+        self.path = path
+        mparams = llama_cpp.llama_model_default_params()
+        try:
+            self.model = LlamaModel(path_model=path, params=mparams, verbose=False)
+        except (ValueError, RuntimeError) as e:
+            raise ModelFileError(f"{path}: llama.cpp could not load the draft model ({e})") from e
+        try:
+            check_same_vocab(target, self.model)
+            cparams = llama_cpp.llama_context_default_params()
+            cparams.n_ctx = n_ctx_seq * n_seq
+            cparams.n_batch = cparams.n_ubatch = 512
+            cparams.n_seq_max = n_seq
+            cparams.n_threads = cparams.n_threads_batch = threads
+            self.ctx = LlamaContext(model=self.model, params=cparams, verbose=False)
+        except BaseException:
+            self.model.close()
+            raise
+        self.n_batch = 512
+        self.n_vocab = self.model.n_vocab()
+        self.batch = LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=n_seq, verbose=False)
+        self._memory = llama_cpp.llama_get_memory(self.ctx.ctx)
+        self.cached: dict[int, list[int]] = {}  # seq id -> tokens its cache holds
+        self.round_s: float | None = None  # measured time of one proposing round
+
+    def close(self) -> None:
+        self.batch.close()
+        self.ctx.close()
+        self.model.close()
+
+    def forget_all(self) -> None:
+        self.cached.clear()
+        llama_cpp.llama_memory_clear(self._memory, True)
+
+    def propose(self, wants: list[tuple[int, list[int], int]]) -> list[list[int]]:
+        """For each (seq id, tokens so far, k): up to k greedy next tokens, in one batch per
+        round for all sequences. Stops a sequence early where the draft is unsure."""
+        todo: dict[int, int] = {}  # seq id -> the token to evaluate next round
+        out: dict[int, list[int]] = {}
+        ks = {seq: k for seq, _, k in wants}
+        for seq, history, _ in wants:
+            have = self.cached.get(seq, [])
+            keep = min(common_prefix(have, history), len(history) - 1)
+            if keep < len(have):
+                llama_cpp.llama_memory_seq_rm(self._memory, seq, keep, -1)
+            self.cached[seq] = history[:keep]
+            self._catch_up(seq, history[keep:-1])
+            todo[seq] = history[-1]
+            out[seq] = []
+        while todo:
+            rows = self._round(todo)
+            todo = {}
+            for seq, row in rows.items():
+                token, p = self._top(row)
+                if p < DRAFT_MIN_P and out[seq]:
+                    continue
+                out[seq].append(token)
+                if len(out[seq]) < ks[seq]:
+                    todo[seq] = token
+        return [out[seq] for seq, _, _ in wants]
+
+    def _catch_up(self, seq: int, tokens: list[int]) -> None:
+        """Evaluate tokens the draft has not seen (a new prompt), without logits."""
+        for start in range(0, len(tokens), self.n_batch):
+            piece = tokens[start:start + self.n_batch]
+            self.batch.reset()
+            b = self.batch.batch
+            pos0 = len(self.cached[seq])
+            for i, tok in enumerate(piece):
+                b.token[i], b.pos[i] = tok, pos0 + i
+                b.seq_id[i][0], b.n_seq_id[i] = seq, 1
+                b.logits[i] = False
+            b.n_tokens = len(piece)
+            self.ctx.decode(self.batch)
+            self.cached[seq] += piece
+
+    def _round(self, todo: dict[int, int]) -> dict[int, int]:
+        """One token for each sequence, in one batch; the batch row of each sequence."""
+        self.batch.reset()
+        b = self.batch.batch
+        rows = {}
+        for i, (seq, tok) in enumerate(todo.items()):
+            b.token[i], b.pos[i] = tok, len(self.cached[seq])
+            b.seq_id[i][0], b.n_seq_id[i] = seq, 1
+            b.logits[i] = True
+            rows[seq] = i
+            self.cached[seq].append(tok)
+        b.n_tokens = len(todo)
+        start = time.perf_counter()
+        self.ctx.decode(self.batch)
+        took = time.perf_counter() - start
+        self.round_s = took if self.round_s is None else 0.8 * self.round_s + 0.2 * took
+        return rows
+
+    def _top(self, row: int) -> tuple[int, float]:
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx.ctx, row)
+        logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                       shape=(self.n_vocab,))
+        token = int(logits.argmax())
+        top = float(logits[token])
+        p = 1.0 / float(np.exp(logits - top).sum())
+        return token, p
+
+
+def check_same_vocab(target: Any, draft: Any) -> None:
+    """The draft must tokenize like the target: same size (or the target's padded larger),
+    same special tokens, and the same text for a spread of ids."""
+    n_t, n_d = target.n_vocab(), draft.n_vocab()
+    why = None
+    if abs(n_t - n_d) > 128:
+        why = f"vocabularies of {n_t} and {n_d} tokens"
+    elif (target.token_bos(), target.token_eos()) != (draft.token_bos(), draft.token_eos()):
+        why = "different BOS/EOS tokens"
+    else:
+        for tok in range(0, min(n_t, n_d), max(1, min(n_t, n_d) // 512)):
+            if target.token_get_text(tok) != draft.token_get_text(tok):
+                why = f"token {tok} is {target.token_get_text(tok)!r} in one and " \
+                      f"{draft.token_get_text(tok)!r} in the other"
+                break
+    if why:
+        raise InvalidRequestError(f"the draft model does not share the model's tokenizer "
+                                  f"({why}): pick a smaller model of the same family")
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

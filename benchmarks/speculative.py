@@ -1,0 +1,122 @@
+"""Speculative decoding: tokens/s without and with it, on code-writing and code-editing
+prompts, greedy, through the Runtime (a worker process, as the app and server run it).
+Prints JSON.
+
+    .venv/bin/python benchmarks/speculative.py [--target qwen2.5-coder-1.5b-instruct]
+        [--draft qwen2.5-coder-0.5b-instruct] [--backend llamacpp] [--max-tokens 128]
+
+For each prompt: decode tokens/s plain, with prompt lookup and with the draft model (the
+time after the first token, so the prompt cache that later runs of the same prompt hit does
+not count; the draft model's own prompt evaluation does), the speedups, acceptance rates, and
+whether each answer equals the plain one. The summary gives medians and minimums per kind.
+Run it on a quiet machine: other processes on the cores change all three numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from app.hardware import detect
+from app.runtime import Runtime
+from app.store import Store
+from backends.base import GenerationRequest, Message, SamplingParams, SpeculativeParams
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _code(path: str, start: int, lines: int) -> str:
+    text = (REPO / path).read_text().splitlines()
+    return "\n".join(text[start:start + lines])
+
+
+def prompts() -> list[tuple[str, str, str]]:
+    """(name, kind, text): code to write from scratch, and code to edit (the answer copies
+    most of its prompt)."""
+    text_py = _code("backends/text.py", 0, 60)
+    prompt_py = _code("backends/prompt.py", 10, 35)
+    lookup_py = _code("backends/llamacpp/speculative.py", 45, 25)
+    return [
+        ("lru-cache", "write", "Write a Python class implementing an LRU cache with get and "
+                               "put, using OrderedDict. Only code."),
+        ("parse-csv", "write", "Write a Python function that parses a CSV line with quoted "
+                               "fields (commas and escaped quotes inside quotes). Only code."),
+        ("binary-search", "write", "Implement binary search over a sorted list in Python, "
+                                   "iteratively, with a docstring and three asserts."),
+        ("rename", "edit", "Rename the function held_back to trailing_stop_prefix everywhere "
+                           f"in this code and output the whole file:\n```python\n{text_py}\n```"),
+        ("type-hints", "edit", "Add a comment line above every `if` in this function and "
+                               f"output the whole function:\n```python\n{prompt_py}\n```"),
+        ("docstring", "edit", "Replace the docstrings in this class with one-line docstrings "
+                              f"and output the whole class:\n```python\n{lookup_py}\n```"),
+    ]
+
+
+def run(args: argparse.Namespace) -> dict:
+    greedy = SamplingParams(temperature=0, max_tokens=args.max_tokens)
+    modes = {"plain": None,
+             "lookup": SpeculativeParams(method="lookup", max_draft=args.max_draft),
+             "draft": SpeculativeParams(method="draft", draft_model=args.draft,
+                                        max_draft=args.max_draft)}
+    rows = []
+    with Runtime(store=Store(), backend=args.backend) as rt:
+        loaded = rt.load(args.target, args.context)
+        for name, kind, text in prompts():
+            row: dict = {"prompt": name, "kind": kind}
+            answers = {}
+            for mode, spec in modes.items():
+                request = GenerationRequest(messages=(Message("user", text),), sampling=greedy,
+                                            speculative=spec)
+                answer, stats = rt.generate(args.target, request).result()
+                answers[mode] = answer
+                row[f"{mode}_tokens_per_s"] = stats.decode_tokens_per_s
+                row[f"{mode}_tokens"] = stats.completion_tokens
+                if spec is not None:
+                    row[f"{mode}_speedup"] = round(
+                        stats.decode_tokens_per_s / row["plain_tokens_per_s"], 3)
+                    row[f"{mode}_proposed"] = stats.draft_tokens
+                    row[f"{mode}_accepted"] = stats.accepted_tokens
+                    row[f"{mode}_identical"] = answer == answers["plain"]
+            rows.append(row)
+            if args.verbose:
+                print(json.dumps(row), flush=True)
+
+    def summary(mode: str, kind: str | None) -> dict:
+        picked = [r for r in rows if kind is None or r["kind"] == kind]
+        speedups = [r[f"{mode}_speedup"] for r in picked]
+        return {"median_speedup": round(statistics.median(speedups), 3),
+                "min_speedup": round(min(speedups), 3),
+                "acceptance": round(sum(r[f"{mode}_accepted"] for r in picked)
+                                    / max(1, sum(r[f"{mode}_proposed"] for r in picked)), 3),
+                "all_identical": all(r[f"{mode}_identical"] for r in picked)}
+
+    hw = detect()
+    return {
+        "benchmark": "speculative",
+        "machine": f"{hw.cpu}, {hw.physical_cores} cores, "
+                   f"{', '.join(g.name for g in hw.gpus) or 'no GPU'}",
+        "backend": loaded.backend, "target": args.target, "draft": args.draft,
+        "threads": loaded.plan.threads, "max_tokens": args.max_tokens,
+        "max_draft": args.max_draft,
+        "summary": {f"{mode}_{kind or 'all'}": summary(mode, kind)
+                    for mode in ("lookup", "draft") for kind in ("edit", "write", None)},
+        "prompts": rows,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    parser.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
+    parser.add_argument("--backend", default=None, help="default: chosen for this machine")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--max-draft", type=int, default=8)
+    parser.add_argument("--context", type=int, default=4096)
+    parser.add_argument("--verbose", action="store_true", help="print each prompt's row too")
+    print(json.dumps(run(parser.parse_args()), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Paged-attention decode in Triton (flash-decoding): one query per sequence, keys and values
+read straight from the paged cache through the block table.
+
+One program per (sequence, kv head, partition of PARTITION tokens): it loads the queries of
+every head that shares this kv head (grouped-query attention: heads kvh*G .. kvh*G+G-1, G
+padded to 16 rows for tl.dot), walks its partition BLOCK_N tokens at a time (BLOCK_N/16
+cache blocks, each looked up in the block table), and keeps an online softmax in float32.
+Partitions give a batch-1 long-context decode enough programs to fill the GPU; their partial
+results are merged by log-sum-exp weights afterwards. The number of partitions comes from the
+block table's width, which is fixed inside a CUDA graph, so a captured graph stays valid.
+This file has only run under TRITON_INTERPRET=1 on a CPU (tests/test_kernels.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+PARTITION = 256  # tokens per program (a multiple of BLOCK_N)
+BLOCK_N = 64
+
+
+@triton.jit
+def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, lse_ptr,
+                         stride_table, stride_slot, n_parts, scale, window,
+                         HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         PAGE: tl.constexpr, PARTITION: tl.constexpr, BLOCK_H: tl.constexpr,
+                         BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    seq, kvh, part = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    GROUP: tl.constexpr = HEADS // KV_HEADS
+    # int32 throughout: compiled Triton wants one type for `lo` on both sides of the `if`
+    n_ctx = tl.load(lens_ptr + seq).to(tl.int32)
+    lo = part * PARTITION
+    hi = min(lo + PARTITION, n_ctx)
+    if window > 0:  # skip whole tiles before the window (their blocks may be freed)
+        lo = max(lo, ((n_ctx - window) // BLOCK_N) * BLOCK_N)
+
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    h_ok, d_ok = offs_h < GROUP, offs_d < HEAD_DIM
+    heads = kvh * GROUP + offs_h
+    q = tl.load(q_ptr + (seq * HEADS + heads)[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=h_ok[:, None] & d_ok[None, :], other=0.0)
+
+    m = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
+    l = tl.zeros((BLOCK_H,), dtype=tl.float32)  # noqa: E741
+    acc = tl.zeros((BLOCK_H, BLOCK_D), dtype=tl.float32)
+    for n0 in range(lo, hi, BLOCK_N):
+        pos = n0 + tl.arange(0, BLOCK_N)
+        ok = pos < hi
+        if window > 0:
+            ok = ok & (pos > n_ctx - 1 - window)
+        block = tl.load(table_ptr + seq * stride_table + pos // PAGE, mask=pos < hi, other=0)
+        rows = (block * PAGE + pos % PAGE) * stride_slot + kvh * HEAD_DIM
+        kv_mask = ok[:, None] & d_ok[None, :]
+        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k).to(q.dtype)) * scale  # (BLOCK_H, BLOCK_N), float32
+        s = tl.where(ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m - m_safe)
+        l = l * alpha + tl.sum(p, 1)  # noqa: E741
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        m = m_new
+
+    # an empty partition (past the end, or before the window) leaves l = 0: weight 0 below
+    seen = l > 0
+    l_safe = tl.where(seen, l, 1.0)
+    lse = tl.where(seen, m + tl.log(l_safe), float("-inf"))
+    out = acc / l_safe[:, None]
+    row = (seq * HEADS + heads) * n_parts + part
+    tl.store(lse_ptr + row, lse, mask=h_ok)
+    tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], out,
+             mask=h_ok[:, None] & d_ok[None, :])
+
+
+def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
+                 window: int = 0, block_size: int = 16) -> torch.Tensor:
+    """As kernels.paged_attention.paged_decode_reference: q (seqs, heads, dim) ->
+    (seqs, heads, dim) in q's dtype."""
+    seqs, heads, dim = q.shape
+    _, kv_heads, cache_dim = k_cache.shape
+    if cache_dim != dim or heads % kv_heads or v_cache.shape != k_cache.shape:
+        raise ValueError(f"queries {tuple(q.shape)} do not fit caches "
+                         f"{tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
+    if k_cache.stride(1) != dim or k_cache.stride(2) != 1 or \
+            v_cache.stride() != k_cache.stride():
+        raise ValueError("the KV cache rows must be contiguous (kv_heads, head_dim)")
+    if PARTITION % block_size:
+        raise ValueError(f"block size {block_size} does not divide the partition {PARTITION}")
+    q = q.contiguous()
+    block_tables = block_tables.contiguous()
+    n_parts = triton.cdiv(block_tables.shape[1] * block_size, PARTITION)
+    out = torch.empty(seqs, heads, n_parts, dim, device=q.device, dtype=torch.float32)
+    lse = torch.empty(seqs, heads, n_parts, device=q.device, dtype=torch.float32)
+    group = heads // kv_heads
+    _paged_decode_kernel[(seqs, kv_heads, n_parts)](
+        q, k_cache, v_cache, block_tables, context_lens, out, lse,
+        block_tables.stride(0), k_cache.stride(0), n_parts, scale, window,
+        HEADS=heads, KV_HEADS=kv_heads, HEAD_DIM=dim, PAGE=block_size, PARTITION=PARTITION,
+        BLOCK_H=max(16, triton.next_power_of_2(group)),
+        BLOCK_D=max(16, triton.next_power_of_2(dim)), BLOCK_N=BLOCK_N, num_warps=4,
+        num_stages=2)
+    if n_parts == 1:
+        return out[:, :, 0].to(q.dtype)
+    weights = torch.softmax(lse, dim=-1)  # every sequence has a non-empty partition
+    return (weights[..., None] * out).sum(2).to(q.dtype)
