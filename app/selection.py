@@ -19,7 +19,8 @@ from app.errors import ConfigError, InvalidRequestError
 from app.hardware import HardwareProfile
 
 BACKENDS = ("llamacpp", "cuda", "mlx")
-SPECULATIVE_BACKENDS = frozenset({"llamacpp", "mlx"})  # backends that do speculative decoding
+# backends that do speculative decoding
+SPECULATIVE_BACKENDS = frozenset({"llamacpp", "mlx", "cuda"})
 CUDA_FORMATS = ("gguf", "safetensors")
 
 
