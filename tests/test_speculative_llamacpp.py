@@ -139,24 +139,37 @@ def test_speculation_proposes_more_when_accepted_and_switches_off_when_not():
     for rows, seconds in ((1, 0.10), (3, 0.12), (5, 0.14), (9, 0.30)):
         times.record(rows, seconds)
     assert times.cost(4) == pytest.approx(0.13)  # interpolated
-    good = Speculation(LOOKUP)
+    good = Speculation(LOOKUP, remaining=100)
     for _ in range(20):
         good.observe(4, 4)
     assert good.choose(8, 1, times) >= 4
-    bad = Speculation(LOOKUP)
+    bad = Speculation(LOOKUP, remaining=100)
     for _ in range(20):
         bad.observe(4, 0)
     assert [bad.choose(8, 1, times) for _ in range(16)] == [0] * 16  # off
     # a draft model costs its own steps: it needs a higher acceptance to pay off, and when
     # off it probes with one token every 8 steps (lookup is checked for free instead)
     draft_params = SpeculativeParams(method="draft", draft_model="d")
-    slow_draft = Speculation(draft_params, draft=SimpleNamespace(round_s=0.05))
+    slow_draft = Speculation(draft_params, draft=SimpleNamespace(round_s=0.05, prefill_s=0.01),
+                             remaining=100)
     for _ in range(20):
         slow_draft.observe(4, 2)
-    chosen = [slow_draft.choose(8, 1, times) for _ in range(16)]
-    assert chosen.count(0) == 14 and chosen.count(1) == 2
-    free_lookup = Speculation(LOOKUP)
+    chosen = [slow_draft.choose(8, 1, times) for _ in range(40)]
+    assert [i for i, k in enumerate(chosen) if k] == [7, 23]  # probes, ever further apart
+    # a good draft still waits when catching up on a long prompt costs more than it saves
+    keen = Speculation(draft_params, draft=SimpleNamespace(round_s=0.01, prefill_s=0.01),
+                       remaining=20)
+    for _ in range(20):
+        keen.observe(4, 4)
+    assert keen.choose(8, 1, times, catch_up=10) > 0
+    assert keen.choose(8, 1, times, catch_up=1000) == 0
+    free_lookup = Speculation(LOOKUP, remaining=100)
     for _ in range(20):
         free_lookup.observe(4, 2)
     assert free_lookup.choose(8, 1, times) > 0  # the same acceptance pays off without a draft
     assert good.choose(0, 1, times) == 0  # no room left (max_tokens or context)
+    # the promise is checked against what speculative steps really gave
+    for _ in range(3):
+        good.realize(2, 0.5)  # 2 tokens in 0.5 s, where a plain step takes 0.1 s
+    assert good.realized_gain(0.1) == pytest.approx(0.4)
+    assert good.choose(8, 1, times) == 0

@@ -174,8 +174,9 @@ class BatchEngine:
         self._prefill_turn = not self._prefill_turn
         started = time.perf_counter()
         self.ctx.decode(self.batch)
+        step_s = time.perf_counter() - started
         if is_decode:
-            self.times.record(b.n_tokens, time.perf_counter() - started)
+            self.times.record(b.n_tokens, step_s)
 
         for slot, start, tokens, prefill, proposal in rows:
             job = slot.job
@@ -197,7 +198,7 @@ class BatchEngine:
                     job.spec.shadow = None
                 out += self._accept(slot, token)
             else:
-                out += self._verify(slot, start, base, proposal)
+                out += self._verify(slot, start, base, proposal, step_s)
         return out
 
     def _proposals(self, decoding: list[Slot]) -> dict[int, list[int]]:
@@ -212,7 +213,10 @@ class BatchEngine:
                 continue
             limit = min(job.max_new - job.n_out - 1, self.n_ctx_seq - 1 - len(slot.tokens),
                         spare)
-            k = job.spec.choose(limit, len(decoding), self.times)
+            job.spec.remaining = job.max_new - job.n_out
+            catch_up = (job.spec.draft.behind(slot.seq_id, slot.tokens + [job.next_token])
+                        if job.spec.draft is not None else 0)
+            k = job.spec.choose(limit, len(decoding), self.times, catch_up)
             if k <= 0:
                 if job.spec.lookup is not None:
                     guess = job.spec.lookup.propose(1)
@@ -228,17 +232,20 @@ class BatchEngine:
                 spare -= k
         for wants in drafts.values():
             draft = wants[0][0].job.spec.draft
+            started = time.perf_counter()
             made = draft.propose([(slot.seq_id, slot.tokens + [slot.job.next_token], k)
                                   for slot, k in wants])
+            share = (time.perf_counter() - started) / len(wants)
             for (slot, _), proposal in zip(wants, made, strict=True):
                 out[slot.seq_id] = proposal
+                slot.job.spec.propose_s = share
         for slot in decoding:
             if slot.seq_id in out:
                 slot.job.spec.proposed += len(out[slot.seq_id])
         return out
 
-    def _verify(self, slot: Slot, start: int, base: int,
-                proposal: list[int]) -> list[tuple[str, Event]]:
+    def _verify(self, slot: Slot, start: int, base: int, proposal: list[int],
+                step_s: float) -> list[tuple[str, Event]]:
         """Sample at each proposed position with the request's own sampler while the samples
         equal the proposal; the first sample that differs (or the one after the last
         proposed token) is the next token. Rejected tokens leave the KV cache."""
@@ -257,6 +264,8 @@ class BatchEngine:
                 break
             job.next_token = None  # it is in the cache already
         spec.observe(len(proposal), matched)
+        spec.realize(matched + 1, spec.propose_s + step_s)
+        spec.propose_s = 0.0
         keep = base + 1 + matched
         if keep < len(slot.tokens):
             if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1):

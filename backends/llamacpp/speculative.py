@@ -22,7 +22,9 @@ with k more rows, plus k draft steps for the draft model, where a plain step cos
 without them. `StepTimes` measures both on the running engine, so the choice adapts to the
 machine and to the request; when no k beats plain decoding, the request decodes plainly, and
 keeps measuring: prompt lookup by checking its guess against each plainly decoded token
-(free), the draft model by probing with one token every few steps.
+(free), the draft model by probing with one token every few steps. And it checks the model
+against what speculative steps really gave (tokens over the seconds spent proposing, catching
+the draft up and verifying): when that falls below plain decoding, it stops too.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from backends.base import SpeculativeParams
 NGRAM_SIZES = (4, 3, 2)  # longest match first
 PRIOR_ROW_COST = 0.2  # one more batch row, as a share of a 1-row decode, until measured
 DRAFT_MIN_P = 0.3  # the draft stops proposing when its top token is less likely than this
-PROBE_EVERY = 8  # steps between one-token probes while speculation is off
+PROBE_EVERY = 8  # steps between one-token probes while speculation is off, at first
+MAX_PROBE_EVERY = 128  # ... doubling after each probe that did not turn it back on
 MIN_GAIN = 1.05  # speculate only when the model predicts at least this speedup
+REALIZED_AFTER = 3  # speculative steps measured before their real gain can switch it off
 
 
 class NgramLookup:
@@ -110,6 +114,14 @@ class Speculation:
     shadow: int | None = None  # prompt lookup's guess for a step decoded plainly
     proposed: int = 0
     accepted: int = 0
+    # what speculative steps really gave: tokens and seconds (proposing, catching the draft
+    # up, verifying), decaying sums; the check on the cost model's promise
+    got_tokens: float = 0.0
+    got_seconds: float = 0.0
+    measured_steps: int = 0
+    propose_s: float = 0.0  # this step's share of the proposing time
+    probe_every: int = PROBE_EVERY
+    remaining: int = 0  # tokens the request may still produce (set by the engine)
 
     @property
     def acceptance(self) -> float:
@@ -121,30 +133,54 @@ class Speculation:
         self.accepted_seen = 0.9 * self.accepted_seen + accepted
         self.rejected_seen = 0.9 * self.rejected_seen + (1 if accepted < proposed else 0)
 
-    def choose(self, limit: int, rows: int, times: StepTimes) -> int:
-        """How many tokens to propose now (0: decode plainly), for a batch of `rows` other rows."""
+    def realize(self, tokens: int, seconds: float) -> None:
+        self.got_tokens = 0.8 * self.got_tokens + tokens
+        self.got_seconds = 0.8 * self.got_seconds + seconds
+        self.measured_steps += 1
+
+    def realized_gain(self, plain_step_s: float) -> float | None:
+        """Tokens per plain step's time that speculation really gave, once measured."""
+        if self.measured_steps < REALIZED_AFTER or self.got_seconds <= 0:
+            return None
+        return self.got_tokens / self.got_seconds * plain_step_s
+
+    def choose(self, limit: int, rows: int, times: StepTimes, catch_up: int = 0) -> int:
+        """How many tokens to propose now (0: decode plainly), for a batch of `rows` other
+        rows. `limit`: the tokens the request may still produce (and the context hold);
+        `catch_up`: tokens the draft model would first have to evaluate (a new prompt)."""
         limit = min(limit, self.params.max_draft)
         if limit <= 0:
             return 0
         a = min(self.acceptance, 0.99)
         plain = times.cost(rows)
-        draft_step = 0.0
+        draft_step = catch_up_s = 0.0
         if self.draft is not None:
             draft_step = self.draft.round_s if self.draft.round_s is not None else 0.3 * plain
+            per_token = (self.draft.prefill_s if self.draft.prefill_s is not None
+                         else 0.25 * draft_step)
+            catch_up_s = catch_up * per_token
         best_k, best_gain = 0, MIN_GAIN
         for k in range(1, limit + 1):
             tokens = (1 - a ** (k + 1)) / (1 - a)
-            gain = tokens * plain / (times.cost(rows + k) + k * draft_step)
-            if gain > best_gain:
+            cost = times.cost(rows + k) + k * draft_step
+            gain = tokens * plain / cost
+            # the time saved over the rest of the answer must pay for the draft's catch-up
+            saved = (self.remaining * plain) * (1 - 1 / gain) if gain > 1 else 0.0
+            if gain > best_gain and saved > catch_up_s:
                 best_k, best_gain = k, gain
+        realized = self.realized_gain(plain) if times.rows else None
+        if realized is not None and realized < 1.0:
+            best_k = 0  # the model promised more than the steps gave: decode plainly
         if best_k:
-            self.off_steps = 0
+            self.off_steps, self.probe_every = 0, PROBE_EVERY
             return best_k
         self.off_steps += 1
-        # look again now and then, in case acceptance picked up (prompt lookup needs no
-        # probe: the engine checks its proposal against each plainly decoded token)
-        if self.draft is not None and self.off_steps >= PROBE_EVERY:
+        # look again now and then, less often each time it does not pay (prompt lookup
+        # needs no probe: the engine checks its guess against each plainly decoded token)
+        if (self.draft is not None and self.off_steps >= self.probe_every
+                and catch_up_s < plain):
             self.off_steps = 0
+            self.probe_every = min(2 * self.probe_every, MAX_PROBE_EVERY)
             return 1
         return 0
 
@@ -181,11 +217,17 @@ class DraftModel:
         self._memory = llama_cpp.llama_get_memory(self.ctx.ctx)
         self.cached: dict[int, list[int]] = {}  # seq id -> tokens its cache holds
         self.round_s: float | None = None  # measured time of one proposing round
+        self.prefill_s: float | None = None  # measured time per caught-up token
 
     def close(self) -> None:
         self.batch.close()
         self.ctx.close()
         self.model.close()
+
+    def behind(self, seq: int, history: list[int]) -> int:
+        """How many tokens of `history` the draft would have to evaluate before proposing."""
+        return len(history) - 1 - min(common_prefix(self.cached.get(seq, []), history),
+                                      len(history) - 1)
 
     def forget_all(self) -> None:
         self.cached.clear()
@@ -220,6 +262,7 @@ class DraftModel:
 
     def _catch_up(self, seq: int, tokens: list[int]) -> None:
         """Evaluate tokens the draft has not seen (a new prompt), without logits."""
+        began = time.perf_counter()
         for start in range(0, len(tokens), self.n_batch):
             piece = tokens[start:start + self.n_batch]
             self.batch.reset()
@@ -232,6 +275,10 @@ class DraftModel:
             b.n_tokens = len(piece)
             self.ctx.decode(self.batch)
             self.cached[seq] += piece
+        if len(tokens) >= 16:  # long enough to time
+            per_token = (time.perf_counter() - began) / len(tokens)
+            old = self.prefill_s
+            self.prefill_s = per_token if old is None else 0.8 * old + 0.2 * per_token
 
     def _round(self, todo: dict[int, int]) -> dict[int, int]:
         """One token for each sequence, in one batch; the batch row of each sequence."""
