@@ -16,6 +16,11 @@ from app.runtime import Runtime
 from app.store import InstalledModel, Store
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
+if not os.path.exists("/dev/nvidiactl"):
+    # No GPU: Triton kernels can only run in Triton's interpreter, and a kernel decorated
+    # before TRITON_INTERPRET is set stays uncallable, so it is set before anything imports
+    # triton (tests/test_kernels.py forces the Triton path on CPU tensors).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 QWEN = "qwen2.5-coder-0.5b-instruct"
 QWEN15 = "qwen2.5-coder-1.5b-instruct"
