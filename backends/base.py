@@ -77,6 +77,7 @@ class SpeculativeParams:
     draft_model: str | None = None
     max_draft: int = 8
     draft_path: str | None = None
+    adaptive: bool = True  # False: always propose max_draft tokens (tests, benchmarks)
 
     def validate(self) -> None:
         if self.method not in ("draft", "lookup"):

@@ -151,6 +151,8 @@ class Speculation:
         limit = min(limit, self.params.max_draft)
         if limit <= 0:
             return 0
+        if not self.params.adaptive:
+            return limit
         a = min(self.acceptance, 0.99)
         plain = times.cost(rows)
         draft_step = catch_up_s = 0.0
