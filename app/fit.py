@@ -31,6 +31,7 @@ fill); prefill is compute-bound: FLOP/s / (2 x active parameters).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from app.config import env_int
@@ -346,6 +347,21 @@ def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
     return total - embd_bytes if embd_type in REPACKED_TYPES else total
 
 
+def shrink_to_fit(fit_at: Callable[[int, int], Fit], ctx: int,
+                  parallel: int) -> tuple[Fit, int, int]:
+    """Every backend's load rule: halve the parallel sequences, then the context, until the
+    fit model says the load fits (or nothing is left to cut). Returns the fit, context and
+    parallel sequences."""
+    fit = fit_at(ctx, parallel)
+    while fit.placement == "wont_fit" and parallel > 1:
+        parallel //= 2
+        fit = fit_at(ctx, parallel)
+    while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
+        ctx //= 2
+        fit = fit_at(ctx, parallel)
+    return fit, ctx, parallel
+
+
 def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
               parallel: int = 1) -> LoadPlan:
     """The llama.cpp load plan: up to `parallel` sequences (halved until their KV caches
@@ -356,13 +372,9 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
     params = info.params
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
     repacked = file_repacked_bytes(info, hw)
-    fit = estimate(info.name, arch, params, variant, hw, ctx, parallel, repacked)
-    while fit.placement == "wont_fit" and parallel > 1:
-        parallel //= 2
-        fit = estimate(info.name, arch, params, variant, hw, ctx, parallel, repacked)
-    while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
-        ctx //= 2
-        fit = estimate(info.name, arch, params, variant, hw, ctx, parallel, repacked)
+    fit, ctx, parallel = shrink_to_fit(
+        lambda c, p: estimate(info.name, arch, params, variant, hw, c, p, repacked),
+        ctx, parallel)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
     reason = f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads"
     if parallel > 1:
@@ -415,16 +427,9 @@ def plan_mlx_load(config: dict, model: object, hw: HardwareProfile,
     variant = Variant("mlx", mlx_quant(config), model.path.name, weights, None, ())
     params = int(weights * 8 / BITS_PER_WEIGHT.get(variant.quant, 16.0))
 
-    def fit_at(c: int, p: int) -> Fit:
-        return estimate(model.id, arch, params, variant, hw, c, p, repacked=0)
-
-    fit = fit_at(ctx, parallel)
-    while fit.placement == "wont_fit" and parallel > 1:
-        parallel //= 2
-        fit = fit_at(ctx, parallel)
-    while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
-        ctx //= 2
-        fit = fit_at(ctx, parallel)
+    fit, ctx, parallel = shrink_to_fit(
+        lambda c, p: estimate(model.id, arch, params, variant, hw, c, p, repacked=0),
+        ctx, parallel)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
     where = "Metal, unified memory" if hw.apple_chip else "CPU (mlx[cpu])"
     reason = f"MLX on {where}: {fit.memory.describe(ctx)}"

@@ -44,6 +44,7 @@ from app.fit import (
     Memory,
     _budgets,
     _gpu_bandwidth,
+    shrink_to_fit,
 )
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
@@ -167,16 +168,9 @@ def plan_cuda_load(name: str, arch: Arch, params: int, variant: Variant, hw: Har
     wanted = context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT
     ctx = max(MIN_CONTEXT, min(wanted, trained_context))
 
-    def fit_at(c: int, p: int) -> Fit:
-        return estimate_cuda(name, arch, params, variant, hw, c, p, weight_dtype)
-
-    fit = fit_at(ctx, parallel)
-    while fit.placement == "wont_fit" and parallel > 1:
-        parallel //= 2
-        fit = fit_at(ctx, parallel)
-    while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
-        ctx //= 2
-        fit = fit_at(ctx, parallel)
+    fit, ctx, parallel = shrink_to_fit(
+        lambda c, p: estimate_cuda(name, arch, params, variant, hw, c, p, weight_dtype),
+        ctx, parallel)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
     where = "GPU, bfloat16" if on_gpu(hw) else "CPU, float32"
     reason = f"Ember's engine on the {where}: {fit.memory.describe(ctx)}"
