@@ -205,7 +205,7 @@ class BatchEngine:
         """The tokens each speculating sequence proposes this step (by seq id), as many as
         its cost model says pay off (Speculation.choose)."""
         out: dict[int, list[int]] = {}
-        drafts: dict[int, list[tuple[Slot, int]]] = {}
+        drafts: dict[int, list[tuple[Slot, int, list[int]]]] = {}  # slot, k, its tokens
         spare = self.n_batch - len(decoding)
         for slot in decoding:
             job = slot.job
@@ -214,7 +214,8 @@ class BatchEngine:
             limit = min(job.max_new - job.n_out - 1, self.n_ctx_seq - 1 - len(slot.tokens),
                         spare)
             job.spec.remaining = job.max_new - job.n_out
-            catch_up = (job.spec.draft.behind(slot.seq_id, slot.tokens + [job.next_token])
+            history = slot.tokens + [job.next_token] if job.spec.draft is not None else []
+            catch_up = (job.spec.draft.behind(slot.seq_id, history)
                         if job.spec.draft is not None else 0)
             k = job.spec.choose(limit, len(decoding), self.times, catch_up)
             if k <= 0:
@@ -228,15 +229,14 @@ class BatchEngine:
                     out[slot.seq_id] = proposal
                     spare -= len(proposal)
             else:
-                drafts.setdefault(id(job.spec.draft), []).append((slot, k))
+                drafts.setdefault(id(job.spec.draft), []).append((slot, k, history))
                 spare -= k
         for wants in drafts.values():
             draft = wants[0][0].job.spec.draft
             started = time.perf_counter()
-            made = draft.propose([(slot.seq_id, slot.tokens + [slot.job.next_token], k)
-                                  for slot, k in wants])
+            made = draft.propose([(slot.seq_id, history, k) for slot, k, history in wants])
             share = (time.perf_counter() - started) / len(wants)
-            for (slot, _), proposal in zip(wants, made, strict=True):
+            for (slot, _, _), proposal in zip(wants, made, strict=True):
                 out[slot.seq_id] = proposal
                 slot.job.spec.propose_s = share
         for slot in decoding:
