@@ -4,11 +4,14 @@ Prints JSON.
 
     .venv/bin/python benchmarks/speculative.py [--target qwen2.5-coder-1.5b-instruct]
         [--draft qwen2.5-coder-0.5b-instruct] [--backend llamacpp] [--max-tokens 128]
+        [--repeat 3] [--modes lookup,draft]
 
 For each prompt: decode tokens/s plain, with prompt lookup and with the draft model (the
 time after the first token, so the prompt cache that later runs of the same prompt hit does
 not count; the draft model's own prompt evaluation does), the speedups, acceptance rates, and
-whether each answer equals the plain one. The summary gives medians and minimums per kind.
+whether each answer equals the plain one. With --repeat N every prompt runs N times in each
+mode, the modes interleaved, and a prompt's tokens/s is the median of its runs (one run on
+this 2-core machine varies by up to 30%). The summary gives medians and minimums per kind.
 Run it on a quiet machine: other processes on the cores change all three numbers.
 """
 
@@ -56,29 +59,42 @@ def prompts() -> list[tuple[str, str, str]]:
 
 def run(args: argparse.Namespace) -> dict:
     greedy = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    modes = {"plain": None,
-             "lookup": SpeculativeParams(method="lookup", max_draft=args.max_draft),
+    known = {"lookup": SpeculativeParams(method="lookup", max_draft=args.max_draft),
              "draft": SpeculativeParams(method="draft", draft_model=args.draft,
                                         max_draft=args.max_draft)}
+    modes: dict[str, SpeculativeParams | None] = {"plain": None}
+    modes.update((m, known[m]) for m in args.modes)
     rows = []
     with Runtime(store=Store(), backend=args.backend) as rt:
         loaded = rt.load(args.target, args.context)
         for name, kind, text in prompts():
             row: dict = {"prompt": name, "kind": kind}
-            answers = {}
-            for mode, spec in modes.items():
-                request = GenerationRequest(messages=(Message("user", text),), sampling=greedy,
-                                            speculative=spec)
-                answer, stats = rt.generate(args.target, request).result()
-                answers[mode] = answer
-                row[f"{mode}_tokens_per_s"] = stats.decode_tokens_per_s
-                row[f"{mode}_tokens"] = stats.completion_tokens
-                if spec is not None:
+            answers: dict[str, list[str]] = {mode: [] for mode in modes}
+            speeds: dict[str, list[float]] = {mode: [] for mode in modes}
+            for _ in range(args.repeat):
+                for mode, spec in modes.items():
+                    request = GenerationRequest(messages=(Message("user", text),),
+                                                sampling=greedy, speculative=spec)
+                    answer, stats = rt.generate(args.target, request).result()
+                    speeds[mode].append(stats.decode_tokens_per_s)
+                    answers[mode].append(answer)
+                    row[f"{mode}_tokens"] = stats.completion_tokens
+                    if spec is not None:  # summed over the runs
+                        row[f"{mode}_proposed"] = (row.get(f"{mode}_proposed", 0)
+                                                   + stats.draft_tokens)
+                        row[f"{mode}_accepted"] = (row.get(f"{mode}_accepted", 0)
+                                                   + stats.accepted_tokens)
+            for mode in modes:
+                if mode != "plain":  # every run of the mode against the first plain run
+                    row[f"{mode}_identical"] = all(a == answers["plain"][0]
+                                                   for a in answers[mode])
+            for mode in modes:
+                row[f"{mode}_tokens_per_s"] = round(statistics.median(speeds[mode]), 2)
+                if len(speeds[mode]) > 1:
+                    row[f"{mode}_runs_tokens_per_s"] = speeds[mode]
+                if mode != "plain":
                     row[f"{mode}_speedup"] = round(
-                        stats.decode_tokens_per_s / row["plain_tokens_per_s"], 3)
-                    row[f"{mode}_proposed"] = stats.draft_tokens
-                    row[f"{mode}_accepted"] = stats.accepted_tokens
-                    row[f"{mode}_identical"] = answer == answers["plain"]
+                        row[f"{mode}_tokens_per_s"] / row["plain_tokens_per_s"], 3)
             rows.append(row)
             if args.verbose:
                 print(json.dumps(row), flush=True)
@@ -99,9 +115,9 @@ def run(args: argparse.Namespace) -> dict:
                    f"{', '.join(g.name for g in hw.gpus) or 'no GPU'}",
         "backend": loaded.backend, "target": args.target, "draft": args.draft,
         "threads": loaded.plan.threads, "max_tokens": args.max_tokens,
-        "max_draft": args.max_draft,
+        "max_draft": args.max_draft, "repeat": args.repeat,
         "summary": {f"{mode}_{kind or 'all'}": summary(mode, kind)
-                    for mode in ("lookup", "draft") for kind in ("edit", "write", None)},
+                    for mode in args.modes for kind in ("edit", "write", None)},
         "prompts": rows,
     }
 
@@ -114,8 +130,19 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-draft", type=int, default=8)
     parser.add_argument("--context", type=int, default=4096)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per prompt and mode; tokens/s is their median")
+    parser.add_argument("--modes", type=lambda v: v.split(","), default=["lookup", "draft"],
+                        help="speculative modes to compare with plain decoding "
+                             "(comma-separated: lookup, draft)")
     parser.add_argument("--verbose", action="store_true", help="print each prompt's row too")
-    print(json.dumps(run(parser.parse_args()), indent=2))
+    args = parser.parse_args()
+    unknown = set(args.modes) - {"lookup", "draft"}
+    if unknown or not args.modes:
+        parser.error(f"--modes takes lookup and/or draft, not {','.join(args.modes)!r}")
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, not {args.repeat}")
+    print(json.dumps(run(args), indent=2))
 
 
 if __name__ == "__main__":
