@@ -77,6 +77,11 @@ class LlamaCppBackend:
             cparams.n_ctx = plan.context * plan.parallel  # each sequence gets `context` cells
             cparams.n_batch = cparams.n_ubatch = plan.batch
             cparams.n_seq_max = plan.parallel
+            # One KV buffer for all sequences. With one buffer per sequence (llama.cpp's
+            # default for an explicit n_seq_max) a batch is cut into a ubatch per run of
+            # consecutive sequence ids, each a full pass over the weights: sequences 0, 2, 3
+            # decode in two passes, and a speculating sequence's extra rows in another.
+            cparams.kv_unified = True
             cparams.n_threads = cparams.n_threads_batch = plan.threads
             cparams.swa_full = False  # sliding-window layers keep only their window
             self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)

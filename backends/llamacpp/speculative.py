@@ -208,6 +208,7 @@ class DraftModel:
             cparams.n_ctx = n_ctx_seq * n_seq
             cparams.n_batch = cparams.n_ubatch = 512
             cparams.n_seq_max = n_seq
+            cparams.kv_unified = True  # one pass per batch (see LlamaCppBackend.load)
             cparams.n_threads = cparams.n_threads_batch = threads
             self.ctx = LlamaContext(model=self.model, params=cparams, verbose=False)
         except BaseException:
