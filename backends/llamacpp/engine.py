@@ -17,7 +17,10 @@ piece and the batched decode of every running sequence), and a slot's cache is r
 such a boundary of its earlier prompt: every reused row then went through the same paths as
 in a fresh evaluation. A prompt's KV cache and first token are exactly what a fresh start
 computes, with or without a cache hit (checked bit for bit on the 1.5B's logits, with shared
-prefixes of 48 and 128 tokens); only decode steps share batches, where a near-tie can flip a
+prefixes of 48, 64 and 128 tokens). One condition is not checked: a 64-row piece's tiled
+attention groups cache cells in tiles, which matches a fresh start when the sequence's cells
+lie in position order, as they do for a sequence alone; under load other sequences' cells
+interleave in the shared buffer. Decode steps share batches, where a near-tie can flip a
 later token. Short pieces first let a shared system prompt of 16-63 tokens be reused; long
 prompts still go 64 rows at a time, where tiled attention is fast (32-row pieces made a
 1,000-token prompt 1.8x slower).
