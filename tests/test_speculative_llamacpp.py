@@ -21,6 +21,7 @@ EDIT = (f"Rename the function held_back to trailing_stop_prefix in this code and
 # leave idle when the machine is busy (in CI it once proposed 6 tokens in a 64-token answer).
 # test_speculation_proposes_more_when_accepted_and_switches_off_when_not covers adapting.
 LOOKUP = SpeculativeParams(method="lookup", max_draft=4, adaptive=False)
+ADAPTIVE_LOOKUP = SpeculativeParams(method="lookup")
 
 
 def edit_request(sampling: SamplingParams, speculative: SpeculativeParams | None = None,
@@ -145,11 +146,11 @@ def test_speculation_proposes_more_when_accepted_and_switches_off_when_not():
     for rows, seconds in ((1, 0.10), (3, 0.12), (5, 0.14), (9, 0.30)):
         times.record(rows, seconds)
     assert times.cost(4) == pytest.approx(0.13)  # interpolated
-    good = Speculation(LOOKUP, remaining=100)
+    good = Speculation(ADAPTIVE_LOOKUP, remaining=100)
     for _ in range(20):
         good.observe(4, 4)
     assert good.choose(8, 1, times) >= 4
-    bad = Speculation(LOOKUP, remaining=100)
+    bad = Speculation(ADAPTIVE_LOOKUP, remaining=100)
     for _ in range(20):
         bad.observe(4, 0)
     assert [bad.choose(8, 1, times) for _ in range(16)] == [0] * 16  # off
@@ -169,7 +170,7 @@ def test_speculation_proposes_more_when_accepted_and_switches_off_when_not():
         keen.observe(4, 4)
     assert keen.choose(8, 1, times, catch_up=10) > 0
     assert keen.choose(8, 1, times, catch_up=1000) == 0
-    free_lookup = Speculation(LOOKUP, remaining=100)
+    free_lookup = Speculation(ADAPTIVE_LOOKUP, remaining=100)
     for _ in range(20):
         free_lookup.observe(4, 2)
     assert free_lookup.choose(8, 1, times) > 0  # the same acceptance pays off without a draft
