@@ -46,4 +46,5 @@ def with_speculative(request: GenerationRequest,
     if options is None:
         return request
     return replace(request, speculative=SpeculativeParams(
-        method=options.method, draft_model=options.draft_model, max_draft=options.max_draft))
+        method=options.method, draft_model=options.draft_model, max_draft=options.max_draft,
+        adaptive=options.adaptive))

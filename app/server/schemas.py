@@ -54,6 +54,7 @@ class SpeculativeOptions(BaseModel):
     method: Literal["draft", "lookup"] = "draft"
     draft_model: str | None = Field(None, max_length=200)
     max_draft: int = Field(8, ge=1, le=MAX_DRAFT)
+    adaptive: bool = True  # False: always propose max_draft tokens (benchmarks, tests)
 
 
 class SamplingFields(BaseModel):
