@@ -223,10 +223,10 @@ def test_ollama_unknown_model_is_404(oll):
 
 # ---------------------------------------------------------------------------- behaviour
 def test_concurrent_streams_all_finish_and_each_equals_its_solo_run(oai, qwen):
-    """8 streams decoded together. Prompts are evaluated exactly as alone (the first token
-    always matches); decode steps share batches, where llama.cpp's numerics differ slightly
-    from a batch of one, so a near-tie may flip a later token: the texts then agree up to
-    that token. No stream may ever carry another's tokens."""
+    """8 streams decoded together. Their prompts' pieces and the decodes share steps, where
+    llama.cpp's numerics differ slightly from a batch of one (backends/llamacpp/engine.py),
+    so a near-tie may flip a token: the texts then agree up to that token. No stream may
+    ever carry another's tokens."""
     prompts = [f"Write a Python function named f{i} that returns {i} squared." for i in range(8)]
     solo = [ask(oai, qwen.id, p) for p in prompts]
 
@@ -239,12 +239,11 @@ def test_concurrent_streams_all_finish_and_each_equals_its_solo_run(oai, qwen):
         together = list(pool.map(stream, prompts))
     identical = 0
     for i, (alone, batched) in enumerate(zip(solo, together, strict=True)):
-        assert batched.split()[:1] == alone.split()[:1]  # the first token is exact
         assert f"f{i}" in batched
         assert not any(f"f{j}(" in batched for j in range(8) if j != i)  # no crossed streams
         identical += batched == alone
     print(f"{identical}/8 batched streams identical to their solo runs")
-    assert identical >= 4  # measured: 8/8; flips are rare near-ties, not the rule
+    assert identical >= 4  # measured: 7/8; flips are rare near-ties, not the rule
 
 
 def test_a_disconnected_stream_frees_its_slot(store, qwen):

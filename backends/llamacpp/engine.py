@@ -6,24 +6,33 @@ settings and grammar). A new request takes the free slot whose cached tokens sha
 longest prefix with its prompt, so a conversation's next turn reuses its KV cache.
 
 Exactness: llama.cpp's CPU numerics depend on the shape of a batch (measured: logits differ
-by up to 0.45 when a cached prefix is cut at an arbitrary token). Two things set a row's
+by up to 0.45 when a cached prefix is cut at an arbitrary token). Three things set a row's
 rounding. The repacked weight kernels (ggml-cpu repack) multiply a batch's rows in blocks of
 16 counted from row 0, then blocks of 4, then the leftover rows one by one: three paths that
-round differently. Flash attention takes a tiled path for batches of 64 rows or more, and
-then groups the cache in 64-cell tiles. Every other op treats each row on its own. So a
-prompt is evaluated in pieces that end at fixed positions (`piece_end`: every 16 tokens up
-to 64, then every 64), each piece in a batch of its own (steps alternate between one prompt
-piece and the batched decode of every running sequence), and a slot's cache is reused up to
-such a boundary of its earlier prompt: every reused row then went through the same paths as
-in a fresh evaluation. A prompt's KV cache and first token are exactly what a fresh start
-computes, with or without a cache hit (checked bit for bit on the 1.5B's logits, with shared
-prefixes of 48, 64 and 128 tokens). One condition is not checked: a 64-row piece's tiled
-attention groups cache cells in tiles, which matches a fresh start when the sequence's cells
-lie in position order, as they do for a sequence alone; under load other sequences' cells
-interleave in the shared buffer. Decode steps share batches, where a near-tie can flip a
-later token. Short pieces first let a shared system prompt of 16-63 tokens be reused; long
+round differently. Weights left unrepacked (Q6_K ones in a Q4_K_M file) are multiplied row by
+row below 8 rows and in tiles from 8 rows on, which round differently again, so a prompt's
+last piece under 8 rows gets a step of its own when the prompt runs alone (`plan_pieces`).
+Flash attention takes a tiled path for batches of 64 rows or more, which
+sums the cache in 64-cell tiles; below 64 rows it sums a row's cells one by one in buffer
+order. Every other op treats each row on its own. So a prompt is evaluated in pieces that end
+at fixed positions (`piece_end`: every 16 tokens up to 64, then every 64). A step carries
+whole 16-token pieces, each starting at a multiple of 16 rows, then prompts' last pieces,
+then one row per decoding sequence, under 64 rows in all (`plan_pieces`); a 64-token piece
+takes a step alone, alternating with the others. Every row of a whole piece then takes the
+kernel paths it takes in a fresh evaluation, and a slot's cache is reused up to such a
+boundary of its earlier prompt. Attention is the remaining condition: a reused prefix is
+bit-exact when the sequence's cells lie in the buffer as in a fresh context, as they do for a
+context that holds one conversation (checked bit for bit on the 1.5B's logits, prefixes of 48,
+64 and 128 tokens). When other sequences' cells interleave with it in the shared buffer, a
+reused prefix rounds differently from a fresh context (measured: up to 0.49 in a logit with
+128 tokens reused), as decode steps that share batches do; the answer stays the model's up to
+such near-ties; the same goes for a first token whose prompt's last piece shared its step
+with other requests' rows (7 of 8 concurrent answers equalled their solo runs in the
+server test).
+Short pieces first let a shared system prompt of 16-63 tokens be reused; long
 prompts still go 64 rows at a time, where tiled attention is fast (32-row pieces made a
-1,000-token prompt 1.8x slower).
+1,000-token prompt 1.8x slower). Several prompts' pieces share a step with the decodes, so a
+burst of requests starts sooner (prompt rows cost about the same per row from 16 rows up).
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ from backends.llamacpp.speculative import Speculation, StepTimes, common_prefix
 from backends.text import TextStream
 
 SMALL_PIECE, PIECE = 16, 64  # prompt evaluation pieces: 16 rows below position 64, then 64
+MIXED_ROWS = PIECE - 1  # rows in a step that mixes pieces: below flash attention's tiled path
+TILED_ROWS = 8  # from 8 rows on, ggml-cpu multiplies unrepacked K-quant weights in tiles
 
 
 def piece_end(pos: int, length: int) -> int:
@@ -62,6 +73,47 @@ def piece_end(pos: int, length: int) -> int:
 def boundary_floor(n: int) -> int:
     """The last piece boundary at or before `n`: how much of a cached prompt can be reused."""
     return n // SMALL_PIECE * SMALL_PIECE if n < PIECE else n // PIECE * PIECE
+
+
+def is_long_piece(job: Job) -> bool:
+    """Whether the job's next prompt piece is a whole 64-token one (it takes a step alone)."""
+    return job.pos >= PIECE and piece_end(job.pos, len(job.prompt)) - job.pos == PIECE
+
+
+def plan_pieces(prefilling: list[Slot], room: int,
+                alone: bool = False) -> list[tuple[Slot, int, int]]:
+    """Prompt pieces (slot, start, end) for one step with `room` rows, oldest request first,
+    in batch order: whole 16-token pieces first, so each starts at a multiple of 16 rows and
+    takes the same kernel paths as alone; then the prompts' last, shorter pieces, cut to fit
+    (no reuse reaches past the last boundary, so their rows need no fixed shape). 64-token
+    pieces are never among them (`is_long_piece`). `alone`: one prompt and nothing else in
+    the step, and its first token must not depend on how much of the prompt was cached: a
+    last piece under TILED_ROWS rows then waits for a step of its own, as on a cache hit."""
+    whole: list[tuple[Slot, int, int]] = []
+    after: dict[int, int] = {}  # seq id -> prompt position after its whole pieces
+    used = 0
+    for slot in prefilling:
+        job = slot.job
+        pos = job.pos
+        while pos < PIECE and used + SMALL_PIECE <= room:
+            end = piece_end(pos, len(job.prompt))
+            if end - pos < SMALL_PIECE:
+                break
+            whole.append((slot, pos, end))
+            used, pos = used + SMALL_PIECE, end
+        after[slot.seq_id] = pos
+    last: list[tuple[Slot, int, int]] = []
+    for slot in prefilling:
+        n, pos = len(slot.job.prompt), after[slot.seq_id]
+        end = piece_end(pos, n)
+        full = SMALL_PIECE if pos < PIECE else PIECE
+        if alone and whole and end - pos < TILED_ROWS:
+            continue
+        if pos < n and end == n and end - pos < full and used < room:
+            take = min(end - pos, room - used)
+            last.append((slot, pos, pos + take))
+            used += take
+    return whole + last
 
 
 @dataclass
@@ -180,23 +232,34 @@ class BatchEngine:
             b.n_tokens = start + len(tokens)
             rows.append((slot, start, tokens, first_pos < len(slot.job.prompt), list(proposal)))
 
-        decoding = [s for s in running if s.job.next_token is not None]
-        prefilling = [s for s in running
-                      if s.job.next_token is None and s.job.pos < len(s.job.prompt)]
-        is_decode = not (prefilling and (self._prefill_turn or not decoding))
-        if not is_decode:
-            slot = min(prefilling, key=lambda s: s.job.started)  # oldest request first
-            job = slot.job
-            end = piece_end(job.pos, len(job.prompt))
-            n = end - job.pos
-            add(slot, job.prompt[job.pos:end], job.pos, n - 1 if end == len(job.prompt) else n)
-        else:
-            decoding = decoding[: self.n_batch]
-            proposals = self._proposals(decoding)
-            for slot in decoding:
-                proposal = proposals.get(slot.seq_id, [])
-                add(slot, [slot.job.next_token, *proposal], len(slot.tokens), 0, proposal)
+        decoding = [s for s in running if s.job.next_token is not None][: self.n_batch]
+        prefilling = sorted((s for s in running
+                             if s.job.next_token is None and s.job.pos < len(s.job.prompt)),
+                            key=lambda s: s.job.started)  # oldest request first
+        long = [s for s in prefilling if is_long_piece(s.job)]
+        short = [s for s in prefilling if not is_long_piece(s.job)]
+        room = min(MIXED_ROWS, self.n_batch) - len(decoding)
+        pieces = plan_pieces(short, room, alone=len(running) == 1) if room > 0 else []
+        turn = self._prefill_turn  # a 64-token piece alternates with the other steps
         self._prefill_turn = not self._prefill_turn
+        if long and (turn or not (pieces or decoding)):
+            # a 64-token piece takes a step alone: at 64 rows attention is tiled, and
+            # rows sharing its step would change its rounding
+            pieces, decoding = [(long[0], long[0].job.pos, long[0].job.pos + PIECE)], []
+        elif not pieces and short and (turn or not decoding):
+            # too many decodes to leave room: a step of prompt pieces alone
+            pieces, decoding = plan_pieces(short, min(MIXED_ROWS, self.n_batch)), []
+        # prompt pieces first (see plan_pieces), then one row per decoding sequence (with
+        # its speculative proposal when no prompt shares the step)
+        for slot, start, end in pieces:
+            prompt = slot.job.prompt
+            add(slot, prompt[start:end], start, end - start - 1 if end == len(prompt)
+                else end - start)
+        proposals = self._proposals(decoding) if not pieces else {}
+        for slot in decoding:
+            proposal = proposals.get(slot.seq_id, [])
+            add(slot, [slot.job.next_token, *proposal], len(slot.tokens), 0, proposal)
+        is_decode = not pieces
         started = time.perf_counter()
         self.ctx.decode(self.batch)
         step_s = time.perf_counter() - started
