@@ -97,12 +97,44 @@ def test_a_repeated_prompt_gets_the_same_logits_for_every_last_piece_length(qwen
         for k in range(20):
             user = "Write a Python function that reverses a string." + " please" * k
             miss, _ = first_logits(backend, SYSTEM, user)
+            for slot in backend.engine.slots:  # evaluate the last piece again (see below)
+                slot.logits, slot.logits_at = None, 0
             hit, cached = first_logits(backend, SYSTEM, user)
             n = len(backend.tokenize(f"{SYSTEM}{user}"))
             lengths.add(n % 16)
             assert cached > 0 and np.array_equal(hit, miss), (k, cached,
                                                               np.abs(hit - miss).max())
         assert len(lengths) == 16  # every last-piece length, give or take the template
+    finally:
+        backend.unload()
+
+
+
+def test_the_same_prompt_again_starts_from_its_stored_logits(qwen):
+    """A regenerated answer or a retried request evaluates nothing: the slot kept the logits
+    its prompt's evaluation ended on, and the request's own sampler draws from them."""
+    backend = LlamaCppBackend()
+    backend.load(qwen, LoadPlan(context=1024, threads=2, parallel=2))
+
+    def answer(temperature: float, seed: int | None = None) -> tuple[str, int, int]:
+        backend.submit("s", GenerationRequest(
+            messages=(Message("user", "Name three sorting algorithms."),),
+            sampling=SamplingParams(temperature=temperature, seed=seed, max_tokens=12)))
+        done = None
+        while backend.has_work():
+            done = next((e for _, e in backend.step() if isinstance(e, DoneEvent)), done)
+        return done.text, done.stats.cached_tokens, done.stats.prompt_tokens
+
+    try:
+        first, cached, n = answer(0)
+        assert cached == 0
+        assert answer(0) == (first, n, n)  # the whole prompt from the cache, same answer
+        sampled = answer(1.0, seed=5)
+        assert sampled[1] == n and answer(1.0, seed=5) == sampled  # the seed still decides
+        for slot in backend.engine.slots:  # evaluated again: the same draw as from storage
+            slot.logits, slot.logits_at = None, 0
+        again = answer(1.0, seed=5)
+        assert again[0] == sampled[0] and again[1] < n
     finally:
         backend.unload()
 

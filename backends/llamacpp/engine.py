@@ -3,7 +3,9 @@
 Each step decodes one batch: the next token of every running sequence, plus prompt chunks of
 new ones, within a token budget; every sequence has its own sampler chain (its own seed,
 settings and grammar). A new request takes the free slot whose cached tokens share the
-longest prefix with its prompt, so a conversation's next turn reuses its KV cache.
+longest prefix with its prompt, so a conversation's next turn reuses its KV cache. A slot
+also keeps the logits its last prompt ended on, so the same prompt again (a regenerated
+answer, a retried request) evaluates nothing and samples its first token from them.
 
 Exactness: llama.cpp's CPU numerics depend on the shape of a batch (measured: logits differ
 by up to 0.45 when a cached prefix is cut at an arbitrary token). Three things set a row's
@@ -37,6 +39,7 @@ burst of requests starts sooner (prompt rows cost about the same per row from 16
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections import deque
 from collections.abc import Callable
@@ -44,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
+import numpy as np
 
 from backends.base import (
     CancelFlag,
@@ -134,6 +138,7 @@ class Job:
     first_at: float | None = None
     last_at: float | None = None
     spec: Speculation | None = None  # speculative decoding (backends.llamacpp.speculative)
+    stored_logits: np.ndarray | None = None  # the whole prompt was cached with its logits
 
 
 @dataclass
@@ -141,6 +146,10 @@ class Slot:
     seq_id: int
     tokens: list[int] = field(default_factory=list)  # what this sequence's cache holds
     exact_upto: int = 0  # leading cached tokens bit-identical to a fresh evaluation
+    # the logits after tokens[:logits_at], its last prompt: the same prompt again needs no
+    # evaluation at all (a regenerated answer, a retried request)
+    logits: np.ndarray | None = None
+    logits_at: int = 0
     job: Job | None = None
     last_used: float = 0.0
 
@@ -156,6 +165,8 @@ class BatchEngine:
         self.waiting: deque[Job] = deque()
         self.batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq, verbose=False)
         self._memory = llama_cpp.llama_get_memory(ctx.ctx)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(
+            llama_cpp.llama_model_get_vocab(llama_cpp.llama_get_model(ctx.ctx)))
         self._prefill_turn = True  # alternate prompt pieces and decode steps
         self.times = StepTimes()  # decode time by batch rows, for speculation's choices
 
@@ -177,6 +188,8 @@ class BatchEngine:
             job = self.waiting.popleft()
 
             def reusable(slot: Slot, prompt: list[int] = job.prompt) -> int:
+                if slot.logits_at == len(prompt) and slot.tokens[:len(prompt)] == prompt:
+                    return len(prompt)  # with the logits its evaluation ended on
                 n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1, slot.exact_upto)
                 return boundary_floor(n)
 
@@ -190,6 +203,10 @@ class BatchEngine:
                 keep = 0
             slot.tokens = slot.tokens[:keep]
             slot.exact_upto = min(slot.exact_upto, keep)
+            if keep == len(job.prompt) == slot.logits_at:
+                job.stored_logits = slot.logits
+            elif keep < slot.logits_at:
+                slot.logits, slot.logits_at = None, 0
             slot.job = job
             job.pos = job.reused = keep
             job.max_new = min(job.max_new, self.n_ctx_seq - len(job.prompt))
@@ -200,6 +217,7 @@ class BatchEngine:
         self.waiting.clear()
         for slot in self.slots:
             slot.job, slot.tokens, slot.exact_upto = None, [], 0
+            slot.logits, slot.logits_at = None, 0
         llama_cpp.llama_memory_clear(self._memory, True)
         return [(job.stream_id, ErrorEvent(message)) for job in jobs]
 
@@ -212,6 +230,9 @@ class BatchEngine:
         for slot in running:
             if slot.job.cancelled is not None and slot.job.cancelled.is_set():
                 out += self._finish(slot, "cancelled")
+            elif slot.job.stored_logits is not None:  # a prompt seen whole before
+                logits, slot.job.stored_logits = slot.job.stored_logits, None
+                out += self._accept(slot, self._sample_from(slot.job.sampler, logits))
         running = [s for s in self.slots if s.job is not None]
         if not running:
             return out
@@ -277,6 +298,8 @@ class BatchEngine:
                 # a last piece shorter than its full size took other paths than a longer
                 # prompt's piece would: reuse stops at the boundary before it
                 slot.exact_upto = boundary_floor(len(job.prompt))
+                slot.logits = self._logits(start + len(tokens) - 1)
+                slot.logits_at = len(job.prompt)
             else:
                 job.next_token = None
             if not proposal:
@@ -360,6 +383,23 @@ class BatchEngine:
                 raise RuntimeError("llama.cpp could not drop rejected speculative tokens")
             slot.tokens = slot.tokens[:keep]
         return out
+
+    def _logits(self, row: int) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx.ctx, row)
+        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                     shape=(self.n_vocab,)).copy()
+
+    def _sample_from(self, sampler: Any, logits: np.ndarray) -> int:
+        """What `sampler.sample(ctx, row)` does (llama_sampler_sample), on stored logits."""
+        data = (llama_cpp.llama_token_data * self.n_vocab)()
+        view = np.ctypeslib.as_array(data)
+        view["id"], view["logit"], view["p"] = np.arange(self.n_vocab), logits, 0.0
+        candidates = llama_cpp.llama_token_data_array(
+            data=data, size=self.n_vocab, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(sampler.sampler, ctypes.byref(candidates))
+        token = data[candidates.selected].id
+        llama_cpp.llama_sampler_accept(sampler.sampler, token)
+        return token
 
     def _accept(self, slot: Slot, token: int) -> list[tuple[str, Event]]:
         job = slot.job
