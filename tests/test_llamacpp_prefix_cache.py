@@ -87,17 +87,20 @@ def test_a_repeated_prompt_gets_the_same_logits_for_every_last_piece_length(qwen
     """A prompt's last piece is evaluated beside its whole pieces on a miss and alone on a
     hit. ggml-cpu multiplies unrepacked K-quant weights (Q6_K here) one row at a time below
     8 rows and in tiles from 8 on, so a last piece under 8 rows must go alone both times
-    (measured before that rule: 0.28 apart for pieces of 3-5 rows). The context already holds
-    another conversation (over 512 cells), as a server's does."""
+    (measured before that rule: 0.28 apart for pieces of 3-5 rows). Each prompt starts from
+    an empty context, so its cells lie as in a fresh one (see engine.py on layouts)."""
     backend = LlamaCppBackend()
-    backend.load(qwen, LoadPlan(context=1024, threads=2, parallel=4))
+    backend.load(qwen, LoadPlan(context=1024, threads=2, parallel=2))
+    memory = llama_cpp.llama_get_memory(backend._ctx.ctx)
     try:
-        first_logits(backend, "You are terse.", "Explain: " + "y = [i for i in x]; " * 60)
         lengths = set()
         for k in range(20):
+            for slot in backend.engine.slots:
+                slot.tokens, slot.exact_upto, slot.logits, slot.logits_at = [], 0, None, 0
+            llama_cpp.llama_memory_clear(memory, True)
             user = "Write a Python function that reverses a string." + " please" * k
             miss, _ = first_logits(backend, SYSTEM, user)
-            for slot in backend.engine.slots:  # evaluate the last piece again (see below)
+            for slot in backend.engine.slots:  # evaluate the last piece again, not stored
                 slot.logits, slot.logits_at = None, 0
             hit, cached = first_logits(backend, SYSTEM, user)
             n = len(backend.tokenize(f"{SYSTEM}{user}"))
@@ -107,7 +110,6 @@ def test_a_repeated_prompt_gets_the_same_logits_for_every_last_piece_length(qwen
         assert len(lengths) == 16  # every last-piece length, give or take the template
     finally:
         backend.unload()
-
 
 
 def test_the_same_prompt_again_starts_from_its_stored_logits(qwen):
@@ -135,6 +137,36 @@ def test_the_same_prompt_again_starts_from_its_stored_logits(qwen):
             slot.logits, slot.logits_at = None, 0
         again = answer(1.0, seed=5)
         assert again[0] == sampled[0] and again[1] < n
+    finally:
+        backend.unload()
+
+
+
+def test_a_new_conversation_shares_the_system_prompt_without_evicting_another(qwen):
+    """Two conversations with the same system prompt: the second takes a free slot with the
+    shared cells (llama_memory_seq_cp) rather than cutting the first's cache, so the first's
+    next request still finds its whole prompt."""
+    backend = LlamaCppBackend()
+    backend.load(qwen, LoadPlan(context=1024, threads=2, parallel=3))
+
+    def ask(user: str) -> tuple[int, int, str]:
+        backend.submit("s", GenerationRequest(
+            messages=(Message("system", SYSTEM * 2), Message("user", user)),
+            sampling=SamplingParams(temperature=0, max_tokens=6)))
+        done = None
+        while backend.has_work():
+            done = next((e for _, e in backend.step() if isinstance(e, DoneEvent)), done)
+        return done.stats.cached_tokens, done.stats.prompt_tokens, done.text
+
+    try:
+        first = ask("Reverse a string in Python.")
+        assert first[0] == 0
+        other = ask("Write a prime check.")
+        assert 16 <= other[0] < other[1]  # the system prompt, from the first one's cells
+        assert ask("Reverse a string in Python.") == (first[1], first[1], first[2])
+        assert ask("Write a prime check.") == (other[1], other[1], other[2])
+        seqs = {s.seq_id for s in backend.engine.slots if s.tokens}
+        assert len(seqs) == 2
     finally:
         backend.unload()
 

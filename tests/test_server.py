@@ -243,7 +243,7 @@ def test_concurrent_streams_all_finish_and_each_equals_its_solo_run(oai, qwen):
         assert not any(f"f{j}(" in batched for j in range(8) if j != i)  # no crossed streams
         identical += batched == alone
     print(f"{identical}/8 batched streams identical to their solo runs")
-    assert identical >= 4  # measured: 7/8; flips are rare near-ties, not the rule
+    assert identical >= 4  # measured: 7/8 and 8/8; flips are rare near-ties, not the rule
 
 
 def test_a_disconnected_stream_frees_its_slot(store, qwen):

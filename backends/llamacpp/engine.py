@@ -5,7 +5,9 @@ new ones, within a token budget; every sequence has its own sampler chain (its o
 settings and grammar). A new request takes the free slot whose cached tokens share the
 longest prefix with its prompt, so a conversation's next turn reuses its KV cache. A slot
 also keeps the logits its last prompt ended on, so the same prompt again (a regenerated
-answer, a retried request) evaluates nothing and samples its first token from them.
+answer, a retried request) evaluates nothing and samples its first token from them. A new
+conversation that shares only a prefix (a system prompt) with a slot's longer cache takes the
+least recently used slot with those cells shared (`_share_prefix`), so it does not evict it.
 
 Exactness: llama.cpp's CPU numerics depend on the shape of a batch (measured: logits differ
 by up to 0.45 when a cached prefix is cut at an arbitrary token). Three things set a row's
@@ -165,8 +167,9 @@ class BatchEngine:
         self.waiting: deque[Job] = deque()
         self.batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq, verbose=False)
         self._memory = llama_cpp.llama_get_memory(ctx.ctx)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(
-            llama_cpp.llama_model_get_vocab(llama_cpp.llama_get_model(ctx.ctx)))
+        model = llama_cpp.llama_get_model(ctx.ctx)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+        self._sliding = llama_cpp.llama_model_n_swa(model) > 0  # cannot share a prefix
         self._prefill_turn = True  # alternate prompt pieces and decode steps
         self.times = StepTimes()  # decode time by batch rows, for speculation's choices
 
@@ -195,6 +198,8 @@ class BatchEngine:
 
             slot = max(free, key=lambda s: (reusable(s), -s.last_used))
             keep = reusable(slot)
+            if 0 < keep < min(len(slot.tokens), len(job.prompt)):
+                slot = self._share_prefix(slot, keep, free)
             if keep < len(slot.tokens) and not (
                     keep > 0 and llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id,
                                                                keep, -1)):
@@ -210,6 +215,20 @@ class BatchEngine:
             slot.job = job
             job.pos = job.reused = keep
             job.max_new = min(job.max_new, self.n_ctx_seq - len(job.prompt))
+
+    def _share_prefix(self, donor: Slot, keep: int, free: list[Slot]) -> Slot:
+        """Give the least recently used free slot the `keep` tokens it shares with `donor`
+        (a system prompt, say) instead of cutting the donor's longer cache: in the one KV
+        buffer the cells then belong to both sequences (llama_memory_seq_cp copies nothing),
+        and the donor keeps its conversation for that conversation's next turn."""
+        spare = min(free, key=lambda s: s.last_used)
+        if spare is donor or self._sliding:
+            return donor
+        llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self._memory, donor.seq_id, spare.seq_id, 0, keep)
+        spare.tokens, spare.exact_upto = donor.tokens[:keep], min(donor.exact_upto, keep)
+        spare.logits, spare.logits_at = None, 0
+        return spare
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
         """End every request with an error (after a failed decode) and clear the caches."""
