@@ -180,3 +180,20 @@ def test_speculation_proposes_more_when_accepted_and_switches_off_when_not():
         good.realize(2, 0.5)  # 2 tokens in 0.5 s, where a plain step takes 0.1 s
     assert good.realized_gain(0.1) == pytest.approx(0.4)
     assert good.choose(8, 1, times) == 0
+    # ... but not for the rest of the answer (a few rejections where an edit departs from
+    # the copied text): after 8 plain steps it tries again, then after 16 if the new try
+    # falls short too
+    copier = Speculation(ADAPTIVE_LOOKUP, remaining=100)
+    for _ in range(20):
+        copier.observe(4, 4)
+    for _ in range(3):
+        copier.realize(2, 0.5)
+    chosen = [copier.choose(8, 1, times) for _ in range(9)]
+    assert chosen[:8] == [0] * 8 and chosen[8] >= 4
+    for _ in range(3):
+        copier.realize(1, 0.5)
+    chosen = [copier.choose(8, 1, times) for _ in range(17)]
+    assert chosen[:16] == [0] * 16 and chosen[16] >= 4
+    for _ in range(3):
+        copier.realize(8, 0.5)  # this try pays: the next stop looks again after 8 steps
+    assert copier.choose(8, 1, times) >= 4 and copier.probe_every == 8

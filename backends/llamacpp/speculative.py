@@ -24,7 +24,8 @@ machine and to the request; when no k beats plain decoding, the request decodes 
 keeps measuring: prompt lookup by checking its guess against each plainly decoded token
 (free), the draft model by probing with one token every few steps. And it checks the model
 against what speculative steps really gave (tokens over the seconds spent proposing, catching
-the draft up and verifying): when that falls below plain decoding, it stops too.
+the draft up and verifying): when that falls below plain decoding, it stops too, and tries
+again after a few plain steps (8, then ever more while the tries fall short).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from backends.base import SpeculativeParams
 NGRAM_SIZES = (4, 3, 2)  # longest match first
 PRIOR_ROW_COST = 0.2  # one more batch row, as a share of a 1-row decode, until measured
 DRAFT_MIN_P = 0.3  # the draft stops proposing when its top token is less likely than this
-PROBE_EVERY = 8  # steps between one-token probes while speculation is off, at first
-MAX_PROBE_EVERY = 128  # ... doubling after each probe that did not turn it back on
+PROBE_EVERY = 8  # plain steps before speculation that was off looks again, at first
+MAX_PROBE_EVERY = 128  # ... doubling after each look that did not turn it back on
 MIN_GAIN = 1.05  # speculate only when the model predicts at least this speedup
 REALIZED_AFTER = 3  # speculative steps measured before their real gain can switch it off
 
@@ -174,16 +175,22 @@ class Speculation:
         if realized is not None and realized < 1.0:
             best_k = 0  # the model promised more than the steps gave: decode plainly
         if best_k:
-            self.off_steps, self.probe_every = 0, PROBE_EVERY
+            self.off_steps = 0
+            if realized is not None:  # measured to pay: look again soon when it stops
+                self.probe_every = PROBE_EVERY
             return best_k
         self.off_steps += 1
-        # look again now and then, less often each time it does not pay (prompt lookup
-        # needs no probe: the engine checks its guess against each plainly decoded token)
-        if (self.draft is not None and self.off_steps >= self.probe_every
-                and catch_up_s < plain):
+        # look again now and then, less often each time it does not pay: forget what the
+        # last speculative steps gave (a few rejections where an edit departs from the
+        # copied text must not switch speculation off for the rest of the answer), and
+        # probe the draft model with one token (prompt lookup needs no probe: the engine
+        # checks its guess against each plainly decoded token)
+        if self.off_steps >= self.probe_every and (self.draft is None or catch_up_s < plain):
             self.off_steps = 0
             self.probe_every = min(2 * self.probe_every, MAX_PROBE_EVERY)
-            return 1
+            self.got_tokens = self.got_seconds = 0.0
+            self.measured_steps = 0
+            return 1 if self.draft is not None else 0
         return 0
 
 
