@@ -11,7 +11,9 @@ time after the first token, so the prompt cache that later runs of the same prom
 not count; the draft model's own prompt evaluation does), the speedups, acceptance rates, and
 whether each answer equals the plain one. With --repeat N every prompt runs N times in each
 mode, the modes interleaved, and a prompt's tokens/s is the median of its runs (one run on
-this 2-core machine varies by up to 30%). The summary gives medians and minimums per kind.
+this 2-core machine varies by up to 30%). A prompt's paired speedup is the median of each
+run's tokens/s over the plain run just before it, which the machine's drift moves less than
+the ratio of the two medians. The summary gives medians and minimums of both per kind.
 Run it on a quiet machine: other processes on the cores change all three numbers.
 """
 
@@ -95,6 +97,10 @@ def run(args: argparse.Namespace) -> dict:
                 if mode != "plain":
                     row[f"{mode}_speedup"] = round(
                         row[f"{mode}_tokens_per_s"] / row["plain_tokens_per_s"], 3)
+                    # each run against the plain run just before it: the machine's speed
+                    # drifts less between neighbours than across a prompt's runs
+                    row[f"{mode}_paired_speedup"] = round(statistics.median(
+                        s / p for s, p in zip(speeds[mode], speeds["plain"], strict=True)), 3)
             rows.append(row)
             if args.verbose:
                 print(json.dumps(row), flush=True)
@@ -102,8 +108,11 @@ def run(args: argparse.Namespace) -> dict:
     def summary(mode: str, kind: str | None) -> dict:
         picked = [r for r in rows if kind is None or r["kind"] == kind]
         speedups = [r[f"{mode}_speedup"] for r in picked]
+        paired = [r[f"{mode}_paired_speedup"] for r in picked]
         return {"median_speedup": round(statistics.median(speedups), 3),
                 "min_speedup": round(min(speedups), 3),
+                "median_paired_speedup": round(statistics.median(paired), 3),
+                "min_paired_speedup": round(min(paired), 3),
                 "acceptance": round(sum(r[f"{mode}_accepted"] for r in picked)
                                     / max(1, sum(r[f"{mode}_proposed"] for r in picked)), 3),
                 "all_identical": all(r[f"{mode}_identical"] for r in picked)}
