@@ -60,7 +60,12 @@ from backends.base import (
     Stats,
     TokenEvent,
 )
-from backends.llamacpp.speculative import Speculation, StepTimes, common_prefix
+from backends.llamacpp.speculative import (
+    Speculation,
+    StepTimes,
+    common_prefix,
+    logits_row,
+)
 from backends.text import TextStream
 
 SMALL_PIECE, PIECE = 16, 64  # prompt evaluation pieces: 16 rows below position 64, then 64
@@ -404,9 +409,7 @@ class BatchEngine:
         return out
 
     def _logits(self, row: int) -> np.ndarray:
-        ptr = llama_cpp.llama_get_logits_ith(self.ctx.ctx, row)
-        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
-                                     shape=(self.n_vocab,)).copy()
+        return logits_row(self.ctx.ctx, row, self.n_vocab).copy()
 
     def _sample_from(self, sampler: Any, logits: np.ndarray) -> int:
         """What `sampler.sample(ctx, row)` does (llama_sampler_sample), on stored logits."""

@@ -309,13 +309,19 @@ class DraftModel:
         return rows
 
     def _top(self, row: int) -> tuple[int, float]:
-        ptr = llama_cpp.llama_get_logits_ith(self.ctx.ctx, row)
-        logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
-                                       shape=(self.n_vocab,))
+        logits = logits_row(self.ctx.ctx, row, self.n_vocab)
         token = int(logits.argmax())
         top = float(logits[token])
         p = 1.0 / float(np.exp(logits - top).sum())
         return token, p
+
+
+def logits_row(ctx: Any, row: int, n_vocab: int) -> np.ndarray:
+    """A batch row's logits as a numpy view of llama.cpp's buffer (valid until the next
+    decode on `ctx`)."""
+    ptr = llama_cpp.llama_get_logits_ith(ctx, row)
+    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                 shape=(n_vocab,))
 
 
 def check_same_vocab(target: Any, draft: Any) -> None:
