@@ -1,10 +1,12 @@
-"""Errors a user can read: one line that names the thing and what is wrong with it."""
+"""The app's own errors: configuration, the registry, downloads and worker processes.
+
+Every one is an `EmberError` (from `backends.errors`, where the errors engines raise live), so
+the CLI, the window and the server report them all the same way.
+"""
 
 from __future__ import annotations
 
-
-class EmberError(Exception):
-    """Base of every error Ember reports to a user (CLI prints it without a traceback)."""
+from backends.errors import EmberError
 
 
 class ConfigError(EmberError):
@@ -19,18 +21,6 @@ class ModelNotFoundError(EmberError):
         super().__init__(f"unknown model {name!r} in the {where}{hint}")
 
 
-class InvalidRequestError(EmberError):
-    pass
-
-
-class ModelFileError(EmberError):
-    """A model file that is not usable (not GGUF, truncated, unknown architecture...)."""
-
-
-class TemplateError(EmberError):
-    pass
-
-
 class DownloadError(EmberError):
     pass
 
@@ -41,16 +31,3 @@ class ChecksumError(DownloadError):
 
 class WorkerCrashedError(EmberError):
     pass
-
-
-class BackendError(EmberError):
-    partial: str = ""  # the answer's text that arrived before the failure, if any
-
-
-class RemoteError(BackendError):
-    """A remote endpoint failed: unreachable, timed out, refused the key, or answered badly.
-    `status` is the HTTP status when the server sent one."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status

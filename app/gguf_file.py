@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 import gguf
 
-from app.errors import ModelFileError
+from backends.errors import ModelFileError
 
 MAGIC = b"GGUF"
 MAX_TENSORS = 1_000_000

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import EmberError
+from backends.errors import EmberError
 
 SCHEMA_VERSION = 1
 SCHEMA = """

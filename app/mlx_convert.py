@@ -10,8 +10,8 @@ import os
 import shutil
 from collections.abc import Callable
 
-from app.errors import EmberError
 from app.store import InstalledModel, Store
+from backends.errors import EmberError
 
 MLX_SUFFIX = "-mlx"  # `ember convert qwen` installs `qwen-mlx:4bit`
 

@@ -15,8 +15,9 @@ import importlib.util
 from dataclasses import dataclass
 
 from app import config
-from app.errors import ConfigError, InvalidRequestError
+from app.errors import ConfigError
 from app.hardware import HardwareProfile
+from backends.errors import InvalidRequestError
 
 BACKENDS = ("llamacpp", "cuda", "mlx")
 # backends that do speculative decoding

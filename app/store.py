@@ -20,9 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app import config
-from app.errors import EmberError, ModelNotFoundError
+from app.errors import ModelNotFoundError
 from app.gguf_file import read_gguf
 from app.registry import ModelSpec, Variant, load_registry, suggest
+from backends.errors import EmberError
 
 MANIFEST_SUFFIX = ".ember.json"
 DIR_MANIFEST = "mlx" + MANIFEST_SUFFIX  # inside a directory model

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import DownloadError, EmberError
+from app.errors import DownloadError
+from backends.errors import EmberError
 
 DISK_MARGIN_BYTES = 64 << 20
 

@@ -10,12 +10,10 @@ import math
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from pathlib import Path
+from typing import Literal, Protocol
 
-from app.errors import InvalidRequestError
-
-if TYPE_CHECKING:
-    from app.store import InstalledModel
+from backends.errors import InvalidRequestError
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 FinishReason = Literal["stop", "length", "cancelled", "error"]
@@ -182,6 +180,24 @@ class LoadPlan:
     quant: str | None = None
 
 
+class ModelFiles(Protocol):
+    """What a backend needs to know about a model to load it: where its files are, their
+    format, and the names to show in messages. The app's store (`app.store.InstalledModel`)
+    is one; a benchmark or a test can pass any object with these attributes."""
+    @property
+    def id(self) -> str: ...
+    @property
+    def format(self) -> str: ...  # "gguf", "mlx", "safetensors"
+    @property
+    def path(self) -> Path: ...  # a GGUF file, or a model directory
+    @property
+    def ref(self) -> str: ...  # "id:quant", as users name it
+    @property
+    def architecture(self) -> str: ...
+    @property
+    def context_length(self) -> int: ...  # trained context
+
+
 class Backend(Protocol):
     """`generate` runs one request. The worker serves many at once through `submit` (queue
     a request under a stream id) and `step` (advance every running request by one decode,
@@ -189,7 +205,7 @@ class Backend(Protocol):
     name: str
 
     def capabilities(self) -> Capabilities: ...
-    def load(self, model: InstalledModel, plan: LoadPlan) -> None: ...
+    def load(self, model: ModelFiles, plan: LoadPlan) -> None: ...
     def generate(self, request: GenerationRequest,
                  cancelled: CancelFlag | None = None) -> Iterator[Event]: ...
     def submit(self, stream_id: str, request: GenerationRequest,

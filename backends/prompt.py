@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
-from app.errors import InvalidRequestError
 from backends.base import Backend, CancelFlag, DoneEvent, ErrorEvent, Event, GenerationRequest
+from backends.errors import InvalidRequestError
 
 
 def fit_prompt(request: GenerationRequest, n_ctx: int, encode: Callable[[str], list[int]],

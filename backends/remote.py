@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from app.errors import RemoteError
 from backends.base import (
     CancelFlag,
     DoneEvent,
@@ -31,6 +30,7 @@ from backends.base import (
     Stats,
     TokenEvent,
 )
+from backends.errors import RemoteError
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0  # between two chunks: a long prompt on a busy cluster can take a while

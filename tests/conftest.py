@@ -63,8 +63,8 @@ def gemma(store: Store) -> InstalledModel:
 
 def converted_mlx(store: Store, source: InstalledModel, bits: int) -> InstalledModel:
     """`source` converted to MLX, kept in the test home (only the first run converts)."""
-    from app.errors import EmberError
     from app.mlx_convert import convert_to_mlx
+    from backends.errors import EmberError
 
     try:
         return store.get(f"{source.id}-mlx:{bits}bit")

@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from app.errors import ModelFileError
 from backends.cuda.config import llama3_freq_factors
 from backends.cuda.context import Context
 from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
+from backends.errors import ModelFileError
 
 TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, intermediate_size=48, rms_norm_eps=1e-6,

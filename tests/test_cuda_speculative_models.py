@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from app.errors import InvalidRequestError
 from backends.base import (
     DoneEvent,
     GenerationRequest,
@@ -17,6 +16,7 @@ from backends.base import (
     SpeculativeParams,
 )
 from backends.cuda import CudaBackend
+from backends.errors import InvalidRequestError
 
 pytestmark = pytest.mark.slow
 MAX_TOKENS = 24

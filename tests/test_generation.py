@@ -8,10 +8,8 @@ import time
 
 import pytest
 
-from app.errors import InvalidRequestError
 from app.gguf_file import read_gguf
 from app.runtime import Runtime
-from app.templates import render_chat
 from backends.base import (
     DoneEvent,
     ErrorEvent,
@@ -20,6 +18,8 @@ from backends.base import (
     SamplingParams,
     TokenEvent,
 )
+from backends.chat_template import render_chat
+from backends.errors import InvalidRequestError
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=200)
 
@@ -226,8 +226,8 @@ def test_a_file_llama_cpp_rejects_fails_inside_the_worker_with_a_clear_error(iso
                                                                              tmp_path):
     from tiny_gguf import write_tiny_gguf
 
-    from app.errors import BackendError
     from app.store import Store
+    from backends.errors import BackendError
 
     store = Store(isolated_home)
     # A valid GGUF header for a llama model that lacks almost every tensor llama.cpp needs.

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 from tiny_gguf import write_tiny_gguf
 
-from app.errors import ModelFileError
 from app.gguf_file import read_gguf
+from backends.errors import ModelFileError
 
 
 def test_reads_real_qwen_metadata(qwen):

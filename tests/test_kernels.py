@@ -23,13 +23,13 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from app.errors import InvalidRequestError
 from backends.base import LoadPlan
 from backends.cuda import CudaBackend
 from backends.cuda.config import ModelConfig
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import LINEAR, load_weights, pack_linears
 from backends.cuda.models import build_model
+from backends.errors import InvalidRequestError
 from kernels.dispatch import choose_backend
 from kernels.matmul import linear, linear_reference
 from kernels.paged_attention import paged_decode, paged_decode_reference

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.errors import EmberError, InvalidRequestError, ModelFileError
 from app.mlx_convert import convert_to_mlx
 from app.runtime import Runtime
 from app.store import InstalledModel
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
+from backends.errors import EmberError, InvalidRequestError, ModelFileError
 from backends.mlx.backend import MlxBackend
 
 AGREEMENT_TOKENS = 500

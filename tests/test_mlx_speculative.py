@@ -15,7 +15,6 @@ import threading
 
 import pytest
 
-from app.errors import InvalidRequestError
 from app.runtime import Runtime
 from backends.base import (
     DoneEvent,
@@ -24,6 +23,7 @@ from backends.base import (
     SamplingParams,
     SpeculativeParams,
 )
+from backends.errors import InvalidRequestError
 from backends.mlx.backend import MlxBackend
 from backends.mlx.speculative import LookupProposer
 

@@ -22,10 +22,10 @@ from test_server import free_port, live_server
 
 from app import remotes
 from app.config import Paths
-from app.errors import RemoteError
 from app.runtime import Runtime
 from app.store import Store
 from backends.base import DoneEvent, GenerationRequest, Message, SamplingParams, TokenEvent
+from backends.errors import RemoteError
 from backends.remote import Endpoint, RemoteBackend
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from fake_openai import fake_server
 
 from app import remotes
 from app.config import Paths
-from app.errors import BackendError, ModelNotFoundError, RemoteError
+from app.errors import ModelNotFoundError
 from app.runtime import Runtime
 from app.store import Store
 from backends.base import (
@@ -25,6 +25,7 @@ from backends.base import (
     SamplingParams,
     TokenEvent,
 )
+from backends.errors import BackendError, RemoteError
 from backends.remote import Endpoint, RemoteBackend, request_body
 
 ASK = GenerationRequest(messages=(Message("user", "hi"),),

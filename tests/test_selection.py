@@ -13,12 +13,13 @@ import pytest
 from test_hardware import profile
 
 from app.config import Paths
-from app.errors import BackendError, ConfigError, EmberError, InvalidRequestError
+from app.errors import ConfigError
 from app.hardware import GPU
 from app.runtime import Runtime, worker
 from app.runtime.worker import make_backend
 from app.selection import choose_backend, configured_backend
 from app.store import Store
+from backends.errors import BackendError, EmberError, InvalidRequestError
 
 RTX = GPU("NVIDIA GeForce RTX 4090", "nvidia", 24 * 2**30, 23 * 2**30, "8.9", 1008)
 APPLE = GPU("Apple M3 Max GPU", "apple", 48 * 2**30, 48 * 2**30, None, 400)

@@ -24,9 +24,9 @@ import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.errors import EmberError
 from app.runtime import Runtime
 from app.server.app import ServerSettings, check_bind, create_app
+from backends.errors import EmberError
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "test-key-123"

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.errors import InvalidRequestError
 from app.runtime import Runtime
 from backends.base import GenerationRequest, Message, SamplingParams, SpeculativeParams
+from backends.errors import InvalidRequestError
 from backends.llamacpp.speculative import NgramLookup, Speculation, StepTimes
 
 SOURCE = (Path(__file__).parent.parent / "backends" / "text.py").read_text()[:1400]

@@ -1,8 +1,8 @@
 import pytest
 
-from app.errors import TemplateError
 from app.gguf_file import read_gguf
-from app.templates import render_chat
+from backends.chat_template import render_chat
+from backends.errors import TemplateError
 
 
 def test_qwen_template_frames_system_user_and_generation_prompt(qwen):

@@ -8,7 +8,7 @@ import click
 
 from app import __version__
 from app.config import DEFAULT_MODEL
-from app.errors import EmberError
+from backends.errors import EmberError
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})

@@ -12,7 +12,6 @@ import click
 from app.cli import cli
 from app.cli.common import installed_or_pull, sampling_from, sampling_options
 from app.config import DEFAULT_MODEL
-from app.errors import EmberError
 from app.selection import BACKENDS
 from backends.base import (
     DoneEvent,
@@ -23,6 +22,7 @@ from backends.base import (
     Stats,
     TokenEvent,
 )
+from backends.errors import EmberError
 
 
 def _stats_line(stats: Stats) -> str:

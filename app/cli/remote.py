@@ -8,7 +8,7 @@ import click
 
 from app import remotes
 from app.cli import cli
-from app.errors import EmberError
+from backends.errors import EmberError
 from backends.remote import Endpoint, RemoteBackend
 
 

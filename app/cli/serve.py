@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from app.cli import cli
-from app.errors import EmberError
 from app.selection import BACKENDS
+from backends.errors import EmberError
 
 
 @cli.command()

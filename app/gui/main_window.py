@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.config import Paths
-from app.errors import EmberError
 from app.gui.chat_controller import ChatController
 from app.gui.chat_view import ChatView
 from app.gui.conversations import ConversationList
@@ -31,6 +30,7 @@ from app.history import History
 from app.runtime import Runtime
 from app.settings import Settings, save_settings
 from app.store import InstalledModel
+from backends.errors import EmberError
 
 
 class MainWindow(QMainWindow):

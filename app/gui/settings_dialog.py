@@ -26,11 +26,11 @@ from PySide6.QtWidgets import (
 
 from app import remotes
 from app.config import Paths
-from app.errors import EmberError
 from app.hardware import HardwareProfile
 from app.selection import BACKENDS as SELECTABLE
 from app.selection import SPECULATIVE_BACKENDS, choose_backend, llama_cpp_gpu_offload
 from app.settings import THEMES, Settings
+from backends.errors import EmberError
 
 
 class SettingsDialog(QDialog):

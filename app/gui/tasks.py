@@ -12,11 +12,11 @@ import time
 
 from PySide6.QtCore import QObject, Signal
 
-from app.errors import EmberError
 from app.runtime import Runtime
 from app.store import Store
 from app.transfer import Cancelled, Progress
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
+from backends.errors import EmberError
 
 
 class GenerationTask(QObject):

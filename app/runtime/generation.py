@@ -8,9 +8,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Protocol
 
-from app.errors import BackendError, InvalidRequestError, WorkerCrashedError
+from app.errors import WorkerCrashedError
 from app.runtime.process import EventSink
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, Stats
+from backends.errors import BackendError, InvalidRequestError
 
 
 class StreamHost(Protocol):

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
-from app.errors import BackendError, InvalidRequestError, WorkerCrashedError
+from app.errors import WorkerCrashedError
 from app.runtime.protocol import (
     Cancel,
     Generate,
@@ -28,6 +28,7 @@ from app.runtime.protocol import (
 from app.runtime.worker import worker_main
 from app.store import InstalledModel
 from backends.base import ErrorEvent, Event, GenerationRequest, LoadPlan
+from backends.errors import BackendError, InvalidRequestError
 
 LOAD_TIMEOUT_S = 300.0
 

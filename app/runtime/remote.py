@@ -16,10 +16,11 @@ import time
 from dataclasses import dataclass, field
 
 from app import config, remotes
-from app.errors import EmberError, ModelNotFoundError
+from app.errors import ModelNotFoundError
 from app.registry import suggest
 from app.runtime.process import EventSink
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
+from backends.errors import EmberError
 from backends.remote import Endpoint, Received, RemoteBackend, RemoteModel
 
 LIST_TTL_S = 10.0

@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass, replace
 
 from app import remotes
-from app.errors import InvalidRequestError
 from app.fit import memory_budget, plan_load, plan_mlx_load
 from app.fit_cuda import plan_cuda_gguf
 from app.gguf_file import read_gguf
@@ -37,6 +36,7 @@ from app.selection import (
 )
 from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
+from backends.errors import InvalidRequestError
 from backends.remote import RemoteModel
 
 QUANTS = ("int8", "int4")  # weight formats the cuda backend packs at load (kernels/quant.py)

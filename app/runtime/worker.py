@@ -13,7 +13,6 @@ import signal
 import threading
 from multiprocessing.connection import Connection
 
-from app.errors import EmberError
 from app.runtime.protocol import (
     Cancel,
     Embed,
@@ -28,6 +27,7 @@ from app.runtime.protocol import (
 )
 from app.store import InstalledModel
 from backends.base import Backend, DoneEvent, ErrorEvent, LoadPlan
+from backends.errors import EmberError
 
 IDLE = object()  # no command waiting: time for an engine step
 

@@ -17,12 +17,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
-from app.errors import EmberError, InvalidRequestError, ModelNotFoundError, RemoteError
+from app.errors import ModelNotFoundError
 from app.runtime import Runtime
 from app.server import ollama, openai
 from app.server.bridge import Admission, ServerBusyError
 from app.server.errors import ApiError
 from app.server.metrics import Metrics
+from backends.errors import EmberError, InvalidRequestError, RemoteError
 
 IDLE_SWEEP_S = 5.0
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import anyio
 
-from app.errors import InvalidRequestError
 from app.runtime import Runtime
 from app.selection import check_backend
 from app.server.metrics import Metrics
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
+from backends.errors import InvalidRequestError
 
 # A model name is an id with an optional :QUANT, never a path; or a remote model, NAME/model,
 # whose model part is the remote server's own id (which may hold "/" and ":").

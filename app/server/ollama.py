@@ -14,7 +14,6 @@ from fastapi.responses import StreamingResponse
 
 from app import __version__
 from app.download import pull as download
-from app.errors import EmberError
 from app.gguf_file import read_gguf
 from app.server import convert
 from app.server.bridge import (
@@ -37,6 +36,7 @@ from app.server.schemas import (
 from app.store import InstalledModel
 from app.transfer import Progress
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest
+from backends.errors import EmberError
 from backends.remote import RemoteModel
 
 router = APIRouter(prefix="/api", tags=["ollama"])

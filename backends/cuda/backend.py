@@ -14,12 +14,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-from app.errors import BackendError, InvalidRequestError
-from app.templates import render_chat
 from backends.base import (
     CancelFlag,
     Capabilities,
@@ -29,21 +26,21 @@ from backends.base import (
     GenerationRequest,
     LoadPlan,
     Message,
+    ModelFiles,
     SpeculativeParams,
     Stats,
     TokenEvent,
 )
+from backends.chat_template import render_chat
 from backends.cuda.draft import check_vocabulary
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
 from backends.cuda.sequence import Sequence
 from backends.cuda.tokenizer import Tokenizer, load_tokenizer
+from backends.errors import BackendError, InvalidRequestError
 from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
-
-if TYPE_CHECKING:
-    from app.store import InstalledModel
 
 
 def pick_device() -> tuple[torch.device, torch.dtype]:
@@ -81,7 +78,7 @@ class CudaBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True)
 
-    def load(self, model: InstalledModel, plan: LoadPlan) -> None:
+    def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)
 
     def load_path(self, path, plan: LoadPlan) -> None:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-from app.errors import InvalidRequestError
 from backends.base import SamplingParams
 from backends.cuda.block_manager import BlockManager
 from backends.cuda.model_runner import ModelRunner
@@ -23,6 +22,7 @@ from backends.cuda.models.layers import CausalLM
 from backends.cuda.rejection import processed_rows
 from backends.cuda.scheduler import Scheduled
 from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.errors import InvalidRequestError
 
 EMA = 0.3  # weight of the newest measurement in the step-time average
 

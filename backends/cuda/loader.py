@@ -29,13 +29,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.errors import InvalidRequestError, ModelFileError
 from backends.cuda.config import (
     HF_ARCHITECTURES,
     SUPPORTED,
     ModelConfig,
     llama3_freq_factors,
 )
+from backends.errors import InvalidRequestError, ModelFileError
 from kernels.quant import QUANT_TYPES, PackedWeight, from_q4_k, from_q8_0, quantize
 
 LINEAR = re.compile(r"layers\.\d+\.(attn\.[qkvo]|mlp\.(gate|up|down))\.weight|output\.weight")

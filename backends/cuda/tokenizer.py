@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Protocol
 
-from app.errors import ModelFileError
+from backends.errors import ModelFileError
 
 
 class Tokenizer(Protocol):

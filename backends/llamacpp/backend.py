@@ -1,7 +1,7 @@
 """GGUF models through llama-cpp-python, CPU first (GPU offload where the build has it).
 
 We use llama-cpp-python's low-level model, context and sampler objects, and do everything
-around them ourselves: the chat template (sandboxed, app.templates), fitting the
+around them ourselves: the chat template (sandboxed, backends.chat_template), fitting the
 conversation into the context, several sequences decoded together (engine.BatchEngine),
 stop strings and UTF-8-safe streaming (text.TextStream), and stats.
 """
@@ -12,15 +12,12 @@ import json
 import math
 import random
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import llama_cpp
 from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel, LlamaSampler
 from llama_cpp._logger import set_verbose
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
-from app.errors import BackendError, InvalidRequestError, ModelFileError
-from app.templates import render_chat
 from backends.base import (
     CancelFlag,
     Capabilities,
@@ -28,14 +25,14 @@ from backends.base import (
     GenerationRequest,
     LoadPlan,
     Message,
+    ModelFiles,
 )
+from backends.chat_template import render_chat
+from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.llamacpp.engine import BatchEngine, Job
 from backends.llamacpp.speculative import DraftModel, NgramLookup, Speculation
 from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
-
-if TYPE_CHECKING:
-    from app.store import InstalledModel
 
 ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers meaning "every layer"
 EMBED_MAX_TOKENS = 512  # per input of an embeddings request
@@ -49,7 +46,7 @@ class LlamaCppBackend:
         self._model: LlamaModel | None = None
         self._ctx: LlamaContext | None = None
         self.engine: BatchEngine | None = None
-        self._installed: InstalledModel | None = None
+        self._installed: ModelFiles | None = None
         self._template: str | None = None
         self._bos_text = ""
         self._eos_text = ""
@@ -66,7 +63,7 @@ class LlamaCppBackend:
         return Capabilities(formats=("gguf",), batching=True, speculative=True)
 
     # -- loading ---------------------------------------------------------------------------
-    def load(self, model: InstalledModel, plan: LoadPlan) -> None:
+    def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         set_verbose(False)
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()

@@ -38,8 +38,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from app.errors import InvalidRequestError, ModelFileError
 from backends.base import SpeculativeParams
+from backends.errors import InvalidRequestError, ModelFileError
 
 NGRAM_SIZES = (4, 3, 2)  # longest match first
 PRIOR_ROW_COST = 0.2  # one more batch row, as a share of a 1-row decode, until measured

@@ -2,9 +2,10 @@
 
 mlx-lm loads the model directory and runs it (`load_model`, its model zoo, BatchGenerator,
 its KV caches and prompt-cache LRU). Around it we do what every Ember backend does the same
-way: the chat template rendered in app.templates' sandbox (the same renderer as the llama.cpp
-backend, so one conversation becomes the same prompt text on both, and a hostile template
-meets the same checks), fitting the conversation into the context, stop strings and stats.
+way: the chat template rendered in backends.chat_template's sandbox (the same renderer as
+the llama.cpp backend, so one conversation becomes the same prompt text on both, and a
+hostile template meets the same checks), fitting the conversation into the context, stop
+strings and stats.
 
 Speculative decoding (`request.speculative`): "draft" loads the draft model's MLX directory
 (kept loaded for the next request that names it) and checks that its tokenizer gives every
@@ -16,13 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.utils import load_model
 
-from app.errors import BackendError, InvalidRequestError, ModelFileError
-from app.templates import render_chat
 from backends.base import (
     CancelFlag,
     Capabilities,
@@ -30,8 +29,11 @@ from backends.base import (
     GenerationRequest,
     LoadPlan,
     Message,
+    ModelFiles,
     SpeculativeParams,
 )
+from backends.chat_template import render_chat
+from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.mlx.config import kv_bytes_per_token, read_config
 from backends.mlx.engine import Job, MlxEngine
 from backends.mlx.sampling import make_processors, make_sampler
@@ -39,9 +41,6 @@ from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
 from backends.mlx.tokens import ModelTokenizer, load_tokenizer
 from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
-
-if TYPE_CHECKING:
-    from app.store import InstalledModel
 
 CACHE_ENTRIES_PER_SEQUENCE = 4  # conversations whose KV cache is kept, per parallel sequence
 
@@ -59,7 +58,7 @@ class MlxBackend:
     def __init__(self) -> None:
         self.engine: MlxEngine | None = None
         self.tok: ModelTokenizer | None = None
-        self._installed: InstalledModel | None = None
+        self._installed: ModelFiles | None = None
         self._n_ctx = 0
         self._batch = 0
         self._draft: tuple[str, Any] | None = None  # (path, model) of the last draft model
@@ -68,7 +67,7 @@ class MlxBackend:
         return Capabilities(formats=("mlx",), batching=True, speculative=True)
 
     # -- loading ---------------------------------------------------------------------------
-    def load(self, model: InstalledModel, plan: LoadPlan) -> None:
+    def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         if model.format != "mlx":
             raise ModelFileError(f"{model.ref} is a {model.format} model; the mlx backend loads "
                                  f"MLX models (`ember convert {model.id} --to mlx` makes one)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.errors import ModelFileError
+from backends.errors import ModelFileError
 
 WEIGHTS_GLOB = "model*.safetensors"  # what mlx-lm's load_model reads
 

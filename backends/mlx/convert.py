@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.errors import ModelFileError
+from backends.errors import ModelFileError
 
 GROUP_SIZE = 64  # mlx-community's default; 4-bit at group 64 stores 4.5 bits per weight
 # HF model_type and class per GGUF architecture: the decoder-only families whose tensors map

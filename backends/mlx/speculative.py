@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from app.errors import InvalidRequestError
+from backends.errors import InvalidRequestError
 
 LOOKUP_NGRAMS = (4, 3, 2, 1)  # longest match first, as llama.cpp's prompt lookup
 PENALTY_LAST_N = 64  # tokens the logits processors see (backends.mlx.sampling's window)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from app.errors import ModelFileError
+from backends.errors import ModelFileError
 
 # End-of-turn markers llama.cpp also treats as end of generation when the vocabulary has them
 # as control tokens (its llama-vocab.cpp EOG list); config files often name only one of them.

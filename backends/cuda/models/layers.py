@@ -224,6 +224,6 @@ class CausalLM(nn.Module):
                 module.inv_freq = module.frequencies(device)
         missing = [m for m in missing if not m.endswith("inv_freq")]
         if missing or unexpected:
-            from app.errors import ModelFileError
+            from backends.errors import ModelFileError
             raise ModelFileError(f"the weights do not match the architecture: missing "
                                  f"{missing[:5]}, unexpected {unexpected[:5]}")

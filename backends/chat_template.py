@@ -19,7 +19,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from app.errors import TemplateError
+from backends.errors import TemplateError
 
 _DUNDER = re.compile(r"__\w+__|\[\s*['\"]__")
 
