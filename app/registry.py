@@ -55,7 +55,7 @@ class Variant:
     sha256: str | None
     sources: tuple[Source, ...]
     # a directory variant's files, each checked against its SHA-256; empty: the hub's
-    # listing of the repo gives them (app.snapshot)
+    # listing of the repo gives them (app.pull.hf_snapshot)
     files: tuple[VariantFile, ...] = ()
 
     def source(self, kind: str) -> Source | None:

@@ -89,7 +89,7 @@ class Store:
 
     def get(self, name: str, prefer: str | None = None) -> InstalledModel:
         """`id` or `id:quant`; an id with several quantizations gives the first installed,
-        in the format `prefer` if one is (app.selection.preferred_format)."""
+        in the format `prefer` if one is (app.backend_choice.preferred_format)."""
         base, _, quant = name.partition(":")
         installed = self.list()
         matches = [m for m in installed if m.id == base.lower()
@@ -186,7 +186,7 @@ class Store:
         """Move a downloaded and verified directory variant (`sha256`: its files' digests)
         to `models/<publisher>/<repo>/`. Whatever is at that place and is not an installed
         model (a damaged earlier install) is replaced, and only once the new one is in."""
-        from backends.mlx.config import read_config  # reads JSON only, no MLX
+        from backends.mlx_dir import read_config  # reads JSON only, no MLX
 
         config = read_config(folder)
         target = self.target_path(spec, variant)

@@ -6,7 +6,7 @@ the server's `usage` when it sends one, time to first token and decode speed mea
 Every way a server or network can fail becomes a RemoteError (or an ErrorEvent) whose message
 names the endpoint and what went wrong; none escapes as an httpx traceback.
 
-It runs in the app's process, not in a worker: see app/runtime/remote.py for why.
+It runs in the app's process, not in a worker: see app/runtime/remote_streams.py for why.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from app.hardware import detect
 from app.store import Store
 from backends.base import GenerationRequest, LoadPlan, SamplingParams
 from backends.cuda.backend import pick_device
-from backends.cuda.config import ModelConfig
 from backends.cuda.engine import GREEDY, Engine, EngineConfig
 from backends.cuda.loader import pack_linears
+from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.sequence import Sequence

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Paths
-from app.download import pull
+from app.pull.install import pull
 from app.runtime import Runtime
 from app.store import InstalledModel, Store
 
@@ -63,7 +63,7 @@ def gemma(store: Store) -> InstalledModel:
 
 def converted_mlx(store: Store, source: InstalledModel, bits: int) -> InstalledModel:
     """`source` converted to MLX, kept in the test home (only the first run converts)."""
-    from app.mlx_convert import convert_to_mlx
+    from app.convert_to_mlx import convert_to_mlx
     from backends.errors import EmberError
 
     try:
@@ -101,7 +101,7 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     """A disk with 1,000 bytes free, as `shutil.disk_usage` reports it to the downloaders."""
     from collections import namedtuple
 
-    from app import transfer
+    from app.pull import progress
 
     usage = namedtuple("usage", "total used free")(10**9, 10**9 - 1000, 1000)
-    monkeypatch.setattr(transfer.shutil, "disk_usage", lambda path: usage)
+    monkeypatch.setattr(progress.shutil, "disk_usage", lambda path: usage)

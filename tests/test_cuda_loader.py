@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from backends.cuda.config import llama3_freq_factors
 from backends.cuda.context import Context
 from backends.cuda.loader import load_weights
+from backends.cuda.model_config import llama3_freq_factors
 from backends.cuda.models import build_model
 from backends.errors import ModelFileError
 

@@ -12,8 +12,8 @@ import torch
 
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.block_manager import BlockManager, block_hash
-from backends.cuda.config import ModelConfig
 from backends.cuda.engine import GREEDY, Engine, EngineConfig
+from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.rejection import rejection_sample, verify_greedy

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from backends.cuda.block_manager import BlockManager
-from backends.cuda.config import ModelConfig
 from backends.cuda.engine import GREEDY, Engine, EngineConfig, window_pool_size
 from backends.cuda.loader import load_weights
+from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.scheduler import Scheduler

@@ -13,8 +13,8 @@ import yaml
 from tiny_gguf import write_tiny_gguf
 
 from app.config import Paths
-from app.download import Cancelled, pull
 from app.errors import ChecksumError, DownloadError
+from app.pull.install import Cancelled, pull
 from app.store import Store
 
 

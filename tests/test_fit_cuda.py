@@ -18,8 +18,8 @@ from app.fit_cuda import (
 from app.gguf_file import read_gguf
 from app.registry import Arch
 from app.runtime import Runtime
-from backends.cuda.config import ModelConfig
 from backends.cuda.engine import Engine, EngineConfig
+from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
 from tests.test_fit import GPU_6GB, LAPTOP_8GB, LLAMA_8B, LLAMA_8B_ARCH, RTX_4090
 

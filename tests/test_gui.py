@@ -24,14 +24,14 @@ from tiny_gguf import write_tiny_gguf
 from app.config import Paths
 from app.fit import fits_for
 from app.gui import build_window
-from app.gui.hub import HubWidget
+from app.gui.catalog_page import HubWidget
 from app.gui.main_window import MainWindow
 from app.gui.settings_dialog import SettingsDialog
 from app.hardware import GPU, HardwareProfile
 from app.history import History
+from app.preferences import load_settings
 from app.registry import load_registry
 from app.runtime import Runtime
-from app.settings import load_settings
 from app.store import Store
 
 GB = 10**9

@@ -13,8 +13,8 @@ from hub_server import start_hub
 from tiny_gguf import write_tiny_gguf
 
 from app.config import Paths
-from app.download import Cancelled, pull
 from app.errors import ChecksumError, DownloadError
+from app.pull.install import Cancelled, pull
 from app.store import Store
 
 REPO, FILE = "someone/tiny-GGUF", "tiny-q8_0.gguf"

@@ -25,9 +25,9 @@ from gguf.quants import dequantize
 
 from backends.base import LoadPlan
 from backends.cuda import CudaBackend
-from backends.cuda.config import ModelConfig
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import LINEAR, load_weights, pack_linears
+from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
 from backends.errors import InvalidRequestError
 from kernels.dispatch import choose_backend

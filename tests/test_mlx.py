@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.mlx_convert import convert_to_mlx
+from app.convert_to_mlx import convert_to_mlx
 from app.runtime import Runtime
 from app.store import InstalledModel
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from hub_server import start_hub
 
-from app.download import Cancelled, pull
 from app.errors import ChecksumError, DownloadError
+from app.pull.install import Cancelled, pull
 from app.store import InstalledModel, Store, dir_sha256
 
 LISTED = "mlx-community/Qwen2.5-Coder-0.5B-Instruct-8bit"  # the registry lists its files

@@ -134,7 +134,7 @@ def test_apple_silicon_falls_back_to_gguf_when_no_mlx_variant_can_run():
 
 
 def test_pull_without_a_quantization_takes_the_mlx_variant_on_a_mac():
-    from app.download import resolve
+    from app.pull.install import resolve
 
     _, variant = resolve("qwen2.5-coder-0.5b-instruct", mac(16 * GiB, 10 * GiB))
     assert (variant.format, variant.quant) == ("mlx", "8bit")

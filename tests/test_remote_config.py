@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fake_openai import MODELS, fake_server
 
-from app import remotes
+from app import endpoints
 from app.config import Paths
 from app.errors import ConfigError, ModelNotFoundError
 
@@ -83,26 +83,26 @@ def test_a_broken_config_toml_is_reported_and_never_overwritten(tmp_path):
     paths = Paths(tmp_path)
     paths.config_file.write_text("[remotes\nurl = ")
     with pytest.raises(ConfigError, match="not valid TOML"):
-        remotes.add("lab", "http://h:8000", paths=paths)
+        endpoints.add("lab", "http://h:8000", paths=paths)
     assert paths.config_file.read_text() == "[remotes\nurl = "
 
 
 def test_add_replaces_an_endpoint_and_resolve_splits_name_and_model(tmp_path):
     paths = Paths(tmp_path)
-    remotes.add("lab", "http://a:1/v1", "k1", paths=paths)
-    remotes.add("lab", "http://b:2/v1", paths=paths)
-    endpoint, model = remotes.resolve("lab/meta-llama/Llama-3.1-8B-Instruct", paths)
+    endpoints.add("lab", "http://a:1/v1", "k1", paths=paths)
+    endpoints.add("lab", "http://b:2/v1", paths=paths)
+    endpoint, model = endpoints.resolve("lab/meta-llama/Llama-3.1-8B-Instruct", paths)
     assert (endpoint.url, endpoint.api_key) == ("http://b:2/v1", None)
     assert model == "meta-llama/Llama-3.1-8B-Instruct"  # the model part keeps its slashes
     with pytest.raises(ModelNotFoundError, match="did you mean lab"):
-        remotes.resolve("labb/x", paths)
+        endpoints.resolve("labb/x", paths)
 
 
 def test_an_endpoint_without_a_url_in_config_toml_is_a_config_error(tmp_path):
     paths = Paths(tmp_path)
-    paths.config_file.write_text('[remotes.lab]\napi_key = "k"\n')
-    with pytest.raises(ConfigError, match=r"\[remotes.lab\]: needs url"):
-        remotes.endpoints(paths)
+    paths.config_file.write_text('[endpoints.lab]\napi_key = "k"\n')
+    with pytest.raises(ConfigError, match=r"\[endpoints.lab\]: needs url"):
+        endpoints.endpoints(paths)
 
 
 def test_ember_run_on_a_stream_that_drops_prints_the_partial_answer_then_one_error_line(

@@ -20,7 +20,7 @@ import pytest
 from conftest import QWEN, TEST_HOME
 from test_server import free_port, live_server
 
-from app import remotes
+from app import endpoints
 from app.config import Paths
 from app.runtime import Runtime
 from app.store import Store
@@ -75,7 +75,7 @@ def upstream(qwen, tmp_path_factory) -> Iterator[str]:  # noqa: ANN001
 def client_home(upstream: str, tmp_path_factory) -> Paths:  # noqa: ANN001
     """This Ember's home: no models of its own, the upstream as remote "lab"."""
     paths = Paths(tmp_path_factory.mktemp("client"))
-    remotes.add("lab", upstream, KEY, paths=paths)
+    endpoints.add("lab", upstream, KEY, paths=paths)
     return paths
 
 

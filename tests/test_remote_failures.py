@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fake_openai import fake_server
 
-from app import remotes
+from app import endpoints
 from app.config import Paths
 from app.errors import ModelNotFoundError
 from app.runtime import Runtime
@@ -159,7 +159,7 @@ def test_sampling_settings_map_to_openai_fields_and_engine_extras_only_when_set(
 @pytest.fixture
 def fake_runtime(tmp_path: Path, fake: str) -> Iterator[Runtime]:
     paths = Paths(tmp_path / "home")
-    remotes.add("fake", fake, paths=paths)
+    endpoints.add("fake", fake, paths=paths)
     with Runtime(store=Store(paths)) as rt:
         yield rt
 
@@ -187,8 +187,8 @@ def test_unknown_endpoint_and_unknown_remote_model_are_not_found_errors(fake_run
 
 def test_one_unreachable_endpoint_does_not_hide_the_others_models(tmp_path, fake):
     paths = Paths(tmp_path / "home")
-    remotes.add("fake", fake, paths=paths)
-    remotes.add("down", refused_url(), paths=paths)
+    endpoints.add("fake", fake, paths=paths)
+    endpoints.add("down", refused_url(), paths=paths)
     with Runtime(store=Store(paths)) as rt:
         models, failed = rt.remote_models()
     assert {m.ref for m in models} == {f"fake/{m}" for m in

@@ -44,7 +44,7 @@ class ProgressBar:
         self._bar = None
         self._phase = None
 
-    def __call__(self, p) -> None:  # noqa: ANN001 - app.download.Progress
+    def __call__(self, p) -> None:  # noqa: ANN001 - app.pull.install.Progress
         from tqdm import tqdm
 
         if p.phase == "done":
@@ -70,7 +70,7 @@ class ProgressBar:
 
 
 def pull_with_bar(name: str) -> InstalledModel:
-    from app.download import pull, resolve
+    from app.pull.install import pull, resolve
 
     if ":" not in name:
         spec, variant = resolve(name)

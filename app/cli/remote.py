@@ -6,7 +6,7 @@ import json
 
 import click
 
-from app import remotes
+from app import endpoints
 from app.cli import cli
 from backends.errors import EmberError
 from backends.remote import Endpoint, RemoteBackend
@@ -43,8 +43,8 @@ def _models(endpoint: Endpoint) -> tuple[list[str], str | None]:
 @click.option("--no-check", is_flag=True, help="save without asking the server for its models")
 def add(name: str, url: str, api_key: str | None, no_check: bool) -> None:
     """Add (or replace) endpoint NAME at URL, e.g. http://gpu-box:8000/v1."""
-    replaced = name in remotes.endpoints()
-    endpoint = remotes.add(name, url, api_key)
+    replaced = name in endpoints.endpoints()
+    endpoint = endpoints.add(name, url, api_key)
     click.echo(f"{'replaced' if replaced else 'added'} remote {name} -> {endpoint.base} "
                f"({_masked(api_key)})")
     if no_check:
@@ -63,7 +63,7 @@ def add(name: str, url: str, api_key: str | None, no_check: bool) -> None:
 def list_(as_json: bool, offline: bool) -> None:
     """The endpoints, and the models each serves now."""
     rows = []
-    for endpoint in remotes.endpoints().values():
+    for endpoint in endpoints.endpoints().values():
         models, error = ([], None) if offline else _models(endpoint)
         rows.append({"name": endpoint.name, "url": endpoint.base,
                      "api_key": bool(endpoint.api_key), "models": models, "error": error})
@@ -73,7 +73,7 @@ def list_(as_json: bool, offline: bool) -> None:
     if not rows:
         click.echo("no remote endpoints; add one with `ember remote add NAME URL`")
         return
-    for endpoint, row in zip(remotes.endpoints().values(), rows, strict=True):
+    for endpoint, row in zip(endpoints.endpoints().values(), rows, strict=True):
         state = ("" if offline else f"error: {row['error']}" if row["error"]
                  else f"{len(row['models'])} models")
         click.echo(f"{row['name']:16} {row['url']:40} {_masked(endpoint.api_key):10} {state}")
@@ -85,5 +85,5 @@ def list_(as_json: bool, offline: bool) -> None:
 @click.argument("name")
 def rm(name: str) -> None:
     """Remove endpoint NAME (its server is not touched)."""
-    removed = remotes.remove(name)
+    removed = endpoints.remove(name)
     click.echo(f"removed remote {removed.name} ({removed.base})")

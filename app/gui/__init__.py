@@ -12,8 +12,8 @@ def build_window(home: Paths | None = None, runtime=None, hardware=None):  # noq
     from app.errors import ConfigError
     from app.gui.main_window import MainWindow
     from app.history import History
+    from app.preferences import Settings, load_settings
     from app.runtime import Runtime
-    from app.settings import Settings, load_settings
     from app.store import Store
 
     p = home or paths()

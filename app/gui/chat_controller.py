@@ -14,8 +14,8 @@ from PySide6.QtCore import QObject, Signal
 from app.gui.chat_view import ChatView, MessageWidget
 from app.gui.tasks import GenerationTask
 from app.history import History
+from app.preferences import Settings
 from app.runtime import Runtime
-from app.settings import Settings
 from backends.base import (
     GenerationRequest,
     Message,

@@ -18,17 +18,17 @@ from PySide6.QtWidgets import (
 )
 
 from app.config import Paths
+from app.gui.catalog_page import HubWidget
 from app.gui.chat_controller import ChatController
 from app.gui.chat_view import ChatView
 from app.gui.conversations import ConversationList
-from app.gui.hub import HubWidget
 from app.gui.machine import MachinePanel
 from app.gui.settings_dialog import SettingsDialog
 from app.gui.tasks import RemoteModelsTask, ServerTask
 from app.gui.theme import apply_theme
 from app.history import History
+from app.preferences import Settings, save_settings
 from app.runtime import Runtime
-from app.settings import Settings, save_settings
 from app.store import InstalledModel
 from backends.errors import EmberError
 

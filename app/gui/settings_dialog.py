@@ -24,12 +24,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app import remotes
+from app import endpoints
+from app.backend_choice import BACKENDS as SELECTABLE
+from app.backend_choice import SPECULATIVE_BACKENDS, choose_backend, llama_cpp_gpu_offload
 from app.config import Paths
 from app.hardware import HardwareProfile
-from app.selection import BACKENDS as SELECTABLE
-from app.selection import SPECULATIVE_BACKENDS, choose_backend, llama_cpp_gpu_offload
-from app.settings import THEMES, Settings
+from app.preferences import THEMES, Settings
 from backends.errors import EmberError
 
 
@@ -163,7 +163,7 @@ class SettingsDialog(QDialog):
     def _list_remotes(self) -> None:
         self.remote_list.clear()
         try:
-            known = remotes.endpoints(self.home)
+            known = endpoints.endpoints(self.home)
         except EmberError as e:
             self.remote_error.setText(str(e))
             return
@@ -174,7 +174,7 @@ class SettingsDialog(QDialog):
 
     def add_remote(self) -> None:
         try:
-            remotes.add(self.remote_name.text().strip(), self.remote_url.text().strip(),
+            endpoints.add(self.remote_name.text().strip(), self.remote_url.text().strip(),
                         self.remote_key.text().strip() or None, self.home)
         except EmberError as e:
             self.remote_error.setText(str(e))
@@ -190,7 +190,7 @@ class SettingsDialog(QDialog):
         if item is None:
             return
         try:
-            remotes.remove(item.data(Qt.ItemDataRole.UserRole), self.home)
+            endpoints.remove(item.data(Qt.ItemDataRole.UserRole), self.home)
         except EmberError as e:
             self.remote_error.setText(str(e))
             return

@@ -12,9 +12,9 @@ import time
 
 from PySide6.QtCore import QObject, Signal
 
+from app.pull.progress import Cancelled, Progress
 from app.runtime import Runtime
 from app.store import Store
-from app.transfer import Cancelled, Progress
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
 from backends.errors import EmberError
 
@@ -31,7 +31,7 @@ class GenerationTask(QObject):
                  gpu_layers: int | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.request, self.context = runtime, model, request, context
-        self.backend = backend  # None: the one app.selection picks for the model
+        self.backend = backend  # None: the one app.backend_choice picks for the model
         self.gpu_layers = gpu_layers  # None: the load plan's
         self._stop = threading.Event()
         self._generation = None
@@ -110,7 +110,7 @@ class RemoteModelsTask(QObject):
 
 class DownloadTask(QObject):
     """`ember pull REF` with progress; cancel keeps the partial file for a later resume."""
-    progress = Signal(object)  # app.transfer.Progress
+    progress = Signal(object)  # app.pull.progress.Progress
     installed = Signal(object)  # app.store.InstalledModel
     failed = Signal(str, bool)  # message, cancelled
 
@@ -134,7 +134,7 @@ class DownloadTask(QObject):
         self.progress.emit(p)
 
     def _run(self) -> None:
-        from app.download import pull
+        from app.pull.install import pull
 
         try:
             model = pull(self.ref, store=self.store, on_progress=self._report,

@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from app.errors import WorkerCrashedError
-from app.runtime.process import EventSink
+from app.runtime.worker_handle import EventSink
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, Stats
 from backends.errors import BackendError, InvalidRequestError
 
 
 class StreamHost(Protocol):
-    """Where a generation runs: a worker process (app.runtime.process.Worker) or the app's
-    own process for remote models (app.runtime.remote.RemoteStreams)."""
+    """Where a generation runs: a worker process (app.runtime.worker_handle.Worker) or the app's
+    own process for remote models (app.runtime.remote_streams.RemoteStreams)."""
     label: str
 
     @property

@@ -1,14 +1,14 @@
 """The Runtime: the one API front ends use to list, load, generate, cancel and unload.
 
-Each loaded model runs in a worker process (multiprocessing, spawn; app.runtime.process).
+Each loaded model runs in a worker process (multiprocessing, spawn; app.runtime.worker_handle).
 A crash in native code kills only the worker: requests in flight end with an
 ErrorEvent(kind="crash") that says so, and the next request for that model starts a fresh
 worker. The Runtime also owns the memory budget: idle models unload after a TTL, and the
 least recently used idle ones are evicted when the fit model says a new one would not fit.
 
 A model reference routes to its backend per model: `NAME/model` goes to the remote endpoint
-NAME (config.toml, app.remotes), generated in this process (app.runtime.remote says why);
-a local model goes to a worker running the backend app.selection picks for it (or the one a
+NAME (config.toml, app.endpoints), generated in this process (app.runtime.remote_streams says why);
+a local model goes to a worker running the backend app.backend_choice picks for it (or the one a
 request, config.toml or the Runtime's `backend` asks for).
 """
 
@@ -18,22 +18,22 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from app import remotes
-from app.fit import memory_budget, plan_load, plan_mlx_load
-from app.fit_cuda import plan_cuda_gguf
-from app.gguf_file import read_gguf
-from app.hardware import HardwareProfile, detect
-from app.runtime.generation import Generation
-from app.runtime.process import EventSink, Worker
-from app.runtime.protocol import Embed, Tokenize
-from app.runtime.remote import Remotes
-from app.selection import (
+from app import endpoints
+from app.backend_choice import (
     BackendChoice,
     check_backend,
     choose_backend,
     configured_backend,
     preferred_format,
 )
+from app.fit import memory_budget, plan_load, plan_mlx_load
+from app.fit_cuda import plan_cuda_gguf
+from app.gguf_file import read_gguf
+from app.hardware import HardwareProfile, detect
+from app.runtime.generation import Generation
+from app.runtime.protocol import Embed, Tokenize
+from app.runtime.remote_streams import Remotes
+from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
 from backends.errors import InvalidRequestError
@@ -57,7 +57,7 @@ class Runtime:
         self.store = store or Store()
         self.parallel = parallel  # sequences decoded together per model (the fit may cut it)
         self._hardware = hardware
-        self.backend = backend  # None: app.selection picks per model
+        self.backend = backend  # None: app.backend_choice picks per model
         self.idle_ttl_s = idle_ttl_s  # None: models stay loaded until unloaded
         self._workers: dict[str, Worker] = {}
         self.remotes = Remotes(self.store.paths)
@@ -75,7 +75,7 @@ class Runtime:
     # -- remote models ---------------------------------------------------------------------
     @staticmethod
     def is_remote(name: str) -> bool:
-        return remotes.split_ref(name) is not None
+        return endpoints.split_ref(name) is not None
 
     def remote_models(self) -> tuple[list[RemoteModel], dict[str, str]]:
         """The models of every remote endpoint, and why an endpoint could not list them."""
@@ -146,7 +146,7 @@ class Runtime:
         """The load plan for a model (an MLX directory or a GGUF file) in `backend`. Reading
         the files here gives a clear error before a native library touches them."""
         if model.format == "mlx":
-            from backends.mlx.config import read_config
+            from backends.mlx_dir import read_config
 
             config = read_config(model.path)
             return plan_mlx_load(config, model, self.hardware, context, self.parallel)

@@ -13,9 +13,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from app import __version__
-from app.download import pull as download
 from app.gguf_file import read_gguf
-from app.server import convert
+from app.pull.install import pull as download
+from app.pull.progress import Progress
 from app.server.bridge import (
     check_model_name,
     collect,
@@ -24,6 +24,12 @@ from app.server.bridge import (
     parse_keep_alive,
 )
 from app.server.errors import ApiError
+from app.server.generation_request import (
+    chat_request,
+    completion_request,
+    sampling,
+    with_speculative,
+)
 from app.server.schemas import (
     OllamaBase,
     OllamaChatRequest,
@@ -34,7 +40,6 @@ from app.server.schemas import (
     OllamaPullRequest,
 )
 from app.store import InstalledModel
-from app.transfer import Progress
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest
 from backends.errors import EmberError
 from backends.remote import RemoteModel
@@ -170,9 +175,9 @@ async def pull(body: OllamaPullRequest, request: Request):  # noqa: ANN201
 def _params(body: OllamaBase):  # noqa: ANN202
     o = body.options
     if o is None:
-        return convert.sampling()
+        return sampling()
     max_tokens = None if o.num_predict is None or o.num_predict < 0 else max(o.num_predict, 1)
-    return convert.sampling(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
+    return sampling(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
                             min_p=o.min_p, repeat_penalty=o.repeat_penalty, seed=o.seed,
                             stop=o.stop, max_tokens=max_tokens)
 
@@ -259,7 +264,7 @@ async def chat(body: OllamaChatRequest, request: Request):  # noqa: ANN201
     if not body.messages:  # Ollama: an empty chat loads (or with keep_alive 0 unloads)
         return await _load_or_unload(request, body, model, "message")
     json_mode, schema = _format(body)
-    gen_request = convert.with_speculative(convert.chat_request(
+    gen_request = with_speculative(chat_request(
         [(m.role, m.content) for m in body.messages], _params(body), json_mode, schema),
         body.speculative)
     return await _respond(request, body, model, gen_request, "message")
@@ -275,11 +280,11 @@ async def generate(body: OllamaGenerateRequest, request: Request):  # noqa: ANN2
     # a remote server applies its own chat template; raw goes to its /completions
     chat = runtime.is_remote(model) or runtime.store.get(model).chat
     if body.raw or not chat:
-        gen_request = convert.completion_request(body.prompt, _params(body), json_mode, schema)
+        gen_request = completion_request(body.prompt, _params(body), json_mode, schema)
     else:
         messages = ([("system", body.system)] if body.system else []) + [("user", body.prompt)]
-        gen_request = convert.chat_request(messages, _params(body), json_mode, schema)
-    gen_request = convert.with_speculative(gen_request, body.speculative)
+        gen_request = chat_request(messages, _params(body), json_mode, schema)
+    gen_request = with_speculative(gen_request, body.speculative)
     return await _respond(request, body, model, gen_request, "response")
 
 

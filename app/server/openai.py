@@ -13,9 +13,14 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from app.server import convert
 from app.server.bridge import check_model_name, collect, embed, open_events
 from app.server.errors import ApiError, error_for_event
+from app.server.generation_request import (
+    chat_request,
+    completion_request,
+    sampling,
+    with_speculative,
+)
 from app.server.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -85,10 +90,10 @@ def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
 async def chat_completions(body: ChatCompletionRequest, request: Request):  # noqa: ANN201
     model = check_model_name(body.model)
     json_mode, schema = _json_settings(body)
-    params = convert.sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+    params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                               stop=body.stop,
                               max_tokens=body.max_completion_tokens or body.max_tokens)
-    gen_request = convert.with_speculative(convert.chat_request(
+    gen_request = with_speculative(chat_request(
         [(m.role, m.text()) for m in body.messages], params, json_mode, schema),
         body.speculative)
     events = await open_events(request.app.state, model, gen_request, "chat",
@@ -155,9 +160,9 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingRespo
 async def completions(body: CompletionRequest, request: Request):  # noqa: ANN201
     model = check_model_name(body.model)
     prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
-    params = convert.sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+    params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                               stop=body.stop, max_tokens=body.max_tokens)
-    gen_request = convert.with_speculative(convert.completion_request(prompt, params),
+    gen_request = with_speculative(completion_request(prompt, params),
                                            body.speculative)
     events = await open_events(request.app.state, model, gen_request, "completions",
                                backend=body.backend)

@@ -15,8 +15,8 @@ import torch
 
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.block_manager import BlockManager
-from backends.cuda.config import ModelConfig
 from backends.cuda.draft import DraftModel, model_bytes
+from backends.cuda.model_config import ModelConfig
 from backends.cuda.model_runner import ModelRunner
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.sampler import Sampler

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backends.cuda.config import (
+from backends.cuda.model_config import (
     HF_ARCHITECTURES,
     SUPPORTED,
     ModelConfig,

@@ -34,11 +34,11 @@ from backends.base import (
 )
 from backends.chat_template import render_chat
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
-from backends.mlx.config import kv_bytes_per_token, read_config
 from backends.mlx.engine import Job, MlxEngine
-from backends.mlx.sampling import make_processors, make_sampler
+from backends.mlx.sampler import make_processors, make_sampler
 from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
-from backends.mlx.tokens import ModelTokenizer, load_tokenizer
+from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
+from backends.mlx_dir import kv_bytes_per_token, read_config
 from backends.prompt import fit_prompt, run_alone
 from backends.text import TextStream
 

@@ -31,7 +31,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 from backends.errors import InvalidRequestError
 
 LOOKUP_NGRAMS = (4, 3, 2, 1)  # longest match first, as llama.cpp's prompt lookup
-PENALTY_LAST_N = 64  # tokens the logits processors see (backends.mlx.sampling's window)
+PENALTY_LAST_N = 64  # tokens the logits processors see (backends.mlx.sampler's window)
 
 
 class Proposer(Protocol):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.cuda.config import LLAMA_FAMILY, ModelConfig
+from backends.cuda.model_config import LLAMA_FAMILY, ModelConfig
 from backends.cuda.models.layers import CausalLM
 
 
@@ -13,7 +13,7 @@ def build_model(cfg: ModelConfig, meta: bool = True) -> CausalLM:
         with torch.device("meta"):
             return build_model(cfg, meta=False)
     if cfg.arch in LLAMA_FAMILY:
-        from backends.cuda.models.qwen2 import LlamaModel
+        from backends.cuda.models.llama import LlamaModel
         return LlamaModel(cfg)
     if cfg.arch == "gemma3":
         from backends.cuda.models.gemma3 import Gemma3Model

@@ -10,8 +10,8 @@ import math
 import torch
 from torch import nn
 
-from backends.cuda.config import ModelConfig
 from backends.cuda.context import Context
+from backends.cuda.model_config import ModelConfig
 from backends.cuda.models.layers import (
     Attention,
     CausalLM,

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import ChecksumError, DownloadError
-from app.registry import ModelSpec, Source, Variant
-from app.transfer import (
+from app.pull.progress import (
     Progress,
     ProgressFn,
     check_cancel,
     check_disk_space,
     sha256_with_progress,
 )
+from app.registry import ModelSpec, Source, Variant
 
 RETRIES = 5
 _SHA256 = re.compile(r"[0-9a-f]{64}")

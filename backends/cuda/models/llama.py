@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backends.cuda.config import ModelConfig
 from backends.cuda.context import Context
+from backends.cuda.model_config import ModelConfig
 from backends.cuda.models.layers import Attention, CausalLM, GatedMLP, RMSNorm, Rotary
 
 

@@ -22,7 +22,7 @@ def mlx_id(model_id: str) -> str:
 
 def convert_to_mlx(name: str, bits: int = 4, store: Store | None = None,
                    on_step: Callable[[str], None] | None = None) -> InstalledModel:
-    from backends.mlx.convert import convert_gguf
+    from backends.mlx.gguf_to_mlx import convert_gguf
 
     store = store or Store()
     source = store.get(name)

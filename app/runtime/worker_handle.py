@@ -25,7 +25,7 @@ from app.runtime.protocol import (
     Reply,
     Shutdown,
 )
-from app.runtime.worker import worker_main
+from app.runtime.worker_main import worker_main
 from app.store import InstalledModel
 from backends.base import ErrorEvent, Event, GenerationRequest, LoadPlan
 from backends.errors import BackendError, InvalidRequestError

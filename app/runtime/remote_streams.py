@@ -15,10 +15,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from app import config, remotes
+from app import config, endpoints
 from app.errors import ModelNotFoundError
 from app.registry import suggest
-from app.runtime.process import EventSink
+from app.runtime.worker_handle import EventSink
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
 from backends.errors import EmberError
 from backends.remote import Endpoint, Received, RemoteBackend, RemoteModel
@@ -114,7 +114,7 @@ class Remotes:
         """Every endpoint's models, and for an endpoint that could not list them, why (one
         unreachable server must not hide the others' models, nor the local ones)."""
         found, failed = [], {}
-        for endpoint in remotes.endpoints(self.paths).values():
+        for endpoint in endpoints.endpoints(self.paths).values():
             try:
                 found += self._client(endpoint).list_models()
             except EmberError as e:
@@ -136,13 +136,13 @@ class Remotes:
 
     def check(self, ref: str) -> None:
         """ModelNotFoundError for an unknown endpoint or model; RemoteError if unreachable."""
-        endpoint, model = remotes.resolve(ref, self.paths)
+        endpoint, model = endpoints.resolve(ref, self.paths)
         ids = self._ids(endpoint)
         if model not in ids:
             raise ModelNotFoundError(model, suggest(model, ids), f"remote {endpoint.name!r}")
 
     def host(self, ref: str) -> RemoteStreams:
-        endpoint, model = remotes.resolve(ref, self.paths)
+        endpoint, model = endpoints.resolve(ref, self.paths)
         return RemoteStreams(self._client(endpoint), model)
 
     def close(self) -> None:

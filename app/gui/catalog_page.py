@@ -1,7 +1,7 @@
 """"Get models": the whole registry with a fit badge per quantization, and the downloads.
 
 The fit numbers come from app.fit for the Runtime's hardware profile (a simulated one in
-tests); downloads go through app.download.pull on DownloadTask threads.
+tests); downloads go through app.pull.install.pull on DownloadTask threads.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
 from app.fit import Fit, fits_for, recommend
 from app.gui.tasks import DownloadTask
 from app.hardware import HardwareProfile
+from app.pull.progress import Progress
 from app.registry import ModelSpec, load_registry
 from app.store import InstalledModel, Store
-from app.transfer import Progress
 
 BADGE_COLOR = {"full_gpu": "#2e7d32", "partial": "#b26a00", "cpu": "#1565c0",
                "wont_fit": "#c62828"}
