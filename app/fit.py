@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
-from app.backend_choice import preferred_format
 from app.config import env_int
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
 from app.registry import Arch, ModelSpec, Variant
+from app.runtime.backend_choice import preferred_format
 from backends.base import LoadPlan
 
 GB = 1e9
@@ -281,7 +281,8 @@ def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
     ctx = min(context or min(spec.context_default, DEFAULT_CONTEXT), spec.context_max)
     formats = backend_formats(hw)
     if hw.has_nvidia and hw.torch_cuda is not None:
-        # the cuda backend runs models here (app.backend_choice): size them as its engine keeps them
+        # the cuda backend runs models here (app.runtime.backend_choice): size them as its engine
+        # keeps them
         from app.fit_cuda import estimate_cuda
         return [estimate_cuda(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
                 for v in spec.variants if v.format in formats]
@@ -295,7 +296,8 @@ def recommend(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
     HEADROOM of its budget free and decodes at least SPEED_SHARE of the fastest fitting
     variant's speed (or FAST_ENOUGH tokens/s). If none leaves headroom, the smallest that
     fits; if none fits, the smallest (labelled "will not fit"). Only variants in the
-    preferred format (app.backend_choice: MLX on Apple Silicon) compete when one of them runs."""
+    preferred format (app.runtime.backend_choice: MLX on Apple Silicon) compete when one of
+    them runs."""
     fits = fits_for(spec, hw, context, parallel)
     if not fits:
         return None

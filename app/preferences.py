@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from app.backend_choice import BACKENDS as SELECTABLE
 from app.config import DEFAULT_MODEL, Paths, load_config, update_config
 from app.errors import ConfigError
+from app.runtime.backend_table import NAMES as SELECTABLE
 
 SECTION = "app"
 THEMES = ("light", "dark")

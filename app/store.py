@@ -89,7 +89,7 @@ class Store:
 
     def get(self, name: str, prefer: str | None = None) -> InstalledModel:
         """`id` or `id:quant`; an id with several quantizations gives the first installed,
-        in the format `prefer` if one is (app.backend_choice.preferred_format)."""
+        in the format `prefer` if one is (app.runtime.backend_choice.preferred_format)."""
         base, _, quant = name.partition(":")
         installed = self.list()
         matches = [m for m in installed if m.id == base.lower()

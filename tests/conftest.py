@@ -63,7 +63,7 @@ def gemma(store: Store) -> InstalledModel:
 
 def converted_mlx(store: Store, source: InstalledModel, bits: int) -> InstalledModel:
     """`source` converted to MLX, kept in the test home (only the first run converts)."""
-    from app.convert_to_mlx import convert_to_mlx
+    from app.runtime.convert_to_mlx import convert_to_mlx
     from backends.errors import EmberError
 
     try:

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 from app import hardware
-from app.backend_choice import choose_backend
 from app.hardware import GPU, detect, gpu_wired_share
+from app.runtime.backend_choice import choose_backend
 
 
 def test_detect_reads_this_machine(isolated_home):

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.convert_to_mlx import convert_to_mlx
 from app.runtime import Runtime
+from app.runtime.convert_to_mlx import convert_to_mlx
 from app.store import InstalledModel
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
 from backends.errors import EmberError, InvalidRequestError, ModelFileError

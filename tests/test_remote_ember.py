@@ -20,9 +20,8 @@ import pytest
 from conftest import QWEN, TEST_HOME
 from test_server import free_port, live_server
 
-from app import endpoints
 from app.config import Paths
-from app.runtime import Runtime
+from app.runtime import Runtime, endpoints
 from app.store import Store
 from backends.base import DoneEvent, GenerationRequest, Message, SamplingParams, TokenEvent
 from backends.errors import RemoteError

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from fake_openai import fake_server
 
-from app import endpoints
 from app.config import Paths
 from app.errors import ModelNotFoundError
-from app.runtime import Runtime
+from app.runtime import Runtime, endpoints
 from app.store import Store
 from backends.base import (
     DoneEvent,

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from test_hardware import profile
 
-from app.backend_choice import choose_backend, configured_backend
 from app.config import Paths
 from app.errors import ConfigError
 from app.hardware import GPU
-from app.runtime import Runtime, worker_main
-from app.runtime.worker_main import make_backend
+from app.runtime import Runtime, backend_table
+from app.runtime.backend_choice import choose_backend, configured_backend
+from app.runtime.backend_table import make_backend
 from app.store import Store
 from backends.errors import BackendError, EmberError, InvalidRequestError
 
@@ -86,8 +86,10 @@ def test_config_toml_sets_a_backend_per_model_and_rejects_unknown_ones(tmp_path)
 
 def test_a_backend_missing_from_this_build_fails_with_a_clear_error(monkeypatch):
     # what a build without backends/cuda or mlx installed looks like to the worker
-    monkeypatch.setitem(worker_main.BACKENDS, "cuda", ("backends.not_built", "CudaBackend",
-                                                  "pip install -e '.[cuda]'"))
+    cuda = backend_table.BACKENDS["cuda"]
+    monkeypatch.setitem(backend_table.BACKENDS, "cuda",
+                        dataclasses.replace(cuda, module="backends.not_built",
+                                            install="pip install -e '.[cuda]'"))
     with pytest.raises(EmberError, match=r"the cuda backend is not available in this build "
                                          r"\(No module named 'backends.not_built'\); it needs: "
                                          r"pip install -e '.\[cuda\]', or choose another with "

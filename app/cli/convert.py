@@ -18,7 +18,7 @@ from app.cli import cli
                    "rounds it a second time")
 def convert(model: str, target: str, bits: str) -> None:
     """Convert an installed GGUF MODEL into an MLX model, installed as MODEL-mlx:<bits>bit."""
-    from app.convert_to_mlx import convert_to_mlx
+    from app.runtime.convert_to_mlx import convert_to_mlx
 
     started = time.perf_counter()
     installed = convert_to_mlx(model, int(bits),

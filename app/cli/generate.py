@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import click
 
-from app.backend_choice import BACKENDS
 from app.cli import cli
 from app.cli.common import installed_or_pull, sampling_from, sampling_options
 from app.config import DEFAULT_MODEL
+from app.runtime.backend_table import NAMES as BACKENDS
 from backends.base import (
     DoneEvent,
     ErrorEvent,

@@ -33,9 +33,9 @@ def _best_models(hw, context: int | None = None) -> list:  # noqa: ANN001
 @click.option("--ctx", "context", type=int, default=None, help="context for the predictions")
 def hw(as_json: bool, context: int | None) -> None:
     """This machine, the backend Ember uses here and why, and the models that run best."""
-    from app.backend_choice import choose_backend
     from app.hardware import detect
     from app.runtime import Runtime
+    from app.runtime.backend_choice import choose_backend
 
     profile = detect()
     choice = choose_backend(profile)

@@ -6,10 +6,9 @@ import json
 
 import click
 
-from app import endpoints
 from app.cli import cli
+from app.runtime import endpoints
 from backends.errors import EmberError
-from backends.remote import Endpoint, RemoteBackend
 
 
 @cli.group()
@@ -26,14 +25,11 @@ def _masked(key: str | None) -> str:
     return "key " + ("*" * 4 + key[-4:] if len(key) > 8 else "****")
 
 
-def _models(endpoint: Endpoint) -> tuple[list[str], str | None]:
-    backend = RemoteBackend(endpoint)
+def _models(endpoint: endpoints.Endpoint) -> tuple[list[str], str | None]:
     try:
-        return [m.id for m in backend.list_models()], None
+        return endpoints.model_ids(endpoint), None
     except EmberError as e:
         return [], str(e)
-    finally:
-        backend.close()
 
 
 @remote.command("add")

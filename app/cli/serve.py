@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from app.backend_choice import BACKENDS
 from app.cli import cli
+from app.runtime.backend_table import NAMES as BACKENDS
 from backends.errors import EmberError
 
 

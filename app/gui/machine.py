@@ -14,12 +14,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backend_choice import choose_backend
 from app.config import DEFAULT_MODEL
 from app.fit import GB, Fit, recommend
 from app.gui.catalog_page import BADGE_COLOR, speed_text
 from app.hardware import HardwareProfile
 from app.registry import ModelSpec, load_registry
+from app.runtime.backend_choice import choose_backend
 
 MIN_USEFUL_TOKENS_PER_S = 8.0  # slower than reading speed feels broken in a chat
 RECOMMENDED_COUNT = 4

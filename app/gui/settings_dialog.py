@@ -24,12 +24,13 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app import endpoints
-from app.backend_choice import BACKENDS as SELECTABLE
-from app.backend_choice import SPECULATIVE_BACKENDS, choose_backend, llama_cpp_gpu_offload
 from app.config import Paths
 from app.hardware import HardwareProfile
 from app.preferences import THEMES, Settings
+from app.runtime import endpoints
+from app.runtime.backend_choice import choose_backend, llama_cpp_gpu_offload
+from app.runtime.backend_table import NAMES as SELECTABLE
+from app.runtime.backend_table import SPECULATIVE as SPECULATIVE_BACKENDS
 from backends.errors import EmberError
 
 

@@ -31,7 +31,7 @@ class GenerationTask(QObject):
                  gpu_layers: int | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.request, self.context = runtime, model, request, context
-        self.backend = backend  # None: the one app.backend_choice picks for the model
+        self.backend = backend  # None: the one app.runtime.backend_choice picks for the model
         self.gpu_layers = gpu_layers  # None: the load plan's
         self._stop = threading.Event()
         self._generation = None

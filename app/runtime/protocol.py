@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.base import Event, GenerationRequest
+from backends.base import Capabilities, Event, GenerationRequest
 
 
 # parent -> worker
@@ -42,6 +42,7 @@ class Loaded:
     pid: int
     backend: str
     context: int
+    capabilities: Capabilities  # what the loaded backend says it can do
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ worker. The Runtime also owns the memory budget: idle models unload after a TTL,
 least recently used idle ones are evicted when the fit model says a new one would not fit.
 
 A model reference routes to its backend per model: `NAME/model` goes to the remote endpoint
-NAME (config.toml, app.endpoints), generated in this process (app.runtime.remote_streams says why);
-a local model goes to a worker running the backend app.backend_choice picks for it (or the one a
-request, config.toml or the Runtime's `backend` asks for).
+NAME (config.toml, app.runtime.endpoints), generated in this process (app.runtime.remote_streams
+says why); a local model goes to a worker running the backend app.runtime.backend_choice picks
+for it (or the one a request, config.toml or the Runtime's `backend` asks for). What each
+backend can do is in app.runtime.backend_table.
 """
 
 from __future__ import annotations
@@ -18,18 +19,18 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from app import endpoints
-from app.backend_choice import (
-    BackendChoice,
-    check_backend,
-    choose_backend,
-    configured_backend,
-    preferred_format,
-)
 from app.fit import memory_budget, plan_load, plan_mlx_load
 from app.fit_cuda import plan_cuda_gguf
 from app.gguf_file import read_gguf
 from app.hardware import HardwareProfile, detect
+from app.runtime import endpoints
+from app.runtime.backend_choice import (
+    BackendChoice,
+    choose_backend,
+    configured_backend,
+    preferred_format,
+)
+from app.runtime.backend_table import capabilities, check_backend
 from app.runtime.generation import Generation
 from app.runtime.protocol import Embed, Tokenize
 from app.runtime.remote_streams import Remotes
@@ -57,7 +58,7 @@ class Runtime:
         self.store = store or Store()
         self.parallel = parallel  # sequences decoded together per model (the fit may cut it)
         self._hardware = hardware
-        self.backend = backend  # None: app.backend_choice picks per model
+        self.backend = backend  # None: app.runtime.backend_choice picks per model
         self.idle_ttl_s = idle_ttl_s  # None: models stay loaded until unloaded
         self._workers: dict[str, Worker] = {}
         self.remotes = Remotes(self.store.paths)
@@ -225,7 +226,26 @@ class Runtime:
         """L2-normalised embeddings of `texts`, and the number of tokens read."""
         if not texts:
             raise InvalidRequestError("no input to embed")
+        self._check_embeddings(name)
         return self._worker(name).call(lambda cid: Embed(cid, tuple(texts)))  # type: ignore[return-value]
+
+    def _check_embeddings(self, name: str) -> None:
+        """A clear error before loading anything when the backend that runs `name` has no
+        embeddings (the mlx backend)."""
+        if self.is_remote(name):
+            return  # _worker says remote models embed on their own server
+        model = self._installed(name)
+        with self._lock:
+            worker = self._workers.get(model.ref)
+        if worker is not None and worker.alive:
+            backend, caps = worker.backend, worker.capabilities
+        else:
+            backend = self.choose(model).name
+            caps = capabilities(backend)
+        if not caps.embeddings:
+            raise InvalidRequestError(f"{model.ref} runs on the {backend} backend, and this "
+                                      "backend has no embeddings (the llamacpp and cuda "
+                                      "backends have)")
 
     def keep_alive(self, name: str, seconds: float | None) -> None:
         """How long this model stays loaded after its last request (None: the default;

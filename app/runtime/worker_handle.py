@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from app.errors import WorkerCrashedError
+from app.runtime.backend_table import capabilities
 from app.runtime.protocol import (
     Cancel,
     Generate,
@@ -65,6 +66,7 @@ class Worker:
         self._replies: dict[str, queue.Queue[Reply]] = {}
         self._streams_lock = threading.Lock()
         self.alive = False
+        self.capabilities = capabilities(backend)  # until the worker reports its own
         self.last_used = time.monotonic()
         self.keep_alive_s: float | None = None  # None: the Runtime's default idle TTL
         self._wait_loaded()
@@ -96,6 +98,7 @@ class Worker:
                 except (EOFError, OSError):
                     break
                 if isinstance(msg, Loaded):
+                    self.capabilities = msg.capabilities
                     self.alive = True
                     return
                 if isinstance(msg, LoadFailed):

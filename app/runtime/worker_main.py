@@ -6,13 +6,13 @@ generation runs) and the main thread that runs jobs and is the only one that sen
 
 from __future__ import annotations
 
-import importlib
 import os
 import queue
 import signal
 import threading
 from multiprocessing.connection import Connection
 
+from app.runtime.backend_table import make_backend
 from app.runtime.protocol import (
     Cancel,
     Embed,
@@ -26,37 +26,12 @@ from app.runtime.protocol import (
     Tokenize,
 )
 from app.store import InstalledModel
-from backends.base import Backend, DoneEvent, ErrorEvent, LoadPlan
+from backends.base import DoneEvent, ErrorEvent, LoadPlan
 from backends.errors import EmberError
 
 IDLE = object()  # no command waiting: time for an engine step
 
 
-# name -> (module, class, what makes it available). cuda and mlx are optional parts of a
-# build: a build without them says so here, in the worker's LoadFailed, not with an ImportError.
-BACKENDS = {
-    "llamacpp": ("backends.llamacpp", "LlamaCppBackend", "pip install -e ."),
-    "cuda": ("backends.cuda", "CudaBackend",
-             "pip install -e '.[cuda]' on a machine with an NVIDIA GPU"),
-    "mlx": ("backends.mlx.backend", "MlxBackend", "pip install -e '.[mlx]'"),
-}
-
-
-def make_backend(name: str) -> Backend:
-    if name == "remote":
-        raise EmberError("the remote backend runs in the app's process, not in a worker")
-    if name not in BACKENDS:
-        raise EmberError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
-    module, cls, install = BACKENDS[name]
-    try:
-        backend = getattr(importlib.import_module(module), cls)
-    except ImportError as e:
-        raise EmberError(f"the {name} backend is not available in this build ({e}); it needs: "
-                         f"{install}, or choose another with --backend") from None
-    except AttributeError:
-        raise EmberError(f"the {name} backend is not available in this build ({module} has "
-                         f"no {cls})") from None
-    return backend()
 
 
 def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
@@ -70,7 +45,8 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     except Exception as e:  # any load failure is reported, never raised into the void
         conn.send(LoadFailed(str(e) if isinstance(e, EmberError) else f"{type(e).__name__}: {e}"))
         return
-    conn.send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context))
+    conn.send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
+                     capabilities=backend.capabilities()))
 
     jobs: queue.Queue[Generate | Tokenize | None] = queue.Queue()
     cancels: dict[str, threading.Event] = {}

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from app.backend_choice import check_backend
 from app.runtime import Runtime
+from app.runtime.backend_table import check_backend
 from app.server.metrics import Metrics
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
 from backends.errors import InvalidRequestError

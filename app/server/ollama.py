@@ -16,6 +16,7 @@ from app import __version__
 from app.gguf_file import read_gguf
 from app.pull.install import pull as download
 from app.pull.progress import Progress
+from app.runtime.remote_streams import RemoteModel
 from app.server.bridge import (
     check_model_name,
     collect,
@@ -42,7 +43,6 @@ from app.server.schemas import (
 from app.store import InstalledModel
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest
 from backends.errors import EmberError
-from backends.remote import RemoteModel
 
 router = APIRouter(prefix="/api", tags=["ollama"])
 NS = 1_000_000_000

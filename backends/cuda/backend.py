@@ -76,7 +76,8 @@ class CudaBackend:
         self._jobs: dict[int, Job] = {}  # by id(sequence)
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True)
+        return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
+                            embeddings=True)
 
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)

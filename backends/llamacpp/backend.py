@@ -60,7 +60,8 @@ class LlamaCppBackend:
         self._sliding_window = False
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("gguf",), batching=True, speculative=True)
+        return Capabilities(formats=("gguf",), batching=True, speculative=True,
+                            embeddings=True)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:

@@ -1,4 +1,4 @@
-"""MLX models through mlx-lm: `backend.MlxBackend`, and `convert` (GGUF -> MLX).
+"""MLX models through mlx-lm: `backend.MlxBackend`, and `gguf_to_mlx` (GGUF -> MLX).
 
-Nothing is imported here: `config` is read in the main process, which must not load MLX.
+Nothing is imported here: the app imports this package's modules only in a worker.
 """

@@ -103,6 +103,11 @@ class MlxBackend:
     def tokenize(self, text: str) -> list[int]:
         return self._tokenizer().tokenizer.encode(text, add_special_tokens=False).ids
 
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        raise InvalidRequestError("this backend has no embeddings: the mlx backend runs "
+                                  "generation only; an embedding model (nomic-embed-text) runs "
+                                  "on the llamacpp backend")
+
     # -- prompt ----------------------------------------------------------------------------
     def render(self, messages: tuple[Message, ...]) -> str:
         tok = self._tokenizer()

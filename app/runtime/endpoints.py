@@ -19,7 +19,7 @@ import tomlkit
 from app import config
 from app.errors import ConfigError, ModelNotFoundError
 from app.registry import suggest
-from backends.remote import READ_TIMEOUT_S, Endpoint
+from backends.remote import READ_TIMEOUT_S, Endpoint, RemoteBackend
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
@@ -114,3 +114,12 @@ def resolve(ref: str, paths: config.Paths | None = None) -> tuple[Endpoint, str]
                  else "remote endpoints")
         raise ModelNotFoundError(name, hint, where)
     return known[name], model
+
+
+def model_ids(endpoint: Endpoint) -> list[str]:
+    """The ids of the models `endpoint` serves (its /models), or its RemoteError."""
+    backend = RemoteBackend(endpoint)
+    try:
+        return [m.id for m in backend.list_models()]
+    finally:
+        backend.close()

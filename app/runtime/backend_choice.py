@@ -17,12 +17,9 @@ from dataclasses import dataclass
 from app import config
 from app.errors import ConfigError
 from app.hardware import HardwareProfile
-from backends.errors import InvalidRequestError
+from app.runtime.backend_table import BACKENDS, NAMES, check_backend
 
-BACKENDS = ("llamacpp", "cuda", "mlx")
-# backends that do speculative decoding
-SPECULATIVE_BACKENDS = frozenset({"llamacpp", "mlx", "cuda"})
-CUDA_FORMATS = ("gguf", "safetensors")
+CUDA_FORMATS = BACKENDS["cuda"].capabilities.formats
 
 
 @dataclass(frozen=True)
@@ -35,13 +32,6 @@ def preferred_format(hw: HardwareProfile) -> str | None:
     """The format auto-selection prefers here when a model comes in several: MLX on Apple
     Silicon (native on its unified memory, and what the mlx backend loads); elsewhere none."""
     return "mlx" if hw.apple_chip else None
-
-
-def check_backend(name: str) -> str:
-    if name not in BACKENDS:
-        raise InvalidRequestError(f"unknown backend {name!r}: choose one of "
-                                  f"{', '.join(BACKENDS)}")
-    return name
 
 
 def llama_cpp_gpu_offload() -> bool:
@@ -60,7 +50,7 @@ def configured_backend(model_id: str, paths: config.Paths | None = None) -> str 
         return None
     if name not in BACKENDS:
         raise ConfigError(f"config.toml [models.\"{model_id}\"]: unknown backend {name!r} "
-                          f"(choose one of {', '.join(BACKENDS)})")
+                          f"(choose one of {', '.join(NAMES)})")
     return name
 
 

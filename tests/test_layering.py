@@ -1,0 +1,78 @@
+"""The layers of DESIGN.md, checked on the source: engines never import the app, and the app
+reaches engines only through the Runtime (app/runtime), which imports them in the worker.
+
+Read from the files' import statements (every one, including those inside functions), so the
+check needs no engine installed and runs in the unit tier.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+while not (ROOT / "pyproject.toml").exists():
+    ROOT = ROOT.parent
+
+# What any layer may import from backends/: the request and event types, the errors, the
+# chat-template renderer, and model-format facts that need no engine (an MLX directory's
+# config.json; the cuda engine's KV layout constants, for the fit model, without torch).
+VOCABULARY = {"backends", "backends.base", "backends.errors", "backends.chat_template",
+              "backends.mlx_dir", "backends.cuda.kv_layout"}
+FRONT_ENDS = ("app/cli", "app/gui", "app/server")
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in `path`; `from a import b` gives a.b too,
+    since b may be a module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return found
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def sources(*folders: str) -> list[Path]:
+    return sorted(p for f in folders for p in (ROOT / f).rglob("*.py"))
+
+
+def violations(files: list[Path], bad: Callable[[str], bool], root: Path = ROOT) -> list[str]:
+    return [f"{p.relative_to(root)}:{line}: imports {name}"
+            for p in files for line, name in imports(p) if is_module(name) and bad(name)]
+
+
+def concrete(name: str) -> bool:
+    return name.startswith("backends") and name not in VOCABULARY
+
+
+def test_backends_and_kernels_import_nothing_from_app():
+    files = sources("backends", "kernels")
+    assert len(files) > 40  # the check reads the real tree
+    assert violations(files, lambda m: m == "app" or m.startswith("app.")) == []
+
+
+def test_front_ends_reach_backends_only_through_the_runtime():
+    files = sources(*FRONT_ENDS)
+    assert len(files) > 20
+    assert violations(files, concrete) == []
+
+
+def test_only_the_runtime_imports_concrete_backends():
+    core = [p for p in sources("app") if "runtime" not in p.relative_to(ROOT).parts]
+    assert violations(core, concrete) == []
+
+
+def test_the_check_catches_an_engine_imported_inside_a_function(tmp_path):
+    bad = tmp_path / "window.py"
+    bad.write_text("from backends.base import Message\n\n\ndef models():\n"
+                   "    from backends.remote import RemoteBackend\n")
+    assert violations([bad], concrete, root=tmp_path) == ["window.py:5: imports backends.remote"]
