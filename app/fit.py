@@ -1,32 +1,11 @@
 """The fit model: memory and speed predictions, recommendations, and load plans.
 
 One formula, used before download (which quantization to recommend) and at load time (the
-plan the backend gets):
-
-  weights  = the variant's size (or parameters x bits per weight)
-  repacked = on the CPU, llama.cpp keeps a second, interleaved copy of its Q4_0, Q4_K and
-             IQ4_NL tensors (its CPU_REPACK buffer: 596.5 MiB for Qwen2.5-Coder-1.5B Q4_K_M).
-             The mapped originals are then never read again, so the OS can drop them: the
-             copy counts in the resident peak a task manager shows, not in what must fit
-  KV cache = 2 (K and V) x kv_heads x head_dim x 2 bytes (f16) x cells, summed over layers;
-             a sliding-window layer holds min(context, window + ubatch) cells, a global one
-             the whole context; times the parallel sequences
-  buffers  = llama.cpp's compute buffer. On a GPU all of it is allocated: ubatch x vocab x 4
-             bytes of logits and a little more (measured: 300.3 MiB for Qwen2.5 at 2k). On the
-             CPU the logits part is reserved but never touched (we ask for the last token's
-             logits only): measured peaks rise by 5 MB from a 50- to a 1,265-token prompt
-  overhead = the worker process itself (Python, libraries): 116-124 MB measured on the
-             three real models at 2k and 8k context (benchmarks/fit_accuracy.py)
-
-MLX (backends/mlx) keeps the same parts: weights are the safetensors' size (4-bit at group 64
-stores 4.5 bits per weight: 4 + a 16-bit scale and bias per 64; 8-bit 8.5), the KV cache is
-the same formula (4 bytes a value on the CPU, where the backend runs in float32), and on Apple
-Silicon the budget is the unified memory macOS lets the GPU wire (app.hardware).
-
-Placement: everything in GPU memory (full GPU), the first N layers there and the rest in RAM
-(partial), all in RAM (CPU), or will not fit. Decode is memory-bound, so tokens/s is
-efficiency x bandwidth / bytes read per token (active weights + the KV read at a typical
-fill); prefill is compute-bound: FLOP/s / (2 x active parameters).
+plan the backend gets): memory = weights + KV cache + compute buffers + the worker process
+(plus llama.cpp's reclaimable CPU repack copy in the resident peak), placed on the GPU, split,
+on the CPU, or "will not fit"; decode speed from memory bandwidth, prefill from FLOP/s. MLX
+models use the same parts. The formula term by term, where each constant comes from, and how
+the predictions compare with measured peaks and speeds: docs/notes/fit-model.md.
 """
 
 from __future__ import annotations
@@ -44,12 +23,12 @@ from backends.base import LoadPlan
 GB = 1e9
 UBATCH = 512
 KV_BYTES = 2  # f16
-OVERHEAD_BYTES = 112 << 20  # worker process baseline (calibrated by benchmarks/fit_accuracy.py)
+OVERHEAD_BYTES = 112 << 20  # worker process baseline (docs/notes/fit-model.md)
 BUFFER_FIXED_BYTES = 4 << 20
 BUFFER_PER_CONTEXT_BYTES = 256
 REPACKED_TYPES = ("Q4_0", "Q4_K", "IQ4_NL")
 # Share of a file's bytes in repackable tensors, by quant mix, for files not yet downloaded
-# (Qwen2.5-Coder-1.5B Q4_K_M: 596.5 of 1059.9 MiB).
+# (Qwen2.5-Coder-1.5B Q4_K_M: 596.5 of 1059.9 MiB; docs/notes/fit-model.md).
 REPACK_SHARE = {"Q4_K_M": 0.56, "Q4_K_S": 0.9, "Q4_0": 0.95, "IQ4_NL": 0.95}
 RAM_SHARE = 0.9  # of available RAM
 GPU_SHARE = 0.95  # of free VRAM
@@ -62,16 +41,18 @@ MIN_CONTEXT = 512
 TYPICAL_FILL = 1024  # tokens in the context when decode speed is quoted
 MLX_CPU_PREFILL_STEP = 16  # prompt tokens per step of the mlx backend on the CPU
 
-# Bits per weight, as stored (block scales included). GGUF mixes: measured on real files.
+# Bits per weight, as stored (block scales included). GGUF mixes: from real files (which
+# ones is not recorded: docs/notes/fit-model.md).
 BITS_PER_WEIGHT = {
     "F32": 32.0, "F16": 16.0, "BF16": 16.0, "Q8_0": 8.5, "Q6_K": 6.5625, "Q5_K_M": 5.69,
     "Q5_K_S": 5.54, "Q5_0": 5.5, "Q4_K_M": 4.85, "Q4_K_S": 4.58, "Q4_0": 4.5, "IQ4_XS": 4.25,
     "MXFP4": 4.25, "Q3_K_M": 3.91, "Q2_K": 3.35,
     "8bit": 8.5, "6bit": 6.5, "4bit": 4.5, "bf16": 16.0, "fp16": 16.0, "int8": 8.5, "int4": 4.25,
 }
-# Share of the bandwidth limit reached in decode (CPU: 23.6 of 43 tokens/s measured here).
+# Share of the bandwidth limit reached in decode. CPU: 23.6 of 43 tokens/s on MODELS.md's
+# 2-core Xeon; GPU and Apple: from the literature, not measured (docs/notes/fit-model.md).
 EFFICIENCY = {"cpu": 0.55, "nvidia": 0.75, "apple": 0.65}
-CPU_FLOPS_PER_CORE = 48e9  # prefill: 96 tokens/s x 1 GFLOP/token on 2 cores, measured here
+CPU_FLOPS_PER_CORE = 48e9  # prefill: 96 tokens/s x 1 GFLOP/token, 2 cores (docs/notes/fit-model.md)
 GPU_FLOPS_PER_GBPS = 60e9  # effective prefill FLOP/s per GB/s of bandwidth (tensor cores)
 APPLE_FLOPS_PER_GBPS = 30e9
 
@@ -342,7 +323,7 @@ SLIDING_PATTERN = {"gemma3": 6, "gemma2": 2, "gpt-oss": 2, "cohere2": 4}
 def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
     if not any(f in hw.isa for f in ("avx2", "neon", "asimd")):
         return 0
-    # The token embedding is read row by row (get_rows), never repacked: measured 596.5 MiB
+    # The token embedding is read row by row (get_rows), never repacked: llama.cpp logs 596.5 MiB
     # repacked for Qwen2.5-Coder-1.5B, whose Q4_K tensors other than it add up to that.
     total = sum(info.type_bytes.get(t, 0) for t in REPACKED_TYPES)
     embd_type, embd_bytes = info.embedding
@@ -439,8 +420,9 @@ def plan_mlx_load(config: dict, model: object, hw: HardwareProfile,
         reason += f"; {parallel} parallel sequences"
     if ctx < min(wanted, trained):
         reason += f" (context cut from {wanted} to fit)"
-    # The prefill step: on the CPU MLX computes about one prompt token a second here, so
-    # short steps keep a cancel (checked between steps) from waiting minutes.
+    # The prefill step: mlx[cpu] prefilled about one prompt token a second on the 2-core VMs
+    # (docs/notes/mlx-on-cpu.md), so short steps keep a cancel (checked between steps) from
+    # waiting minutes.
     batch = UBATCH if hw.apple_chip else MLX_CPU_PREFILL_STEP
     return LoadPlan(context=ctx, threads=threads, gpu_layers=-1 if hw.apple_chip else 0,
                     batch=batch, parallel=parallel, reason=reason,

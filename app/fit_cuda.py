@@ -1,31 +1,11 @@
 """The fit model of Ember's own engine (backends/cuda): its memory and speed, which are not
 llama.cpp's.
 
-The engine dequantizes a GGUF file when it loads it and keeps every weight in one dtype:
-float32 on the CPU, bfloat16 on an NVIDIA GPU (backends.cuda.backend.pick_device), or int8 /
-int4 once weight-only kernels run the linear layers (`weight_dtype`; the embedding and the
-output head stay in the compute dtype). So a 4.85-bit Q4_K_M file takes 16 bits a weight on
-the GPU and 32 on the CPU.
-
-  weights   = linear parameters x bits of the kept dtype + embedding (and untied output)
-              x bits of the compute dtype
-  KV cache  = 16-token blocks (backends.cuda.sequence.BLOCK_SIZE) x 2 x kv_heads x head_dim
-              x bytes of the compute dtype, per layer: a global layer holds `parallel` whole
-              contexts (EngineConfig: num_blocks = blocks per context x max_seqs); a
-              sliding-window layer only its window plus one step's chunk per sequence
-              (backends/cuda/window_blocks.py); one scratch block per pool
-  workspace = one prefill step of `max_tokens` tokens: its hidden states and MLP
-              activations, the attention scores of the plain-torch path (heads x tokens x
-              context, float32), and each sequence's K/V gathered for the step; logits for
-              the sampled rows
-  overhead  = the worker process with torch imported (218 MB measured here); on a GPU also
-              the CUDA graphs' memory pool (one decode workspace at the largest captured
-              batch, 64) and the caching allocator's slack (ALLOCATOR_SLACK of the rest)
-
-Decode at batch 1 is memory-bound: tokens/s = efficiency x bandwidth / (weights + the KV
-read at a typical fill). The GPU share is the issue's target (80% of bandwidth, not yet
-measured on a GPU); the CPU share (0.5) is an assumption below llama.cpp's measured 0.55, not
-yet calibrated by benchmarks/engine.py. Prefill: FLOP/s / (2 x parameters).
+The engine keeps every weight in one dtype (float32 on the CPU, bfloat16 on an NVIDIA GPU,
+int8 / int4 for the weight-only kernels), so a 4.85-bit Q4_K_M file takes 16 bits a weight on
+the GPU and 32 on the CPU. Its KV cache is counted in 16-token blocks exactly as the runner
+allocates them, plus workspace, the torch process and, on a GPU, CUDA graphs and allocator
+slack. The speed shares are assumptions, not yet measured: docs/notes/fit-model.md.
 """
 
 from __future__ import annotations
@@ -54,13 +34,13 @@ from backends.base import LoadPlan
 BLOCK_SIZE = 16  # backends.cuda.sequence.BLOCK_SIZE (not imported: that pulls in torch)
 MAX_TOKENS = 256  # tokens per engine step the Runtime plans (LoadPlan.batch)
 GRAPH_BATCH = 64  # the largest decode batch captured as a CUDA graph (model_runner.py)
-TORCH_PROCESS_BYTES = 218 << 20  # RSS of a Python process after `import torch`, measured here
+TORCH_PROCESS_BYTES = 218 << 20  # RSS after `import torch` (docs/notes/fit-model.md)
 ALLOCATOR_SLACK = 0.05  # torch's caching allocator: rounding and fragmentation on a GPU
 WEIGHT_BITS = {"float32": 32.0, "bfloat16": 16.0, "float16": 16.0,
                "int8": 8.0,  # one scale per output channel
                "int4": 4.25}  # group 128 with a 16-bit scale and zero point
 COMPUTE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# Share of the bandwidth limit reached at batch-1 decode (see the docstring: not yet measured)
+# Share of the bandwidth limit reached at batch-1 decode (assumptions, not yet measured)
 EFFICIENCY_CUDA = {"cpu": 0.5, "nvidia": 0.8}
 
 

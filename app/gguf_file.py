@@ -1,7 +1,7 @@
 """Read and check a GGUF file's header and tensor table before a native library touches it.
 
-`gguf.GGUFReader` parses every token string into numpy objects (20+ s for a 150k vocabulary on
-this 2-core machine), so we walk the header ourselves with `struct`, using the `gguf` package's
+`gguf.GGUFReader` parses every token string into numpy objects (20+ s for a 150k vocabulary:
+docs/notes/gguf-file.md), so we walk the header ourselves with `struct`, using the `gguf` package's
 constants for value types, quantization block sizes and architecture names. The walk checks
 every length against the file size, so random bytes or a cut-off file give a clear error
 instead of a crash or a multi-GB allocation.

@@ -184,7 +184,7 @@ def gpu_wired_share(ram_total: int) -> float:
 def measure_cpu_bandwidth(threads: int, megabytes: int = 256, seconds: float = 0.6) -> float:
     """Read bandwidth in GB/s: `threads` threads scan their own buffers with numpy's max,
     which releases the GIL and is bandwidth-bound (a float sum is compute-bound: 7 GB/s
-    per thread here, against 10 for max)."""
+    per thread against 10 for max, docs/notes/fit-model.md)."""
     import numpy as np
 
     buffers = [np.ones(megabytes * 2**20 // 8, dtype=np.int64) for _ in range(threads)]

@@ -2,7 +2,8 @@
 
 It lists the server's models, streams chat and completions over SSE, maps Ember's sampling
 settings onto the request, and reports the same Stats as a local backend: token counts from
-the server's `usage` when it sends one, time to first token and decode speed measured here.
+the server's `usage` when it sends one, time to first token and decode speed timed by Ember
+as the stream arrives.
 Every way a server or network can fail becomes a RemoteError (or an ErrorEvent) whose message
 names the endpoint and what went wrong; none escapes as an httpx traceback.
 

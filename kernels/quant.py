@@ -21,14 +21,15 @@ GGUF conversions (block formats as the `gguf` package's quants.py reads them):
 - Q8_0 (blocks of 32: float16 d, 32 int8): with group 32 the int8 values and d are kept
   exactly, 8.5 bits a weight as in the file; per channel (group None) re-scales every row to
   one scale, 8 bits a weight, and adds an error 1.5-1.9x the RMS of Q8_0's own rounding
-  (d / sqrt(12)), measured on Qwen2.5-Coder-0.5B's Q8_0 tensors. The loader keeps group 32:
-  the file's values bit for bit, for 6% more bytes than per channel.
+  (d / sqrt(12)) on Qwen2.5-Coder-0.5B's tensors (docs/notes/kernels-quant.md). The loader
+  keeps group 32: the file's values bit for bit, for 6% more bytes than per channel.
 - Q4_K (super-blocks of 256: d, dmin, eight 32-weight sub-blocks with 6-bit scale and min,
   w = d*sc*q - dmin*m): with group 32 it is exact (pass float32 scales to keep the products
   d*sc exact). Group 128 (the loader's int4) merges four sub-blocks of different scales and
   so re-quantizes: on Qwen2.5-Coder-0.5B's Q4_K tensors the added error's RMS is 1.2-1.3x
-  that of Q4_K's own rounding (d*sc / sqrt(12)), about 10-11% of the weights' RMS, in
-  exchange for 4.25 bits a weight instead of 5 at group 32 with float16 scales and zeros.
+  that of Q4_K's own rounding (d*sc / sqrt(12)), about 10-11% of the weights' RMS (same
+  note), in exchange for 4.25 bits a weight instead of 5 at group 32 with float16 scales and
+  zeros.
 """
 
 from __future__ import annotations

@@ -18,10 +18,9 @@ from backends.cuda.sequence import BLOCK_SIZE
 
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 # CPU steps of up to this many tokens (decodes, speculative verifications, a draft model's
-# catch-up) run on one thread. Measured on the 2-core CI machine: a 4864x896 float32
-# matrix-vector product takes 1.6 ms on one thread and 7.1 ms on two (a fixed cost of MKL's
-# threaded path), 5.5 vs 8.1 ms for 8 rows; whole Qwen2.5-0.5B steps (with other jobs on the
-# cores) of 5, 12 and 16 rows took 0.9, 1.6 and 1.0 s on one thread, 2.3, 4.4 and 3.2 s on two.
+# catch-up) run on one thread: MKL's threaded matrix-vector path has a fixed cost that two
+# threads do not earn back on small steps (a 4864x896 product: 1.6 ms on one thread, 7.1 ms
+# on two; docs/notes/cuda-engine-on-cpu.md has these and whole-step timings, and where).
 CPU_SINGLE_THREAD_DECODE = 16
 
 

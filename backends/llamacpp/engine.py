@@ -1,42 +1,11 @@
 """Many sequences in one llama.cpp context: the llama.cpp backend's continuous batching.
 
-Each step decodes one batch: the next token of every running sequence, plus prompt chunks of
-new ones, within a token budget; every sequence has its own sampler chain (its own seed,
-settings and grammar). A new request takes the free slot whose cached tokens share the
-longest prefix with its prompt, so a conversation's next turn reuses its KV cache. A slot
-also keeps the logits its last prompt ended on, so the same prompt again (a regenerated
-answer, a retried request) evaluates nothing and samples its first token from them. A new
-conversation that shares only a prefix (a system prompt) with a slot's longer cache takes the
-least recently used slot with those cells shared (`_share_prefix`), so it does not evict it.
-
-Exactness: llama.cpp's CPU numerics depend on the shape of a batch (measured: logits differ
-by up to 0.45 when a cached prefix is cut at an arbitrary token). Three things set a row's
-rounding. The repacked weight kernels (ggml-cpu repack) multiply a batch's rows in blocks of
-16 counted from row 0, then blocks of 4, then the leftover rows one by one: three paths that
-round differently. Weights left unrepacked (Q6_K ones in a Q4_K_M file) are multiplied row by
-row below 8 rows and in tiles from 8 rows on, which round differently again, so a prompt's
-last piece under 8 rows gets a step of its own when the prompt runs alone (`plan_pieces`).
-Flash attention takes a tiled path for batches of 64 rows or more, which
-sums the cache in 64-cell tiles; below 64 rows it sums a row's cells one by one in buffer
-order. Every other op treats each row on its own. So a prompt is evaluated in pieces that end
-at fixed positions (`piece_end`: every 16 tokens up to 64, then every 64). A step carries
-whole 16-token pieces, each starting at a multiple of 16 rows, then prompts' last pieces,
-then one row per decoding sequence, under 64 rows in all (`plan_pieces`); a 64-token piece
-takes a step alone, alternating with the others. Every row of a whole piece then takes the
-kernel paths it takes in a fresh evaluation, and a slot's cache is reused up to such a
-boundary of its earlier prompt. Attention is the remaining condition: a reused prefix is
-bit-exact when the sequence's cells lie in the buffer as in a fresh context, as they do for a
-context that holds one conversation (checked bit for bit on the 1.5B's logits, prefixes of 48,
-64 and 128 tokens). When other sequences' cells interleave with it in the shared buffer, a
-reused prefix rounds differently from a fresh context (measured: up to 0.49 in a logit with
-128 tokens reused), as decode steps that share batches do; the answer stays the model's up to
-such near-ties; the same goes for a first token whose prompt's last piece shared its step
-with other requests' rows (7 of 8 concurrent answers equalled their solo runs in the
-server test).
-Short pieces first let a shared system prompt of 16-63 tokens be reused; long
-prompts still go 64 rows at a time, where tiled attention is fast (32-row pieces made a
-1,000-token prompt 1.8x slower). Several prompts' pieces share a step with the decodes, so a
-burst of requests starts sooner (prompt rows cost about the same per row from 16 rows up).
+Each step decodes every running sequence's next token beside pieces of new prompts, each
+sequence with its own sampler chain; a slot keeps its KV cache and last logits for the next
+turn, a retry or a shared system prompt. llama.cpp's CPU kernels round a row differently by
+batch shape, so prompts are evaluated in pieces that end at fixed positions (16 rows up to 64,
+then 64): a reused prefix is then bit-exact while a context holds one conversation. The rules
+and the measurements behind them: docs/notes/llamacpp-engine.md.
 """
 
 from __future__ import annotations

@@ -47,8 +47,9 @@ CACHE_ENTRIES_PER_SEQUENCE = 4  # conversations whose KV cache is kept, per para
 
 def float32_activations() -> bool:
     """Whether to run the model in float32. On the CPU (mlx[cpu] on Linux) MLX's quantized
-    matmul is 14x slower with bf16 scales than with float32 (measured here: 3.3 s vs 0.23 s
-    for a 4-bit 151936x896 matrix-vector product), so we cast there; Metal keeps bf16/fp16."""
+    matmul is 14x slower with bf16 scales than with float32 (3.3 s vs 0.23 s for a 4-bit
+    151936x896 matrix-vector product: docs/notes/mlx-on-cpu.md), so we cast there; Metal
+    keeps bf16/fp16."""
     return mx.default_device().type == mx.cpu
 
 

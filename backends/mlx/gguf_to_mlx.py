@@ -6,10 +6,9 @@ checkpoints (and so mlx-lm) name them, write config.json and the tokenizer, quan
 layout as an mlx-community repo, so mlx-lm and other MLX tools can load it too.
 
 The GGUF weights are already quantized; quantizing them again for MLX adds a second rounding.
-8-bit keeps the model almost exactly (its step is far below Q4_K's); 4-bit costs more.
-Measured on Qwen2.5-Coder-0.5B Q4_K_M, teacher-forced top-1 agreement with llama.cpp on the
-first 500 tokens of README.md: 8-bit 96.8%, 4-bit 81.0% (84.2% with the embeddings and the
-output head kept at 8 bits): prefer --bits 8 when converting a 4-5 bit GGUF.
+8-bit keeps the model almost exactly (its step is far below Q4_K's); 4-bit costs more: on
+Qwen2.5-Coder-0.5B Q4_K_M, 96.8% against 81.0% top-1 agreement with llama.cpp
+(docs/notes/mlx-on-cpu.md). Prefer --bits 8 when converting a 4-5 bit GGUF.
 """
 
 from __future__ import annotations
