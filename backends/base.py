@@ -167,7 +167,8 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """How to load a model here; made by `app.fit.plan_load`, explained in `reason`."""
+    """How to load a model here; made by the app's fit model (`app.fit.plan_for`), explained
+    in `reason`."""
     context: int
     threads: int
     gpu_layers: int = 0

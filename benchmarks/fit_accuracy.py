@@ -14,7 +14,7 @@ import json
 import statistics
 from pathlib import Path
 
-from app.fit import arch_from_gguf, estimate, file_repacked_bytes
+from app.fit.estimate import arch_from_gguf, estimate, file_repacked_bytes
 from app.gguf_file import read_gguf
 from app.hardware import detect
 from app.registry import Variant

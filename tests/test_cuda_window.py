@@ -11,13 +11,13 @@ import torch
 
 from backends.cuda.block_manager import BlockManager
 from backends.cuda.engine import GREEDY, Engine, EngineConfig, window_pool_size
+from backends.cuda.kv_layout import blocks_per_seq
 from backends.cuda.loader import load_weights
 from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.scheduler import Scheduler
 from backends.cuda.sequence import BLOCK_SIZE, Sequence
-from backends.cuda.window_blocks import blocks_per_seq
 
 WINDOW, CHUNK = 40, 16  # a query sees itself and the 39 positions before it
 

@@ -1,12 +1,13 @@
 """The fit model on simulated machines. Expected numbers are worked out by hand here, from
-the formula in app/fit.py's docstring, for Llama 3.1 8B Instruct (32 layers, 8 KV heads of
-128, vocabulary 128,256) at a 4,096-token context."""
+the formula in app/fit/ (docs/notes/fit-model.md), for Llama 3.1 8B Instruct (32 layers, 8 KV
+heads of 128, vocabulary 128,256) at a 4,096-token context."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.fit import estimate, file_repacked_bytes, kv_cache_bytes, plan_load, recommend
+from app.fit import estimate, plan_load, recommend
+from app.fit.estimate import file_repacked_bytes, kv_cache_bytes
 from app.gguf_file import read_gguf
 from app.hardware import GPU, HardwareProfile
 from app.registry import Arch, ModelSpec, Source, Variant, load_registry

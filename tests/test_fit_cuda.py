@@ -1,4 +1,4 @@
-"""The cuda engine's fit model (app/fit_cuda.py) on simulated machines: weights in the dtype
+"""The cuda engine's fit model (app/fit/cuda.py) on simulated machines: weights in the dtype
 the engine keeps, KV blocks exactly as its model runner allocates them, no partial offload,
 and the Runtime planning with it when cuda runs the model."""
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import torch
 
 from app.fit import fits_for, recommend
-from app.fit_cuda import (
+from app.fit.cuda import (
     estimate_cuda,
     kv_cache_bytes,
     plan_cuda_gguf,

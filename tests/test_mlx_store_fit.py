@@ -7,14 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from app.fit import (
-    arch_from_mlx_config,
-    estimate,
-    fits_for,
-    mlx_quant,
-    plan_mlx_load,
-    recommend,
-)
+from app.fit import estimate, fits_for, recommend
+from app.fit.mlx import arch_from_mlx_config, mlx_quant, plan_mlx_load
 from app.hardware import GPU, HardwareProfile, gpu_wired_bytes
 from app.registry import load_registry
 from app.store import InstalledModel, Store

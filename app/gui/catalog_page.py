@@ -1,6 +1,6 @@
 """"Get models": the whole registry with a fit badge per quantization, and the downloads.
 
-The fit numbers come from app.fit for the Runtime's hardware profile (a simulated one in
+The fit numbers come from app.fit (app/fit/) for the Runtime's hardware profile (a simulated one in
 tests); downloads go through app.pull.install.pull on DownloadTask threads.
 """
 

@@ -19,9 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from app.fit import memory_budget, plan_load, plan_mlx_load
-from app.fit_cuda import plan_cuda_gguf
-from app.gguf_file import read_gguf
+from app.fit import memory_budget, plan_for
 from app.hardware import HardwareProfile, detect
 from app.runtime import endpoints
 from app.runtime.backend_choice import (
@@ -144,17 +142,7 @@ class Runtime:
 
     def _plan(self, model: InstalledModel, context: int | None,
               backend: str = "llamacpp", quant: str | None = None) -> LoadPlan:
-        """The load plan for a model (an MLX directory or a GGUF file) in `backend`. Reading
-        the files here gives a clear error before a native library touches them."""
-        if model.format == "mlx":
-            from backends.mlx_dir import read_config
-
-            config = read_config(model.path)
-            return plan_mlx_load(config, model, self.hardware, context, self.parallel)
-        info = read_gguf(model.path)
-        if backend == "cuda":
-            return plan_cuda_gguf(info, self.hardware, context, self.parallel, quant)
-        return plan_load(info, self.hardware, context, self.parallel)
+        return plan_for(model, backend, self.hardware, context, self.parallel, quant)
 
     def _make_room(self, needed: int) -> None:
         """Unload idle models, least recently used first, until `needed` fits beside the rest

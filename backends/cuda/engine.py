@@ -16,14 +16,14 @@ import torch
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.block_manager import BlockManager
 from backends.cuda.draft import DraftModel, model_bytes
+from backends.cuda.kv_layout import blocks_per_context, blocks_per_seq, global_blocks
 from backends.cuda.model_config import ModelConfig
 from backends.cuda.model_runner import ModelRunner
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.sampler import Sampler
 from backends.cuda.scheduler import Scheduled, Scheduler
-from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.sequence import Sequence
 from backends.cuda.speculative import Speculator
-from backends.cuda.window_blocks import blocks_per_seq
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -56,8 +56,8 @@ def window_pool_size(model: ModelConfig, config: EngineConfig, per_seq: int) -> 
 class Engine:
     def __init__(self, model: CausalLM, config: EngineConfig, device: torch.device,
                  dtype: torch.dtype, is_eog: Callable[[int], bool] = lambda t: False) -> None:
-        per_seq = -(-config.context // BLOCK_SIZE)
-        num_blocks = config.num_blocks or per_seq * config.max_seqs
+        per_seq = blocks_per_context(config.context)
+        num_blocks = config.num_blocks or global_blocks(config.context, config.max_seqs)
         if num_blocks < per_seq:
             raise ValueError(f"{num_blocks} KV blocks cannot hold one {config.context}-token "
                              "context")
@@ -79,7 +79,7 @@ class Engine:
         if model is None:
             self.speculator.draft = None
             return
-        per_seq = -(-self.config.context // BLOCK_SIZE)
+        per_seq = blocks_per_context(self.config.context)
         num_blocks = len(self.blocks.blocks) + self.config.max_seqs * 2
         self.speculator.draft = DraftModel(model, path, num_blocks, per_seq,
                                            self.runner.device, self.runner.dtype,

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from backends.cuda.context import Context
+from backends.cuda.kv_layout import BLOCK_SIZE, GRAPH_BATCH_SIZES
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.scheduler import Scheduled
-from backends.cuda.sequence import BLOCK_SIZE
 
-GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 # CPU steps of up to this many tokens (decodes, speculative verifications, a draft model's
 # catch-up) run on one thread: MKL's threaded matrix-vector path has a fixed cost that two
 # threads do not earn back on small steps (a 4864x896 product: 1.6 ms on one thread, 7.1 ms

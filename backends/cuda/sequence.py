@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from backends.base import SamplingParams, SpeculativeParams
-
-BLOCK_SIZE = 16  # tokens per KV block (vLLM's default; small blocks waste little per sequence)
+from backends.cuda.kv_layout import BLOCK_SIZE
 
 _arrival = itertools.count()
 

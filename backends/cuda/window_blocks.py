@@ -23,16 +23,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.kv_layout import BLOCK_SIZE
+from backends.cuda.sequence import Sequence
 
 if TYPE_CHECKING:
     from backends.cuda.block_manager import BlockManager
-
-
-def blocks_per_seq(window: int, max_chunk: int) -> int:
-    """Local blocks one sequence can hold at once: positions q - window + 1 .. q + chunk - 1
-    for a step that starts at q, one more for the block boundary."""
-    return -(-(window - 1 + max_chunk) // BLOCK_SIZE) + 1
 
 
 class WindowBlocks:

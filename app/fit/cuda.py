@@ -12,28 +12,32 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.config import env_int
-from app.fit import (
+from app.fit.base import (
     CPU_FLOPS_PER_CORE,
-    DEFAULT_CONTEXT,
     GB,
     GPU_FLOPS_PER_GBPS,
-    MIN_CONTEXT,
     TYPICAL_FILL,
     Fit,
     Memory,
-    _budgets,
-    _gpu_bandwidth,
-    shrink_to_fit,
+    budgets,
+    gpu_bandwidth,
+    size_load,
 )
+from app.fit.estimate import arch_from_gguf
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
 from app.registry import Arch, Variant
 from backends.base import LoadPlan
+from backends.cuda.kv_layout import (
+    GRAPH_BATCH_SIZES,
+    blocks_per_context,
+    blocks_per_seq,
+    global_blocks,
+    pool_slots,
+)
 
-BLOCK_SIZE = 16  # backends.cuda.sequence.BLOCK_SIZE (not imported: that pulls in torch)
 MAX_TOKENS = 256  # tokens per engine step the Runtime plans (LoadPlan.batch)
-GRAPH_BATCH = 64  # the largest decode batch captured as a CUDA graph (model_runner.py)
+GRAPH_BATCH = GRAPH_BATCH_SIZES[-1]  # the largest decode batch captured as a CUDA graph
 TORCH_PROCESS_BYTES = 218 << 20  # RSS after `import torch` (docs/notes/fit-model.md)
 ALLOCATOR_SLACK = 0.05  # torch's caching allocator: rounding and fragmentation on a GPU
 WEIGHT_BITS = {"float32": 32.0, "bfloat16": 16.0, "float16": 16.0,
@@ -71,16 +75,16 @@ def layer_kinds(arch: Arch) -> tuple[int, int]:
 def kv_cache_bytes(arch: Arch, context: int, parallel: int, dtype: str,
                    max_tokens: int = MAX_TOKENS) -> int:
     per_slot = 2 * arch.kv_heads * arch.head_dim * COMPUTE_BYTES[dtype]
-    per_seq = -(-context // BLOCK_SIZE)
+    per_seq = blocks_per_context(context)
     glob, local = layer_kinds(arch)
     window_blocks = 0
     if local:
-        # window_blocks.blocks_per_seq; no separate pool when the window spans a context
-        window_blocks = -(-(arch.sliding_window - 1 + max_tokens) // BLOCK_SIZE) + 1
+        # the engine's window pool (window_pool_size); none when the window spans a context
+        window_blocks = blocks_per_seq(arch.sliding_window, max_tokens)
         if window_blocks >= per_seq:
             glob, local = arch.layers, 0
-    global_slots = (per_seq * parallel + 1) * BLOCK_SIZE
-    local_slots = (window_blocks * parallel + 1) * BLOCK_SIZE if local else 0
+    global_slots = pool_slots(global_blocks(context, parallel))
+    local_slots = pool_slots(window_blocks * parallel) if local else 0
     return per_slot * (glob * global_slots + local * local_slots)
 
 
@@ -120,16 +124,16 @@ def estimate_cuda(spec_id: str, arch: Arch, params: int, variant: Variant,
         graphs = workspace_bytes(arch, 1, GRAPH_BATCH, dtype, 1)
         overhead += graphs + int(ALLOCATOR_SLACK * (weights + kv + work))
     mem = Memory(weights=weights, repacked=0, kv_cache=kv, buffers=work, overhead=overhead)
-    gpu_budget, ram_budget, kind = _budgets(hw)
+    gpu_budget, ram_budget, kind = budgets(hw)
     budget = gpu_budget if gpu else ram_budget
     headroom = budget - mem.total
     placement = ("full_gpu" if gpu else "cpu") if headroom >= 0 else "wont_fit"
 
     where = "nvidia" if gpu else "cpu"
-    bandwidth = (_gpu_bandwidth(hw, "nvidia") if gpu else hw.cpu_bandwidth_gbps) * GB
+    bandwidth = (gpu_bandwidth(hw, "nvidia") if gpu else hw.cpu_bandwidth_gbps) * GB
     per_token = weights + kv_read_bytes(arch, min(context, TYPICAL_FILL), dtype)
     decode = EFFICIENCY_CUDA[where] * bandwidth / per_token
-    flops = (_gpu_bandwidth(hw, "nvidia") * GPU_FLOPS_PER_GBPS if gpu
+    flops = (gpu_bandwidth(hw, "nvidia") * GPU_FLOPS_PER_GBPS if gpu
              else hw.physical_cores * CPU_FLOPS_PER_CORE)
     prefill = flops / (2 * max(params, 1))
     if placement == "wont_fit":
@@ -143,35 +147,23 @@ def estimate_cuda(spec_id: str, arch: Arch, params: int, variant: Variant,
 def plan_cuda_load(name: str, arch: Arch, params: int, variant: Variant, hw: HardwareProfile,
                    trained_context: int, context: int | None = None, parallel: int = 1,
                    weight_dtype: str | None = None) -> LoadPlan:
-    """The cuda engine's load plan: `parallel` sequences halved, then the context, until
-    the engine's own memory fits."""
-    wanted = context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT
-    ctx = max(MIN_CONTEXT, min(wanted, trained_context))
-
-    fit, ctx, parallel = shrink_to_fit(
-        lambda c, p: estimate_cuda(name, arch, params, variant, hw, c, p, weight_dtype),
-        ctx, parallel)
-    threads = env_int("EMBER_THREADS") or hw.physical_cores
+    """The cuda engine's load plan (app.fit.base.size_load's rule) on its own memory."""
     where = "GPU, bfloat16" if on_gpu(hw) else "CPU, float32"
-    reason = f"Ember's engine on the {where}: {fit.memory.describe(ctx)}"
-    if parallel > 1:
-        reason += f"; {parallel} parallel sequences"
-    if ctx < min(wanted, trained_context):
-        reason += f" (context cut from {wanted} to fit)"
-    if fit.placement == "wont_fit":
-        reason += "; will not fit"
-    return LoadPlan(context=ctx, threads=threads, gpu_layers=-1 if on_gpu(hw) else 0,
-                    batch=MAX_TOKENS, parallel=parallel, reason=reason,
-                    memory_bytes=fit.memory.total)
-
+    sized = size_load(
+        lambda c, p: estimate_cuda(name, arch, params, variant, hw, c, p, weight_dtype),
+        hw, trained_context, context, parallel,
+        lambda fit, ctx, threads: f"Ember's engine on the {where}: {fit.memory.describe(ctx)}")
+    reason = sized.reason + ("; will not fit" if sized.fit.placement == "wont_fit" else "")
+    return LoadPlan(context=sized.context, threads=sized.threads,
+                    gpu_layers=-1 if on_gpu(hw) else 0, batch=MAX_TOKENS,
+                    parallel=sized.parallel, reason=reason,
+                    memory_bytes=sized.fit.memory.total)
 
 
 def plan_cuda_gguf(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
                    parallel: int = 1, quant: str | None = None) -> LoadPlan:
     """plan_cuda_load for a GGUF file at hand (the Runtime's plan when cuda runs it);
     `quant` ("int8", "int4") packs the linear layers' weights at load."""
-    from app.fit import arch_from_gguf
-
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
     plan = plan_cuda_load(info.name, arch_from_gguf(info), info.params, variant, hw,
                           info.context_length, context, parallel, weight_dtype=quant)

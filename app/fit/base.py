@@ -1,0 +1,165 @@
+"""The fit model's shared parts: what a prediction is (Memory, Fit), the memory budgets of
+this machine, and the one load-plan rule every backend's plan follows.
+
+The formula term by term, and where each constant comes from: docs/notes/fit-model.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from app.config import env_int
+from app.hardware import HardwareProfile
+
+GB = 1e9
+RAM_SHARE = 0.9  # of available RAM
+GPU_SHARE = 0.95  # of free VRAM
+CUDA_CONTEXT_BYTES = 400 << 20
+DEFAULT_CONTEXT = 4096
+MIN_CONTEXT = 512
+TYPICAL_FILL = 1024  # tokens in the context when decode speed is quoted
+CPU_FLOPS_PER_CORE = 48e9  # prefill: 96 tokens/s x 1 GFLOP/token, 2 cores (docs/notes/fit-model.md)
+GPU_FLOPS_PER_GBPS = 60e9  # effective prefill FLOP/s per GB/s of bandwidth (tensor cores)
+APPLE_FLOPS_PER_GBPS = 30e9
+
+PLACEMENT_LABEL = {"full_gpu": "full GPU", "partial": "partial offload", "cpu": "CPU",
+                   "wont_fit": "will not fit"}
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: int
+    repacked: int
+    kv_cache: int
+    buffers: int
+    overhead: int
+
+    @property
+    def total(self) -> int:
+        """What must fit."""
+        return self.weights + self.kv_cache + self.buffers + self.overhead
+
+    @property
+    def resident_peak(self) -> int:
+        """The worker's peak resident memory where RAM is plentiful (repacked copy included)."""
+        return self.total + self.repacked
+
+    def describe(self, context: int) -> str:
+        ctx = f"{context // 1024}k" if context % 1024 == 0 else str(context)
+        weights = f"{self.weights / GB:.2f} GB weights"
+        if self.repacked:
+            weights += f" (+{self.repacked / GB:.2f} GB reclaimable CPU repack)"
+        return (f"{weights} + {self.kv_cache / GB:.2f} GB KV at {ctx} context + "
+                f"{(self.buffers + self.overhead) / GB:.2f} GB buffers")
+
+
+@dataclass(frozen=True)
+class Fit:
+    model: str
+    format: str
+    quant: str
+    context: int
+    parallel: int
+    memory: Memory
+    placement: str  # full_gpu | partial | cpu | wont_fit
+    gpu_layers: int
+    layers: int
+    headroom_bytes: int
+    budget_bytes: int  # of the device that binds (GPU memory for full GPU, else RAM)
+    decode_tokens_per_s: float
+    prefill_tokens_per_s: float
+
+    @property
+    def label(self) -> str:
+        if self.placement == "partial":
+            return f"partial offload ({self.gpu_layers}/{self.layers} layers on GPU)"
+        return PLACEMENT_LABEL[self.placement]
+
+    def explain(self) -> str:
+        text = f"{self.label}: {self.memory.describe(self.context)}"
+        if self.placement != "wont_fit":
+            speed = self.decode_tokens_per_s
+            text += f"; ~{speed:.0f} tokens/s" if speed >= 10 else f"; ~{speed:.1f} tokens/s"
+        return text
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["memory"]["total"] = self.memory.total
+        d["memory"]["resident_peak"] = self.memory.resident_peak
+        d["label"] = self.label
+        d["explanation"] = self.explain()
+        return d
+
+
+def budgets(hw: HardwareProfile) -> tuple[int, int, str | None]:
+    """(GPU bytes, RAM bytes, GPU kind) that a model may use."""
+    ram = int(hw.ram_available * RAM_SHARE)
+    nvidia = [g for g in hw.gpus if g.vendor == "nvidia"]
+    if nvidia:
+        g = max(nvidia, key=lambda g: g.vram_free)
+        return max(0, int(g.vram_free * GPU_SHARE) - CUDA_CONTEXT_BYTES), ram, "nvidia"
+    apple = [g for g in hw.gpus if g.vendor == "apple"]
+    if apple:
+        # Unified memory: the GPU's share and the CPU's come out of the same RAM.
+        return min(apple[0].vram_total, ram), ram, "apple"
+    return 0, ram, None
+
+
+def gpu_bandwidth(hw: HardwareProfile, kind: str | None) -> float:
+    for g in hw.gpus:
+        if g.vendor == kind and g.bandwidth_gbps:
+            return g.bandwidth_gbps
+    return hw.cpu_bandwidth_gbps
+
+
+def memory_budget(hw: HardwareProfile) -> int:
+    """Bytes the loaded models may use together (GPU memory when there is a GPU)."""
+    gpu, ram, kind = budgets(hw)
+    return gpu if kind == "nvidia" and gpu > 0 else ram
+
+
+def shrink_to_fit(fit_at: Callable[[int, int], Fit], ctx: int,
+                  parallel: int) -> tuple[Fit, int, int]:
+    """Every backend's load rule: halve the parallel sequences, then the context, until the
+    fit model says the load fits (or nothing is left to cut). Returns the fit, context and
+    parallel sequences."""
+    fit = fit_at(ctx, parallel)
+    while fit.placement == "wont_fit" and parallel > 1:
+        parallel //= 2
+        fit = fit_at(ctx, parallel)
+    while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
+        ctx //= 2
+        fit = fit_at(ctx, parallel)
+    return fit, ctx, parallel
+
+
+@dataclass(frozen=True)
+class SizedLoad:
+    """What the load rule settled on: the fit at the chosen context and parallel sequences,
+    the threads, and the plan's reason (the backend's own headline first)."""
+    fit: Fit
+    context: int
+    parallel: int
+    threads: int
+    reason: str
+
+
+def size_load(fit_at: Callable[[int, int], Fit], hw: HardwareProfile, trained_context: int,
+              context: int | None, parallel: int,
+              headline: Callable[[Fit, int, int], str]) -> SizedLoad:
+    """The one load-plan rule, for every backend: the context asked for (else EMBER_CONTEXT,
+    else DEFAULT_CONTEXT) within the model's trained context; `parallel` sequences halved,
+    then the context, until `fit_at(context, parallel)` fits (shrink_to_fit); EMBER_THREADS
+    or the physical cores. The reason is `headline(fit, context, threads)`, then the
+    parallel sequences and a cut context, if any."""
+    wanted = context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT
+    ctx = max(MIN_CONTEXT, min(wanted, trained_context))
+    fit, ctx, parallel = shrink_to_fit(fit_at, ctx, parallel)
+    threads = env_int("EMBER_THREADS") or hw.physical_cores
+    reason = headline(fit, ctx, threads)
+    if parallel > 1:
+        reason += f"; {parallel} parallel sequences"
+    if ctx < min(wanted, trained_context):
+        reason += f" (context cut from {wanted} to fit)"
+    return SizedLoad(fit, ctx, parallel, threads, reason)

@@ -1,0 +1,196 @@
+"""The fit model of engines that run a model file's own quantization: llama.cpp (GGUF) and
+MLX. Memory = weights as stored + KV cache + compute buffers + the worker process (plus
+llama.cpp's reclaimable CPU repack copy in the resident peak), placed on the GPU, split, on
+the CPU, or "will not fit"; decode speed from memory bandwidth, prefill from FLOP/s.
+Where each constant comes from: docs/notes/fit-model.md.
+"""
+
+from __future__ import annotations
+
+from app.fit.base import (
+    APPLE_FLOPS_PER_GBPS,
+    CPU_FLOPS_PER_CORE,
+    GB,
+    GPU_FLOPS_PER_GBPS,
+    TYPICAL_FILL,
+    Fit,
+    Memory,
+    budgets,
+    gpu_bandwidth,
+    size_load,
+)
+from app.gguf_file import GGUFInfo
+from app.hardware import HardwareProfile
+from app.registry import Arch, Variant
+from backends.base import LoadPlan
+
+UBATCH = 512
+KV_BYTES = 2  # f16
+OVERHEAD_BYTES = 112 << 20  # worker process baseline (docs/notes/fit-model.md)
+BUFFER_FIXED_BYTES = 4 << 20
+BUFFER_PER_CONTEXT_BYTES = 256
+REPACKED_TYPES = ("Q4_0", "Q4_K", "IQ4_NL")
+# Share of a file's bytes in repackable tensors, by quant mix, for files not yet downloaded
+# (Qwen2.5-Coder-1.5B Q4_K_M: 596.5 of 1059.9 MiB; docs/notes/fit-model.md).
+REPACK_SHARE = {"Q4_K_M": 0.56, "Q4_K_S": 0.9, "Q4_0": 0.95, "IQ4_NL": 0.95}
+# Bits per weight, as stored (block scales included). GGUF mixes: from real files (which
+# ones is not recorded: docs/notes/fit-model.md).
+BITS_PER_WEIGHT = {
+    "F32": 32.0, "F16": 16.0, "BF16": 16.0, "Q8_0": 8.5, "Q6_K": 6.5625, "Q5_K_M": 5.69,
+    "Q5_K_S": 5.54, "Q5_0": 5.5, "Q4_K_M": 4.85, "Q4_K_S": 4.58, "Q4_0": 4.5, "IQ4_XS": 4.25,
+    "MXFP4": 4.25, "Q3_K_M": 3.91, "Q2_K": 3.35,
+    "8bit": 8.5, "6bit": 6.5, "4bit": 4.5, "bf16": 16.0, "fp16": 16.0, "int8": 8.5, "int4": 4.25,
+}
+# Share of the bandwidth limit reached in decode. CPU: 23.6 of 43 tokens/s on MODELS.md's
+# 2-core Xeon; GPU and Apple: from the literature, not measured (docs/notes/fit-model.md).
+EFFICIENCY = {"cpu": 0.55, "nvidia": 0.75, "apple": 0.65}
+
+
+def bits_per_weight(variant: Variant, params: int) -> float:
+    if variant.size_bytes and params:
+        return variant.size_bytes * 8 / params
+    return BITS_PER_WEIGHT.get(variant.quant, BITS_PER_WEIGHT.get(variant.quant.upper(), 16.0))
+
+
+def weight_bytes(variant: Variant, params: int) -> int:
+    if variant.size_bytes:
+        return variant.size_bytes
+    return int(params * BITS_PER_WEIGHT.get(variant.quant, 16.0) / 8)
+
+
+def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1) -> int:
+    per_cell_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES
+    if arch.sliding_window and arch.sliding_pattern:
+        global_layers = arch.layers // arch.sliding_pattern
+        local_cells = min(context, arch.sliding_window + UBATCH)
+    else:
+        global_layers, local_cells = arch.layers, 0
+    local_layers = arch.layers - global_layers
+    cells = global_layers * context + local_layers * local_cells
+    return per_cell_layer * cells * parallel
+
+
+def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
+    fixed = BUFFER_FIXED_BYTES + BUFFER_PER_CONTEXT_BYTES * context
+    return UBATCH * arch.vocab * 4 + fixed if on_gpu else fixed
+
+
+def repacked_bytes(variant: Variant, weights: int, hw: HardwareProfile) -> int:
+    """Bytes of the CPU's second copy of repackable tensors, estimated from the quant mix."""
+    if variant.format != "gguf" or not any(f in hw.isa for f in ("avx2", "neon", "asimd")):
+        return 0
+    return int(weights * REPACK_SHARE.get(variant.quant.upper(), 0.0))
+
+
+def active_share(arch: Arch, params: int) -> float:
+    """Share of the weights read per token (1 for dense models; MoE reads k of n experts)."""
+    if not arch.experts or not arch.experts_per_token or not params:
+        return 1.0
+    expert_params = arch.layers * arch.experts * 3 * arch.hidden * arch.ffn
+    unused = expert_params * (1 - arch.experts_per_token / arch.experts)
+    return max(0.05, 1 - unused / params)
+
+
+def memory(arch: Arch, weights: int, context: int, parallel: int = 1, on_gpu: bool = False,
+           repacked: int = 0) -> Memory:
+    return Memory(weights=weights, repacked=0 if on_gpu else repacked,
+                  kv_cache=kv_cache_bytes(arch, context, parallel),
+                  buffers=buffer_bytes(arch, context, on_gpu), overhead=OVERHEAD_BYTES)
+
+
+def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: HardwareProfile,
+             context: int, parallel: int = 1, repacked: int | None = None) -> Fit:
+    """`repacked`: the exact bytes of repackable tensors when the file is at hand."""
+    weights = weight_bytes(variant, params)
+    if repacked is None:
+        repacked = repacked_bytes(variant, weights, hw)
+    on_gpu_mem = memory(arch, weights, context, parallel, on_gpu=True)
+    cpu_mem = memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked)
+    gpu_budget, ram_budget, kind = budgets(hw)
+    layers = arch.layers
+    # Weights outside the repeated layers (embeddings, output) stay with the first device.
+    per_layer = (weights * 0.9 + on_gpu_mem.kv_cache) / layers
+
+    budget, mem = ram_budget, cpu_mem
+    if kind and on_gpu_mem.total <= gpu_budget:
+        placement, gpu_layers, mem = "full_gpu", layers, on_gpu_mem
+        budget, headroom = gpu_budget, gpu_budget - on_gpu_mem.total
+    else:
+        gpu_layers = 0
+        if kind == "nvidia":
+            room = gpu_budget - on_gpu_mem.buffers
+            gpu_layers = max(0, min(layers - 1, int(room // per_layer)))
+        in_ram = cpu_mem.total - int(gpu_layers * per_layer)
+        if gpu_layers > 0 and in_ram <= ram_budget:
+            placement, headroom = "partial", ram_budget - in_ram
+        elif cpu_mem.total <= ram_budget:
+            placement, gpu_layers, headroom = "cpu", 0, ram_budget - cpu_mem.total
+        else:
+            placement, gpu_layers, headroom = "wont_fit", 0, ram_budget - cpu_mem.total
+
+    share = active_share(arch, params)
+    per_token = weights * share + kv_cache_bytes(arch, min(context, TYPICAL_FILL))
+    cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
+    gpu_bw = gpu_bandwidth(hw, kind) * GB * EFFICIENCY.get(kind or "cpu", 0.55)
+    if placement == "full_gpu":
+        seconds = per_token / gpu_bw
+    elif placement == "partial":
+        on_gpu_share = gpu_layers / layers
+        seconds = per_token * on_gpu_share / gpu_bw + per_token * (1 - on_gpu_share) / cpu_bw
+    else:
+        seconds = per_token / cpu_bw
+    flops_per_token = 2 * params * share
+    if placement == "full_gpu":
+        per_gbps = APPLE_FLOPS_PER_GBPS if kind == "apple" else GPU_FLOPS_PER_GBPS
+        flops = gpu_bandwidth(hw, kind) * per_gbps
+    else:
+        flops = hw.physical_cores * CPU_FLOPS_PER_CORE
+    decode = 0.0 if placement == "wont_fit" else round(1 / seconds, 1)
+    prefill = 0.0 if placement == "wont_fit" else round(flops / flops_per_token, 1)
+    return Fit(spec_id, variant.format, variant.quant, context, parallel, mem, placement,
+               gpu_layers, layers, headroom, budget, decode, prefill)
+
+
+def arch_from_gguf(info: GGUFInfo) -> Arch:
+    heads = int(info.arch_value("attention.head_count", 1))
+    hidden = int(info.arch_value("embedding_length", 0))
+    window = info.arch_value("attention.sliding_window")
+    return Arch(
+        type=info.architecture, layers=int(info.arch_value("block_count", 1)), hidden=hidden,
+        heads=heads, kv_heads=int(info.arch_value("attention.head_count_kv", heads)),
+        head_dim=int(info.arch_value("attention.key_length", hidden // max(heads, 1))),
+        vocab=int(info.metadata.get("tokenizer.ggml.tokens", 0) or 0) or 32000,
+        ffn=int(info.arch_value("feed_forward_length", 0)),
+        sliding_window=int(window) if window else None,
+        sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None)
+
+
+# Every Nth layer is global in these architectures (the rest use the sliding window).
+SLIDING_PATTERN = {"gemma3": 6, "gemma2": 2, "gpt-oss": 2, "cohere2": 4}
+
+
+def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
+    if not any(f in hw.isa for f in ("avx2", "neon", "asimd")):
+        return 0
+    # The token embedding is read row by row (get_rows), never repacked: llama.cpp logs 596.5 MiB
+    # repacked for Qwen2.5-Coder-1.5B, whose Q4_K tensors other than it add up to that.
+    total = sum(info.type_bytes.get(t, 0) for t in REPACKED_TYPES)
+    embd_type, embd_bytes = info.embedding
+    return total - embd_bytes if embd_type in REPACKED_TYPES else total
+
+
+def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
+              parallel: int = 1) -> LoadPlan:
+    """The llama.cpp load plan for a GGUF file (app.fit.base.size_load's rule)."""
+    arch = arch_from_gguf(info)
+    variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
+    repacked = file_repacked_bytes(info, hw)
+    sized = size_load(
+        lambda c, p: estimate(info.name, arch, info.params, variant, hw, c, p, repacked),
+        hw, info.context_length, context, parallel,
+        lambda fit, ctx, threads: f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads")
+    fit = sized.fit
+    gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)
+    return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=gpu_layers,
+                    parallel=sized.parallel, reason=sized.reason,
+                    memory_bytes=fit.memory.total)

@@ -1,0 +1,24 @@
+"""The load plan for an installed model in a given backend: reads the model's files (a clear
+error before a native library touches them) and asks that backend's fit, each of which
+follows the one rule in app.fit.base.size_load."""
+
+from __future__ import annotations
+
+from app.fit.cuda import plan_cuda_gguf
+from app.fit.estimate import plan_load
+from app.fit.mlx import plan_mlx_load
+from app.gguf_file import read_gguf
+from app.hardware import HardwareProfile
+from backends.base import LoadPlan, ModelFiles
+from backends.mlx_dir import read_config
+
+
+def plan_for(model: ModelFiles, backend: str, hw: HardwareProfile, context: int | None = None,
+             parallel: int = 1, quant: str | None = None) -> LoadPlan:
+    """`quant` ("int8", "int4") packs the cuda backend's weights at load."""
+    if model.format == "mlx":
+        return plan_mlx_load(read_config(model.path), model, hw, context, parallel)
+    info = read_gguf(model.path)
+    if backend == "cuda":
+        return plan_cuda_gguf(info, hw, context, parallel, quant)
+    return plan_load(info, hw, context, parallel)
