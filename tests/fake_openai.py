@@ -48,7 +48,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:  # http.server's naming
         if self.path != "/v1/models":
             return self._send(404, b'{"error": "no such path"}')
         if self.models_garbage:
@@ -56,7 +56,7 @@ class Handler(BaseHTTPRequestHandler):
         data = [{"id": m, "object": "model", "created": 1, "owned_by": "fake"} for m in MODELS]
         self._send(200, json.dumps({"object": "list", "data": data}).encode())
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", 0))
         model = json.loads(self.rfile.read(length)).get("model")
         if model == "slow":

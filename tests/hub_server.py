@@ -163,10 +163,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 time.sleep(0.05)
             return None
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._serve(head=True)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._serve(head=False)
 
     return Handler

@@ -260,7 +260,7 @@ def test_a_model_that_would_not_fit_beside_another_evicts_the_least_recently_use
         assert text and [m.model.ref for m in rt.loaded()] == [qwen.ref]
 
 
-def detect_small(cores: int):  # noqa: ANN201
+def detect_small(cores: int):
     from app.hardware import HardwareProfile
 
     return HardwareProfile(os="t", machine="x86_64", cpu="t", physical_cores=cores,

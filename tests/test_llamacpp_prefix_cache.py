@@ -30,7 +30,7 @@ def first_logits(monkeypatch):
     seen: list[np.ndarray] = []
     sample = LlamaSampler.sample
 
-    def recording(self, ctx, idx):  # noqa: ANN001
+    def recording(self, ctx, idx):
         n_vocab = llama_cpp.llama_vocab_n_tokens(
             llama_cpp.llama_model_get_vocab(llama_cpp.llama_get_model(ctx.ctx)))
         ptr = llama_cpp.llama_get_logits_ith(ctx.ctx, idx)
@@ -206,7 +206,7 @@ def test_prompts_evaluated_together_are_cached_for_their_next_turn(qwen15, first
     steps: list[dict[int, list[int]]] = []  # per decode call: seq id -> positions
     decode = warm.engine.ctx.decode
 
-    def spy(batch):  # noqa: ANN001
+    def spy(batch):
         b = batch.batch
         rows: dict[int, list[int]] = {}
         for j in range(b.n_tokens):

@@ -33,13 +33,13 @@ KEY = "upstream-key-42"
 REF = f"lab/{QWEN}"
 
 
-def greedy(text: str, max_tokens: int = 24, **kw) -> GenerationRequest:  # noqa: ANN003
+def greedy(text: str, max_tokens: int = 24, **kw) -> GenerationRequest:
     return GenerationRequest(messages=(Message("user", text),),
                              sampling=SamplingParams(temperature=0, max_tokens=max_tokens, **kw))
 
 
 @pytest.fixture(scope="module")
-def upstream(qwen, tmp_path_factory) -> Iterator[str]:  # noqa: ANN001
+def upstream(qwen, tmp_path_factory) -> Iterator[str]:
     """A second Ember process serving the test home's models, behind an API key."""
     home = tmp_path_factory.mktemp("upstream")
     (home / "models").symlink_to(TEST_HOME / "models")
@@ -72,7 +72,7 @@ def upstream(qwen, tmp_path_factory) -> Iterator[str]:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def client_home(upstream: str, tmp_path_factory) -> Paths:  # noqa: ANN001
+def client_home(upstream: str, tmp_path_factory) -> Paths:
     """This Ember's home: no models of its own, the upstream as remote "lab"."""
     paths = Paths(tmp_path_factory.mktemp("client"))
     endpoints.add("lab", upstream, KEY, paths=paths)

@@ -100,7 +100,7 @@ def test_a_backend_missing_from_this_build_fails_with_a_clear_error(monkeypatch)
 
 
 def test_runtime_loads_with_the_configured_backend_and_a_request_can_override_it(
-        tmp_path, qwen):  # noqa: ANN001
+        tmp_path, qwen):
     """config.toml asks for cuda for this model: on a build without it, loading fails with
     the worker's clear error; a request for llamacpp overrides it and loads."""
     home = Paths(tmp_path)

@@ -39,7 +39,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(store, **kw) -> Iterator[tuple[str, Runtime]]:  # noqa: ANN001
+def live_server(store, **kw) -> Iterator[tuple[str, Runtime]]:
     runtime = Runtime(store=store)
     port = free_port()
     app = create_app(runtime, ServerSettings(port=port, **kw))
@@ -57,25 +57,25 @@ def live_server(store, **kw) -> Iterator[tuple[str, Runtime]]:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def server(store, qwen) -> Iterator[tuple[str, Runtime]]:  # noqa: ANN001
+def server(store, qwen) -> Iterator[tuple[str, Runtime]]:
     with live_server(store, queue_limit=16) as s:
         yield s
 
 
 @pytest.fixture
-def oai(server) -> openai.OpenAI:  # noqa: ANN001
+def oai(server) -> openai.OpenAI:
     return openai.OpenAI(base_url=server[0] + "/v1", api_key="unused", max_retries=0)
 
 
 @pytest.fixture
-def oll(server) -> ollama.Client:  # noqa: ANN001
+def oll(server) -> ollama.Client:
     return ollama.Client(host=server[0])
 
 
 GREEDY = {"temperature": 0, "max_tokens": 32}
 
 
-def ask(oai: openai.OpenAI, model: str, text: str, **kw) -> str:  # noqa: ANN003
+def ask(oai: openai.OpenAI, model: str, text: str, **kw) -> str:
     r = oai.chat.completions.create(model=model, messages=[{"role": "user", "content": text}],
                                     **{**GREEDY, **kw})
     return r.choices[0].message.content
@@ -357,7 +357,7 @@ def test_embeddings_place_related_texts_closer(oai, oll, qwen):
     assert len(vectors) == 3 and len(vectors[0]) == 896  # Qwen2.5-0.5B's hidden size
     assert all(abs(sum(x * x for x in v) - 1) < 1e-3 for v in vectors)  # normalised
 
-    def cos(a, b):  # noqa: ANN001, ANN202
+    def cos(a, b):
         return sum(x * y for x, y in zip(a, b, strict=True))
 
     assert cos(vectors[0], vectors[1]) > cos(vectors[0], vectors[2])
