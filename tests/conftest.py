@@ -14,6 +14,7 @@ from app.config import Paths
 from app.pull.install import pull
 from app.runtime import Runtime
 from app.store import InstalledModel, Store
+from tests.support.models import GEMMA, QWEN, QWEN15, TEST_HOME
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
 if not os.path.exists("/dev/nvidiactl"):
@@ -22,11 +23,6 @@ if not os.path.exists("/dev/nvidiactl"):
     # triton (tests/test_kernels.py forces the Triton path on CPU tensors).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-QWEN = "qwen2.5-coder-0.5b-instruct"
-QWEN15 = "qwen2.5-coder-1.5b-instruct"
-GEMMA = "gemma-3-270m"
-TEST_HOME = Path(os.environ.get("EMBER_TEST_HOME",
-                                Path.home() / ".cache" / "ember" / "test-home"))
 
 
 @pytest.fixture(scope="session")

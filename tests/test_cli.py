@@ -11,9 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from tiny_gguf import write_tiny_gguf
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
+from tests.support.tiny_gguf import write_tiny_gguf
 
 
 def ember(*args: str, stdin: str | None = None, env: dict | None = None,

@@ -21,6 +21,7 @@ from backends.cuda import CudaBackend
 from backends.cuda.engine import GREEDY, Engine, EngineConfig
 from backends.cuda.sequence import Sequence
 from backends.llamacpp import LlamaCppBackend
+from tests.support import REPO
 
 pytestmark = pytest.mark.slow
 N_TOKENS = 1000
@@ -279,7 +280,7 @@ def test_ember_run_with_the_cuda_backend_answers_on_the_cpu_and_says_so(gemma):
     r = subprocess.run([sys.executable, "-m", "app.cli", "run", gemma.id,
                         "Monday, Tuesday, Wednesday,", "--backend", "cuda", "--temperature", "0",
                         "--max-tokens", "4", "--json"], capture_output=True, text=True,
-                       timeout=600, cwd=Path(__file__).resolve().parent.parent)
+                       timeout=600, cwd=REPO)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["backend"] == "cuda" and out["text"].startswith(" Thursday")

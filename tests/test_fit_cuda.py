@@ -21,7 +21,7 @@ from app.runtime import Runtime
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
-from tests.test_fit import GPU_6GB, LAPTOP_8GB, LLAMA_8B, LLAMA_8B_ARCH, RTX_4090
+from tests.support.machines import GPU_6GB, LAPTOP_8GB, LLAMA_8B, LLAMA_8B_ARCH, RTX_4090
 
 RTX_4090_TORCH = replace(RTX_4090, torch_cuda="2.13.0")
 GPU_6GB_TORCH = replace(GPU_6GB, torch_cuda="2.13.0")

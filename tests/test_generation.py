@@ -224,10 +224,9 @@ def test_follow_up_turn_reuses_the_cached_prompt_and_matches_a_fresh_run(store, 
 
 def test_a_file_llama_cpp_rejects_fails_inside_the_worker_with_a_clear_error(isolated_home,
                                                                              tmp_path):
-    from tiny_gguf import write_tiny_gguf
-
     from app.store import Store
     from backends.errors import BackendError
+    from tests.support.tiny_gguf import write_tiny_gguf
 
     store = Store(isolated_home)
     # A valid GGUF header for a llama model that lacks almost every tensor llama.cpp needs.

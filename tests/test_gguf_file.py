@@ -1,10 +1,10 @@
 from pathlib import Path
 
 import pytest
-from tiny_gguf import write_tiny_gguf
 
 from app.gguf_file import read_gguf
 from backends.errors import ModelFileError
+from tests.support.tiny_gguf import write_tiny_gguf
 
 
 def test_reads_real_qwen_metadata(qwen):

@@ -15,11 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hub_server import start_hub
 from PySide6.QtCore import Qt, QTimer, QUrl
 from PySide6.QtGui import QGuiApplication
-from test_hub_download import FILE, REPO, write_registry
-from tiny_gguf import write_tiny_gguf
 
 from app.config import Paths
 from app.fit import fits_for
@@ -33,6 +30,9 @@ from app.preferences import load_settings
 from app.registry import load_registry
 from app.runtime import Runtime
 from app.store import Store
+from tests.support import REPO
+from tests.support.hub_server import TINY_FILE, TINY_REPO, start_hub, write_registry
+from tests.support.tiny_gguf import write_tiny_gguf
 
 GB = 10**9
 LONG_WAIT_MS = 180_000
@@ -243,11 +243,13 @@ def test_a_download_from_the_hub_shows_progress_and_ends_installed(
         qtbot, tmp_path, monkeypatch, isolated_home):
     data = write_tiny_gguf(tmp_path / "src.gguf", extra_floats=1_000_000).read_bytes()
     fake, server = start_hub()
-    hub_file = fake.add(REPO, FILE, data, bytes_per_s=2_000_000)  # ~2 s: progress is visible
+    # ~2 s: progress is visible
+    hub_file = fake.add(TINY_REPO, TINY_FILE, data, bytes_per_s=2_000_000)
     monkeypatch.setenv("HF_ENDPOINT", fake.url)
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    write_registry(tmp_path, monkeypatch, data, [{"kind": "hf", "repo": REPO, "file": FILE}])
+    write_registry(tmp_path, monkeypatch, data,
+                   [{"kind": "hf", "repo": TINY_REPO, "file": TINY_FILE}])
     try:
         hub = HubWidget(Store(isolated_home), profile(16))
         qtbot.addWidget(hub)
@@ -322,7 +324,7 @@ def test_sigkill_during_a_streamed_answer_keeps_every_message(tmp_path: Path, qw
     script = tmp_path / "app_main.py"
     script.write_text(KILLED_APP)
     env = {**os.environ, "EMBER_HOME": str(home), "QT_QPA_PLATFORM": "offscreen",
-           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+           "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, str(script)], env=env, start_new_session=True)
     db = home / "history.db"
     try:
@@ -353,7 +355,7 @@ def test_sigkill_during_a_streamed_answer_keeps_every_message(tmp_path: Path, qw
 def test_ember_without_a_command_opens_the_window(tmp_path: Path):
     env = {**os.environ, "EMBER_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli"], env=env,
-                            cwd=Path(__file__).resolve().parent.parent)
+                            cwd=REPO)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (tmp_path / "home" / "history.db").exists():
@@ -378,7 +380,7 @@ def test_without_a_display_ember_falls_back_to_the_terminal_chat(monkeypatch):
 
 def test_a_remote_server_added_in_settings_lists_its_models_and_streams_answers(
         qtbot, tmp_path: Path):
-    from fake_openai import fake_server
+    from tests.support.fake_openai import fake_server
 
     home = Paths(tmp_path / "remote-home")  # the Runtime reads endpoints from its own home
     with fake_server(slow_s=3.0) as url, Runtime(store=Store(home)) as rt:

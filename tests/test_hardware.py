@@ -8,6 +8,7 @@ from pathlib import Path
 from app import hardware
 from app.backend_choice import choose_backend
 from app.hardware import GPU, detect, gpu_wired_share
+from tests.support.machines import desktop
 
 
 def test_detect_reads_this_machine(isolated_home):
@@ -66,22 +67,16 @@ def test_bandwidth_table_prefers_the_most_specific_name():
     assert hardware._bandwidth_for("Mystery Accelerator", table) is None
 
 
-def profile(**kw) -> hardware.HardwareProfile:
-    base = dict(os="test", machine="x86_64", cpu="test", physical_cores=8, logical_cores=16,
-                isa=("avx2",), ram_total=32 * 2**30, ram_available=28 * 2**30)
-    return hardware.HardwareProfile(**{**base, **kw})
-
-
 def test_backend_choice_explains_itself_for_each_kind_of_machine():
-    cpu = choose_backend(profile(isa=("avx512f",), cpu_bandwidth_gbps=40), gpu_offload=False)
+    cpu = choose_backend(desktop(isa=("avx512f",), cpu_bandwidth_gbps=40), gpu_offload=False)
     assert cpu.name == "llamacpp" and "no GPU: llama.cpp on the CPU (8 cores, AVX-512" in cpu.reason
     gpu = GPU("NVIDIA GeForce RTX 4090", "nvidia", 24 * 2**30, 23 * 2**30, "8.9", 1008)
-    with_offload = choose_backend(profile(gpus=(gpu,)), gpu_offload=True)
+    with_offload = choose_backend(desktop(gpus=(gpu,)), gpu_offload=True)
     assert "RTX 4090 (24 GB): llama.cpp with GPU offload" in with_offload.reason
-    without = choose_backend(profile(gpus=(gpu,)), gpu_offload=False)
+    without = choose_backend(desktop(gpus=(gpu,)), gpu_offload=False)
     assert "no GPU offload" in without.reason and "GGML_CUDA=on" in without.reason
     apple = GPU("Apple M2 GPU", "apple", 11 * 2**30, 11 * 2**30, None, 100)
-    mac = choose_backend(profile(machine="arm64", isa=("neon",), gpus=(apple,), apple_chip="M2"),
+    mac = choose_backend(desktop(machine="arm64", isa=("neon",), gpus=(apple,), apple_chip="M2"),
                          gpu_offload=True)
     assert mac.reason == ("Apple M2, unified memory: llama.cpp with Metal; MLX is used for "
                           "models with an MLX variant")

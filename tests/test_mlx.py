@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +19,10 @@ from app.store import InstalledModel
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
 from backends.errors import EmberError, InvalidRequestError, ModelFileError
 from backends.mlx.backend import MlxBackend
+from tests.support import REPO
 
 AGREEMENT_TOKENS = 500
-REAL_TEXT = Path(__file__).resolve().parents[1] / "README.md"
+REAL_TEXT = REPO / "README.md"
 
 
 @pytest.fixture(scope="module")

@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hub_server import start_hub
 
 from app.errors import ChecksumError, DownloadError
 from app.pull.install import Cancelled, pull
 from app.store import InstalledModel, Store, dir_sha256
+from tests.support import REPO
+from tests.support.hub_server import start_hub
 
 LISTED = "mlx-community/Qwen2.5-Coder-0.5B-Instruct-8bit"  # the registry lists its files
 UNLISTED = "someone/Qwen2.5-Coder-0.5B-Instruct-mlx"  # the hub's listing gives them
 SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
 MODEL_ID = "qwen2.5-coder-0.5b-instruct"
-REGISTRY = Path(__file__).resolve().parents[1] / "models.yaml"
+REGISTRY = REPO / "models.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -154,9 +154,8 @@ def test_ember_hw_recommends_mlx_variants_on_a_mac():
 
 
 def test_a_model_installed_as_gguf_and_mlx_runs_as_mlx_on_a_mac(isolated_home, tmp_path):
-    from tiny_gguf import write_tiny_gguf
-
     from app.runtime import Runtime
+    from tests.support.tiny_gguf import write_tiny_gguf
 
     store = Store()
     gguf_model = store.import_gguf(write_tiny_gguf(tmp_path / "tiny.gguf"))

@@ -11,13 +11,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from fake_openai import MODELS, fake_server
 
 from app import endpoints
 from app.config import Paths
 from app.errors import ConfigError, ModelNotFoundError
+from tests.support import REPO
+from tests.support.fake_openai import MODELS, fake_server
 
-REPO = Path(__file__).resolve().parent.parent
 USER_CONFIG = """\
 # my Ember settings
 [ui]

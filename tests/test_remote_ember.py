@@ -11,14 +11,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import ollama
 import openai
 import pytest
-from conftest import QWEN, TEST_HOME
-from test_server import free_port, live_server
 
 from app import endpoints
 from app.config import Paths
@@ -27,8 +24,10 @@ from app.store import Store
 from backends.base import DoneEvent, GenerationRequest, Message, SamplingParams, TokenEvent
 from backends.errors import RemoteError
 from backends.remote import Endpoint, RemoteBackend
+from tests.support import REPO
+from tests.support.live_server import free_port, live_server
+from tests.support.models import QWEN, TEST_HOME
 
-REPO = Path(__file__).resolve().parent.parent
 KEY = "upstream-key-42"
 REF = f"lab/{QWEN}"
 

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_openai import fake_server
 
 from app import endpoints
 from app.config import Paths
@@ -27,6 +26,7 @@ from backends.base import (
 )
 from backends.errors import BackendError, RemoteError
 from backends.remote import Endpoint, RemoteBackend, request_body
+from tests.support.fake_openai import fake_server
 
 ASK = GenerationRequest(messages=(Message("user", "hi"),),
                         sampling=SamplingParams(temperature=0, max_tokens=16))

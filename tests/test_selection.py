@@ -7,10 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from test_hardware import profile
 
 from app.backend_choice import choose_backend, configured_backend
 from app.config import Paths
@@ -20,13 +18,15 @@ from app.runtime import Runtime, worker_main
 from app.runtime.worker_main import make_backend
 from app.store import Store
 from backends.errors import BackendError, EmberError, InvalidRequestError
+from tests.support import REPO
+from tests.support.machines import desktop
 
 RTX = GPU("NVIDIA GeForce RTX 4090", "nvidia", 24 * 2**30, 23 * 2**30, "8.9", 1008)
 APPLE = GPU("Apple M3 Max GPU", "apple", 48 * 2**30, 48 * 2**30, None, 400)
-NVIDIA_TORCH = profile(gpus=(RTX,), torch_cuda="2.13.0+cu128")
-NVIDIA_NO_TORCH = profile(gpus=(RTX,))
-MAC = profile(machine="arm64", isa=("neon",), gpus=(APPLE,), apple_chip="M3 Max")
-CPU = profile(isa=("avx2",), cpu_bandwidth_gbps=20)
+NVIDIA_TORCH = desktop(gpus=(RTX,), torch_cuda="2.13.0+cu128")
+NVIDIA_NO_TORCH = desktop(gpus=(RTX,))
+MAC = desktop(machine="arm64", isa=("neon",), gpus=(APPLE,), apple_chip="M3 Max")
+CPU = desktop(isa=("avx2",), cpu_bandwidth_gbps=20)
 
 
 def test_nvidia_gpu_with_working_torch_cuda_runs_gguf_and_safetensors_on_cuda():
@@ -123,7 +123,7 @@ def test_ember_hw_shows_a_models_config_override_beside_the_machines_choice(tmp_
     (tmp_path / "models").symlink_to(qwen.path.parents[2])
     (tmp_path / "config.toml").write_text(f'[models."{qwen.id}"]\nbackend = "mlx"\n')
     r = subprocess.run([sys.executable, "-m", "app.cli", "hw", "--json"],
-                       cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                       cwd=REPO, capture_output=True,
                        text=True, timeout=120, env={**os.environ, "EMBER_HOME": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

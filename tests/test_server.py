@@ -6,54 +6,27 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import ollama
 import openai
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.runtime import Runtime
-from app.server.app import ServerSettings, check_bind, create_app
+from app.server.app import ServerSettings, check_bind
 from backends.errors import EmberError
+from tests.support import REPO
+from tests.support.live_server import live_server
 
-REPO = Path(__file__).resolve().parent.parent
 KEY = "test-key-123"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def live_server(store, **kw) -> Iterator[tuple[str, Runtime]]:
-    runtime = Runtime(store=store)
-    port = free_port()
-    app = create_app(runtime, ServerSettings(port=port, **kw))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}", runtime
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,8 +12,9 @@ from app.runtime import Runtime
 from backends.base import GenerationRequest, Message, SamplingParams, SpeculativeParams
 from backends.errors import InvalidRequestError
 from backends.llamacpp.speculative import NgramLookup, Speculation, StepTimes
+from tests.support import REPO
 
-SOURCE = (Path(__file__).parent.parent / "backends" / "text.py").read_text()[:1400]
+SOURCE = (REPO / "backends" / "text.py").read_text()[:1400]
 EDIT = (f"Rename the function held_back to trailing_stop_prefix in this code and output the "
         f"whole code, nothing else:\n```python\n{SOURCE}\n```")
 # A fixed draft length: these tests check verification, which the adaptive cost model may

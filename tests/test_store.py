@@ -1,11 +1,11 @@
 from pathlib import Path
 
 import pytest
-from tiny_gguf import write_tiny_gguf
 
 from app.errors import ModelNotFoundError
 from app.store import Store
 from backends.errors import EmberError, ModelFileError
+from tests.support.tiny_gguf import write_tiny_gguf
 
 
 def test_import_names_the_model_from_its_metadata_and_keeps_the_original(isolated_home,

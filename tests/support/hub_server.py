@@ -15,8 +15,13 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
 
 COMMIT = "a" * 40
+TINY_REPO, TINY_FILE = "someone/tiny-GGUF", "tiny-q8_0.gguf"  # write_registry's model
 LFS_ABOVE = 10 << 20
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin")
 
@@ -179,3 +184,18 @@ def start_hub() -> tuple[FakeHub, ThreadingHTTPServer]:
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return hub, server
+
+
+def write_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes,
+                   sources: list[dict]) -> None:
+    """A registry (EMBER_REGISTRY) of one model, tiny-hub:Q8_0: TINY_FILE holding `data`,
+    downloadable from `sources`."""
+    registry = {"models": [{
+        "id": "tiny-hub", "family": "test", "name": "Tiny", "description": "test model",
+        "license": "mit", "params": 64, "context": {"default": 256, "max": 256}, "chat": False,
+        "arch": {"type": "llama", "layers": 1, "hidden": 8, "heads": 2, "kv_heads": 2,
+                 "head_dim": 4, "vocab": 8, "ffn": 8},
+        "variants": [{"format": "gguf", "quant": "Q8_0", "file": TINY_FILE, "size_bytes": len(data),
+                      "sha256": hashlib.sha256(data).hexdigest(), "sources": sources}]}]}
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(registry))
+    monkeypatch.setenv("EMBER_REGISTRY", str(tmp_path / "models.yaml"))
