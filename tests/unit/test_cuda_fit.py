@@ -1,6 +1,5 @@
 """The cuda engine's fit model (app/fit_cuda.py) on simulated machines: weights in the dtype
-the engine keeps, KV blocks exactly as its model runner allocates them, no partial offload,
-and the Runtime planning with it when cuda runs the model."""
+the engine keeps, KV blocks exactly as its model runner allocates them, no partial offload."""
 
 from __future__ import annotations
 
@@ -12,12 +11,9 @@ from app.fit import fits_for, recommend
 from app.fit_cuda import (
     estimate_cuda,
     kv_cache_bytes,
-    plan_cuda_gguf,
     weight_bytes,
 )
-from app.gguf_file import read_gguf
 from app.registry import Arch
-from app.runtime import Runtime
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
@@ -105,15 +101,3 @@ def test_kv_prediction_equals_the_engines_blocks_for_gemma_3_windows_and_a_dense
                    head_dim=64, num_layers=24)
     assert kv_cache_bytes(replace(dense, kv_heads=2, head_dim=64, layers=24), 4096, 3,
                           "float32", 256) == engine_kv_bytes(qwen, 4096, 3, 256)
-
-
-def test_the_runtime_plans_a_cuda_load_with_the_engines_memory(gemma, store):
-    info = read_gguf(gemma.path)
-    with Runtime(store=store) as runtime:
-        plan = runtime._plan(gemma, 2048, "cuda")
-        llama = runtime._plan(gemma, 2048, "llamacpp")
-    assert plan == plan_cuda_gguf(info, runtime.hardware, 2048, runtime.parallel)
-    assert plan.reason.startswith("Ember's engine on the CPU, float32")
-    assert plan.batch == 256 and plan.context == 2048
-    # float32: 4 bytes for each of Gemma 3 270M's parameters, the Q4_K_M file is 0.25 GB
-    assert plan.memory_bytes > llama.memory_bytes + 3 * info.params - info.file_size

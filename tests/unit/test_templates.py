@@ -1,22 +1,10 @@
+"""Chat templates render in a sandbox: escapes are refused, a template's own errors are
+clear."""
+
 import pytest
 
-from app.gguf_file import read_gguf
 from backends.chat_template import render_chat
 from backends.errors import TemplateError
-
-
-def test_qwen_template_frames_system_user_and_generation_prompt(qwen):
-    template = read_gguf(qwen.path).chat_template
-    text = render_chat(template, [{"role": "system", "content": "Be terse."},
-                                  {"role": "user", "content": "hi"}])
-    assert text == ("<|im_start|>system\nBe terse.<|im_end|>\n"
-                    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
-
-
-def test_qwen_template_adds_its_default_system_prompt(qwen):
-    template = read_gguf(qwen.path).chat_template
-    text = render_chat(template, [{"role": "user", "content": "hi"}])
-    assert text.startswith("<|im_start|>system\nYou are Qwen")
 
 
 @pytest.mark.parametrize("payload", [

@@ -1,3 +1,6 @@
+"""The store of installed models: imports, listing, removal, and files that are not what
+their manifest says."""
+
 from pathlib import Path
 
 import pytest
@@ -69,9 +72,3 @@ def test_remove_deletes_file_and_manifest(isolated_home, tmp_path: Path):
 def test_unknown_installed_model_suggests_pull_for_registry_models(isolated_home):
     with pytest.raises(ModelNotFoundError, match="run `ember pull gemma-3-270m`"):
         Store(isolated_home).get("gemma-3-270m")
-
-
-def test_import_of_a_real_gguf(isolated_home, gemma):
-    model = Store(isolated_home).import_gguf(gemma.path)
-    assert (model.id, model.quant, model.architecture) == ("gemma-3-270m", "Q4_K_M", "gemma3")
-    assert model.sha256 == gemma.sha256

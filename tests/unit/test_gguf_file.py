@@ -1,3 +1,5 @@
+"""Files that are not the GGUF they claim to be: each is one clear ModelFileError."""
+
 from pathlib import Path
 
 import pytest
@@ -5,24 +7,6 @@ import pytest
 from app.gguf_file import read_gguf
 from backends.errors import ModelFileError
 from tests.support.tiny_gguf import write_tiny_gguf
-
-
-def test_reads_real_qwen_metadata(qwen):
-    info = read_gguf(qwen.path)
-    assert info.architecture == "qwen2"
-    assert info.arch_value("block_count") == 24
-    assert info.file_type == "Q4_K_M"
-    assert info.context_length == 32768
-    assert info.chat_template and "<|im_start|>" in info.chat_template
-    # 24 layers x 2 KV heads x (64 + 64) x 2 bytes (f16)
-    assert info.kv_bytes_per_token == 24 * 2 * 128 * 2
-
-
-def test_reads_real_gemma_sliding_window_metadata(gemma):
-    info = read_gguf(gemma.path)
-    assert info.architecture == "gemma3"
-    assert info.arch_value("attention.sliding_window") == 512
-    assert info.chat_template is None
 
 
 def test_wrong_magic_names_file_and_fault(tmp_path: Path):
@@ -48,23 +32,6 @@ def test_random_bytes_after_a_valid_magic_give_a_clear_error(tmp_path: Path):
         bad.write_bytes(b"GGUF\x03\x00\x00\x00" + rng.randbytes(4000))
         with pytest.raises(ModelFileError, match="fuzz"):
             read_gguf(bad)
-
-
-def test_truncated_in_tensor_data(tmp_path: Path, qwen):
-    cut = tmp_path / "cut.gguf"
-    with qwen.path.open("rb") as src:
-        cut.write_bytes(src.read(50_000_000))
-    with pytest.raises(ModelFileError, match=r"truncated GGUF: tensor data needs 491,400,064 "
-                                             r"bytes, the file has 50,000,000"):
-        read_gguf(cut)
-
-
-def test_truncated_in_header(tmp_path: Path, qwen):
-    cut = tmp_path / "cut.gguf"
-    with qwen.path.open("rb") as src:
-        cut.write_bytes(src.read(100_000))
-    with pytest.raises(ModelFileError, match="truncated (or corrupt )?GGUF"):
-        read_gguf(cut)
 
 
 def test_unknown_architecture(tmp_path: Path):

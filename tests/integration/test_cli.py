@@ -12,14 +12,8 @@ import time
 from pathlib import Path
 
 from tests.support import REPO
+from tests.support.cli import ember
 from tests.support.tiny_gguf import write_tiny_gguf
-
-
-def ember(*args: str, stdin: str | None = None, env: dict | None = None,
-          timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO, input=stdin,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
 
 
 def test_version_and_help():

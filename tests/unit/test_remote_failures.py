@@ -1,6 +1,6 @@
-"""The remote backend against a server that misbehaves (tests/fake_openai.py), and against no
-server at all: every failure is one clear error naming the endpoint, never a traceback, and
-the app keeps serving afterwards."""
+"""The remote backend against a server that misbehaves (tests/support/fake_openai.py), and
+against no server at all: every failure is one clear error naming the endpoint, never a
+traceback, and the app keeps serving afterwards."""
 
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+"""What Ember reads of this machine, and the backend it picks for each kind of machine."""
+
 from __future__ import annotations
 
 import os

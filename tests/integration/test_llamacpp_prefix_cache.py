@@ -81,8 +81,6 @@ def test_a_cached_prefix_gives_the_logits_of_a_fresh_context(qwen15, first_logit
         system_tokens, reused)
 
 
-
-
 def test_a_repeated_prompt_gets_the_same_logits_for_every_last_piece_length(qwen, first_logits):
     """A prompt's last piece is evaluated beside its whole pieces on a miss and alone on a
     hit. ggml-cpu multiplies unrepacked K-quant weights (Q6_K here) one row at a time below
@@ -141,7 +139,6 @@ def test_the_same_prompt_again_starts_from_its_stored_logits(qwen):
         backend.unload()
 
 
-
 def test_a_new_conversation_shares_the_system_prompt_without_evicting_another(qwen):
     """Two conversations with the same system prompt: the second takes a free slot with the
     shared cells (llama_memory_seq_cp) rather than cutting the first's cache, so the first's
@@ -169,27 +166,6 @@ def test_a_new_conversation_shares_the_system_prompt_without_evicting_another(qw
         assert len(seqs) == 2
     finally:
         backend.unload()
-
-
-def slot_at(seq_id: int, prompt_len: int, pos: int) -> engine.Slot:
-    job = engine.Job(f"s{seq_id}", None, None, list(range(prompt_len)), False, None, 8, None)
-    job.pos = pos
-    return engine.Slot(seq_id, job=job)
-
-
-def test_pieces_of_several_prompts_keep_their_kernel_paths():
-    a, b, c = slot_at(0, 45, 0), slot_at(1, 20, 0), slot_at(2, 100, 64)
-    pieces = engine.plan_pieces([a, b, c], 63)
-    # whole 16-token pieces first, each at a multiple of 16 rows; then the last pieces
-    assert [(s.seq_id, p, e) for s, p, e in pieces] == [(0, 0, 16), (0, 16, 32), (1, 0, 16),
-                                                        (0, 32, 45), (1, 16, 18)]
-    assert sum(e - p for _, p, e in pieces) == 63
-    # a last piece is cut to fit (no reuse reaches past the last boundary)
-    pieces = engine.plan_pieces([c, a], 40)
-    assert [(s.seq_id, p, e) for s, p, e in pieces] == [(0, 0, 16), (0, 16, 32), (2, 64, 72)]
-    # a whole piece that does not fit waits: no part of it goes ahead
-    assert engine.plan_pieces([slot_at(0, 45, 0)], 15) == []
-    assert not engine.is_long_piece(c.job) and engine.is_long_piece(slot_at(3, 200, 64).job)
 
 
 def test_prompts_evaluated_together_are_cached_for_their_next_turn(qwen15, first_logits):

@@ -25,7 +25,6 @@ from backends.base import (
 )
 from backends.errors import InvalidRequestError
 from backends.mlx.backend import MlxBackend
-from backends.mlx.speculative import LookupProposer
 
 LOOKUP = SpeculativeParams(method="lookup", max_draft=3)
 REPEATS = "a = [1, 2, 3]\nb = [1, 2,"  # lookup finds " 3]" and what follows in the prompt
@@ -129,12 +128,6 @@ def test_a_draft_with_another_tokenizer_is_refused(target, qwen_mlx, tmp_path):
     with pytest.raises(InvalidRequestError, match="another tokenizer"):
         target.submit("t", GenerationRequest(prompt="x", sampling=greedy(2), speculative=bad))
     assert not target.has_work()
-
-
-def test_lookup_proposes_what_followed_the_latest_match():
-    history = [5, 1, 2, 3, 9, 1, 2, 3, 7, 8, 6, 1, 2, 3]
-    assert LookupProposer().propose(history, 3) == [7, 8, 6]  # the later "1 2 3"
-    assert LookupProposer().propose([1, 2, 3, 4], 3) == []  # nothing repeats
 
 
 def test_the_runtime_runs_a_speculative_request_in_the_mlx_worker(store, qwen_mlx):

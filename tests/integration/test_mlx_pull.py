@@ -1,5 +1,5 @@
 """`ember pull` of an MLX variant (a whole repo directory) from the Hugging Face hub protocol,
-served by tests/hub_server.py: a real MLX model (Qwen2.5-Coder-0.5B-Instruct converted at 8
+served by tests/support/hub_server.py: a real MLX model (Qwen2.5-Coder-0.5B-Instruct converted at 8
 bits by `ember convert`'s code, resharded in two like a large mlx-community repo)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""`ember remote add/list/rm` and config.toml: endpoints are saved safely, and the user's other
-settings and comments survive every edit."""
+"""`ember remote add/list/rm` and `ember run` on a remote model, as a user runs them (a
+subprocess): endpoints are saved safely, and the user's other settings and comments survive
+every edit."""
 
 from __future__ import annotations
 
@@ -10,11 +11,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
-from app import endpoints
-from app.config import Paths
-from app.errors import ConfigError, ModelNotFoundError
 from tests.support import REPO
 from tests.support.fake_openai import MODELS, fake_server
 
@@ -77,32 +73,6 @@ def test_bad_names_urls_and_unknown_endpoints_are_one_clear_line(tmp_path):
     assert unknown.stderr == "error: no remote endpoint 'nope' (known: none)\n"
     assert "Traceback" not in bad_name.stderr + bad_url.stderr + unknown.stderr
     assert not (home / "config.toml").exists()  # nothing was written for bad input
-
-
-def test_a_broken_config_toml_is_reported_and_never_overwritten(tmp_path):
-    paths = Paths(tmp_path)
-    paths.config_file.write_text("[remotes\nurl = ")
-    with pytest.raises(ConfigError, match="not valid TOML"):
-        endpoints.add("lab", "http://h:8000", paths=paths)
-    assert paths.config_file.read_text() == "[remotes\nurl = "
-
-
-def test_add_replaces_an_endpoint_and_resolve_splits_name_and_model(tmp_path):
-    paths = Paths(tmp_path)
-    endpoints.add("lab", "http://a:1/v1", "k1", paths=paths)
-    endpoints.add("lab", "http://b:2/v1", paths=paths)
-    endpoint, model = endpoints.resolve("lab/meta-llama/Llama-3.1-8B-Instruct", paths)
-    assert (endpoint.url, endpoint.api_key) == ("http://b:2/v1", None)
-    assert model == "meta-llama/Llama-3.1-8B-Instruct"  # the model part keeps its slashes
-    with pytest.raises(ModelNotFoundError, match="did you mean lab"):
-        endpoints.resolve("labb/x", paths)
-
-
-def test_an_endpoint_without_a_url_in_config_toml_is_a_config_error(tmp_path):
-    paths = Paths(tmp_path)
-    paths.config_file.write_text('[endpoints.lab]\napi_key = "k"\n')
-    with pytest.raises(ConfigError, match=r"\[endpoints.lab\]: needs url"):
-        endpoints.endpoints(paths)
 
 
 def test_ember_run_on_a_stream_that_drops_prints_the_partial_answer_then_one_error_line(

@@ -1,5 +1,5 @@
 """Downloads from the Hugging Face hub protocol, against a local server on loopback
-(tests/hub_server.py) that HF_ENDPOINT points at."""
+(tests/support/hub_server.py) that HF_ENDPOINT points at."""
 
 from __future__ import annotations
 
