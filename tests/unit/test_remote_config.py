@@ -33,6 +33,6 @@ def test_add_replaces_an_endpoint_and_resolve_splits_name_and_model(tmp_path):
 
 def test_an_endpoint_without_a_url_in_config_toml_is_a_config_error(tmp_path):
     paths = Paths(tmp_path)
-    paths.config_file.write_text('[endpoints.lab]\napi_key = "k"\n')
-    with pytest.raises(ConfigError, match=r"\[endpoints.lab\]: needs url"):
+    paths.config_file.write_text('[remotes.lab]\napi_key = "k"\n')
+    with pytest.raises(ConfigError, match=r"\[remotes.lab\]: needs url"):
         endpoints.endpoints(paths)
