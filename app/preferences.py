@@ -72,7 +72,7 @@ def load_settings(p: Paths | None = None) -> Settings:
 def save_settings(s: Settings, p: Paths | None = None) -> None:
     s.validate()
 
-    def edit(doc) -> None:  # noqa: ANN001 - a tomlkit document
+    def edit(doc) -> None:  # a tomlkit document
         doc[SECTION] = asdict(s)
 
     update_config(edit, p)

@@ -96,7 +96,7 @@ def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int = 64
             "end": time.perf_counter()}
 
 
-def load_level(url: str, model: str, streams: int, tokenize) -> dict:  # noqa: ANN001
+def load_level(url: str, model: str, streams: int, tokenize) -> dict:
     """All 8 prompts, `streams` at a time; tokens are counted by re-tokenizing the answers
     with the same tokenizer, so both servers are counted alike."""
     started = time.perf_counter()
@@ -133,7 +133,7 @@ def run_server(cmd: list[str], url: str, env: dict) -> subprocess.Popen:
     return proc
 
 
-def server_commands(args: argparse.Namespace, model, port: int) -> dict[str, list[str]]:  # noqa: ANN001
+def server_commands(args: argparse.Namespace, model, port: int) -> dict[str, list[str]]:
     """How to start each server under test on `port`, by name."""
     commands = {"ember": [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
                           "--parallel", str(PARALLEL)]}
@@ -153,7 +153,7 @@ def server_commands(args: argparse.Namespace, model, port: int) -> dict[str, lis
     return commands
 
 
-def measure(name: str, command: list[str], env: dict, model, tokenize,  # noqa: ANN001
+def measure(name: str, command: list[str], env: dict, model, tokenize,
             port: int) -> dict:
     url = f"http://127.0.0.1:{port}"
     proc = run_server(command, url, env)

@@ -10,7 +10,7 @@ One kernel, two launch shapes:
 Each K-tile of the weight is dequantized in registers (float32, then the activation dtype)
 and fed to `tl.dot` with float32 accumulation; an int4 tile is read as BLOCK_K / 8 rows of
 words, each word once. The block sizes are reasoned, not tuned: this
-file has only run under TRITON_INTERPRET=1 on a CPU (tests/test_kernels.py).
+file has only run under TRITON_INTERPRET=1 on a CPU (tests/unit/test_kernels.py).
 """
 
 from __future__ import annotations

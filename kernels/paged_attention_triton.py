@@ -8,7 +8,7 @@ cache blocks, each looked up in the block table), and keeps an online softmax in
 Partitions give a batch-1 long-context decode enough programs to fill the GPU; their partial
 results are merged by log-sum-exp weights afterwards. The number of partitions comes from the
 block table's width, which is fixed inside a CUDA graph, so a captured graph stays valid.
-This file has only run under TRITON_INTERPRET=1 on a CPU (tests/test_kernels.py).
+This file has only run under TRITON_INTERPRET=1 on a CPU (tests/unit/test_kernels.py).
 """
 
 from __future__ import annotations

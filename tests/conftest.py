@@ -1,6 +1,7 @@
-"""Shared fixtures. Real models are pulled once into a persistent test home through Ember's
-own mirror downloader (the same code path as `ember pull`), so no test ever skips for a
-missing model."""
+"""Shared fixtures, and the tiers. Real models are pulled once into a persistent test home
+through Ember's own mirror downloader (the same code path as `ember pull`), so no test ever
+skips for a missing model. Each test is marked with its tier's folder (unit, integration,
+gui), so `pytest -m unit` selects what `pytest tests/unit` does."""
 
 from __future__ import annotations
 
@@ -14,19 +15,29 @@ from app.config import Paths
 from app.pull.install import pull
 from app.runtime import Runtime
 from app.store import InstalledModel, Store
+from tests.support.models import GEMMA, QWEN, QWEN15, TEST_HOME
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
 if not os.path.exists("/dev/nvidiactl"):
     # No GPU: Triton kernels can only run in Triton's interpreter, and a kernel decorated
     # before TRITON_INTERPRET is set stays uncallable, so it is set before anything imports
-    # triton (tests/test_kernels.py forces the Triton path on CPU tensors).
+    # triton (tests/unit/test_kernels.py forces the Triton path on CPU tensors).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-QWEN = "qwen2.5-coder-0.5b-instruct"
-QWEN15 = "qwen2.5-coder-1.5b-instruct"
-GEMMA = "gemma-3-270m"
-TEST_HOME = Path(os.environ.get("EMBER_TEST_HOME",
-                                Path.home() / ".cache" / "ember" / "test-home"))
+TIERS = ("unit", "integration", "gui")
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier's folder; a test file outside the tiers is an error."""
+    for item in items:
+        if not item.path.is_relative_to(HERE):
+            continue
+        tier = item.path.relative_to(HERE).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in tests/unit, "
+                                    "tests/integration or tests/gui")
+        item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")

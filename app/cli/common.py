@@ -44,7 +44,7 @@ class ProgressBar:
         self._bar = None
         self._phase = None
 
-    def __call__(self, p) -> None:  # noqa: ANN001 - app.pull.install.Progress
+    def __call__(self, p) -> None:  # app.pull.install.Progress
         from tqdm import tqdm
 
         if p.phase == "done":

@@ -46,7 +46,7 @@ class Target:
     about: str  # one line for the chat banner
 
 
-def open_target(rt, model: str, context: int | None, backend: str | None,  # noqa: ANN001
+def open_target(rt, model: str, context: int | None, backend: str | None,
                 quant: str | None = None) -> Target:
     """Load a local model (pulling it first if it is in the registry), or check that a
     remote one exists, so that a wrong name fails before the first prompt."""

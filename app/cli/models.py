@@ -14,7 +14,7 @@ BEST_MODELS_SHOWN = 8
 READABLE_SPEED = 8.0  # tokens/s: below this a model is listed after the faster ones
 
 
-def _best_models(hw, context: int | None = None) -> list:  # noqa: ANN001
+def _best_models(hw, context: int | None = None) -> list:
     from app.fit import recommend
     from app.registry import load_registry
 
@@ -75,7 +75,7 @@ def hw(as_json: bool, context: int | None) -> None:
         click.echo(f"  {spec.id:34} {fit.quant:7} {fit.explain()}")
 
 
-def _variant_json(v) -> dict:  # noqa: ANN001
+def _variant_json(v) -> dict:
     sources = []
     for s in v.sources:
         if s.kind == "hf":

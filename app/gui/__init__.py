@@ -7,7 +7,7 @@ import sys
 from app.config import Paths, paths
 
 
-def build_window(home: Paths | None = None, runtime=None, hardware=None):  # noqa: ANN001, ANN201
+def build_window(home: Paths | None = None, runtime=None, hardware=None):
     """The main window on EMBER_HOME (or `home`), with its Runtime, history and settings."""
     from app.errors import ConfigError
     from app.gui.main_window import MainWindow

@@ -178,7 +178,7 @@ class ChatController(QObject):
         return self.runtime.is_remote(self.model or "") or any(
             lm.model.ref == self.model for lm in self.runtime.loaded())
 
-    def _loaded(self, loaded) -> None:  # noqa: ANN001 - app.runtime.LoadedModel, None: remote
+    def _loaded(self, loaded) -> None:  # app.runtime.LoadedModel, None: remote
         self.context_size = loaded.plan.context if loaded is not None else 0
         if self._answer is not None:
             self._answer.set_status("streaming")

@@ -75,7 +75,7 @@ class MessageText(QTextBrowser):
 
             QDesktopServices.openUrl(url)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802, ANN001
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if event.size().width() != event.oldSize().width():
             self._fit_height()
@@ -142,7 +142,7 @@ class Composer(QPlainTextEdit):
         self.setPlaceholderText("Message Ember (Enter sends, Shift+Enter: new line)")
         self.setMaximumHeight(120)
 
-    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
+    def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
                 event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
             self.submitted.emit()

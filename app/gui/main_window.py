@@ -300,7 +300,7 @@ class MainWindow(QMainWindow):
         if dialog is not None:
             dialog.set_server(text, self.server is not None)
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.controller.stop(wait=True)
         for row in self.hub.rows.values():
             if row.task is not None:

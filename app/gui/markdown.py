@@ -24,7 +24,7 @@ class Rendered:
     code_blocks: list[str] = field(default_factory=list)
 
 
-def _lexer(lang: str, code: str):  # noqa: ANN202 - a pygments Lexer
+def _lexer(lang: str, code: str):  # a pygments Lexer
     try:
         return get_lexer_by_name(lang) if lang else guess_lexer(code)
     except ClassNotFound:
@@ -39,7 +39,7 @@ def render_markdown(text: str, dark: bool = False) -> Rendered:
     link = "#8ab4f8" if dark else "#1a5fb4"
     md = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable("table")
 
-    def fence(renderer, tokens, idx, options, env) -> str:  # noqa: ANN001
+    def fence(renderer, tokens, idx, options, env) -> str:
         token = tokens[idx]
         code = token.content.rstrip("\n")
         lang = token.info.strip().split(" ")[0] if token.info else ""

@@ -114,7 +114,7 @@ class DownloadTask(QObject):
     installed = Signal(object)  # app.store.InstalledModel
     failed = Signal(str, bool)  # message, cancelled
 
-    def __init__(self, ref: str, store: Store, hardware=None) -> None:  # noqa: ANN001
+    def __init__(self, ref: str, store: Store, hardware=None) -> None:
         super().__init__()
         self.ref, self.store, self.hardware = ref, store, hardware
         self._cancel = threading.Event()

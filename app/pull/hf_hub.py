@@ -92,7 +92,7 @@ def hub_errors(repo: str, what: str) -> Iterator[None]:
         raise HubUnreachableError(f"Hugging Face hub unreachable ({type(e).__name__})") from e
 
 
-def _metadata(repo: str, filename: str):  # noqa: ANN202 - huggingface_hub.HfFileMetadata
+def _metadata(repo: str, filename: str):  # huggingface_hub.HfFileMetadata
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     url = hf_hub_url(repo, filename, endpoint=_endpoint())

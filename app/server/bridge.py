@@ -135,7 +135,7 @@ async def _events(runtime: Runtime, admission: Admission, metrics: Metrics, mode
         admission.leave()
 
 
-async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]], int]:  # noqa: ANN001
+async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
     """Embeddings through the Runtime (in a thread: loading and decoding block)."""
     state = request.app.state
     if len(texts) > MAX_EMBED_INPUTS:
@@ -148,7 +148,7 @@ async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]
         state.admission.leave()
 
 
-async def open_events(state, model: str, request: GenerationRequest, endpoint: str,  # noqa: ANN001
+async def open_events(state, model: str, request: GenerationRequest, endpoint: str,
                       keep_alive_s: float | None = None,
                       backend: str | None = None) -> AsyncIterator[Event]:
     """Check the request and the model (400, 404 and 429 come here, before any response has

@@ -47,7 +47,7 @@ class Metrics:
         with self._lock:
             self.requests[(endpoint, f"error_{kind}")] += 1
 
-    def render(self, queued: int, active: int, loaded: list) -> str:  # noqa: ANN001
+    def render(self, queued: int, active: int, loaded: list) -> str:
         lines = ["# HELP ember_requests_total Finished generation requests.",
                  "# TYPE ember_requests_total counter"]
         with self._lock:

@@ -128,7 +128,7 @@ def delete(body: OllamaModelRequest, request: Request) -> dict:
 
 
 @router.post("/pull")
-async def pull(body: OllamaPullRequest, request: Request):  # noqa: ANN201
+async def pull(body: OllamaPullRequest, request: Request):
     name = _name(body.ref)
     store = request.app.state.runtime.store
     send, receive = anyio.create_memory_object_stream[dict](max_buffer_size=1024)
@@ -172,7 +172,7 @@ async def pull(body: OllamaPullRequest, request: Request):  # noqa: ANN201
     return last
 
 
-def _params(body: OllamaBase):  # noqa: ANN202
+def _params(body: OllamaBase):
     o = body.options
     if o is None:
         return sampling()
@@ -192,7 +192,7 @@ def _format(body: OllamaBase) -> tuple[bool, dict | None]:
     raise ApiError(400, f"invalid format {body.format!r}: use \"json\" or a JSON schema")
 
 
-def _final(model: str, stats, started: float, field: str) -> dict:  # noqa: ANN001
+def _final(model: str, stats, started: float, field: str) -> dict:
     total = time.monotonic() - started
     body = {"model": model, "created_at": _now(), "done": True,
             "done_reason": "length" if stats.finish_reason == "length" else "stop",
@@ -206,7 +206,7 @@ def _final(model: str, stats, started: float, field: str) -> dict:  # noqa: ANN0
 
 
 async def _respond(request: Request, body: OllamaBase, model: str,
-                   gen_request: GenerationRequest, field: str):  # noqa: ANN202
+                   gen_request: GenerationRequest, field: str):
     state = request.app.state
     keep_alive = parse_keep_alive(body.keep_alive)
     backend = body.options.backend if body.options else None
@@ -259,7 +259,7 @@ async def embeddings_legacy(body: OllamaLegacyEmbeddingRequest, request: Request
 
 
 @router.post("/chat")
-async def chat(body: OllamaChatRequest, request: Request):  # noqa: ANN201
+async def chat(body: OllamaChatRequest, request: Request):
     model = _name(body.model)
     if not body.messages:  # Ollama: an empty chat loads (or with keep_alive 0 unloads)
         return await _load_or_unload(request, body, model, "message")
@@ -271,7 +271,7 @@ async def chat(body: OllamaChatRequest, request: Request):  # noqa: ANN201
 
 
 @router.post("/generate")
-async def generate(body: OllamaGenerateRequest, request: Request):  # noqa: ANN201
+async def generate(body: OllamaGenerateRequest, request: Request):
     model = _name(body.model)
     if not body.prompt:
         return await _load_or_unload(request, body, model, "response")

@@ -87,7 +87,7 @@ def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
 
 @router.post("/chat/completions", response_model=ChatCompletion,
              responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
-async def chat_completions(body: ChatCompletionRequest, request: Request):  # noqa: ANN201
+async def chat_completions(body: ChatCompletionRequest, request: Request):
     model = check_model_name(body.model)
     json_mode, schema = _json_settings(body)
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
@@ -157,7 +157,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingRespo
 
 @router.post("/completions", response_model=Completion,
              responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
-async def completions(body: CompletionRequest, request: Request):  # noqa: ANN201
+async def completions(body: CompletionRequest, request: Request):
     model = check_model_name(body.model)
     prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,

@@ -4,8 +4,10 @@ Each step decodes every running sequence's next token beside pieces of new promp
 sequence with its own sampler chain; a slot keeps its KV cache and last logits for the next
 turn, a retry or a shared system prompt. llama.cpp's CPU kernels round a row differently by
 batch shape, so prompts are evaluated in pieces that end at fixed positions (16 rows up to 64,
-then 64): a reused prefix is then bit-exact while a context holds one conversation. The rules
-and the measurements behind them: docs/notes/llamacpp-engine.md.
+then 64): a reused prefix is then bit-exact while a context holds one conversation. Which
+slot a prompt takes (`reusable`, `place`) and how prompts share a step (`plan_pieces`) are pure
+functions, tested without a model. The rules and the measurements behind them:
+docs/notes/llamacpp-engine.md.
 """
 
 from __future__ import annotations

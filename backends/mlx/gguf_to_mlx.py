@@ -74,7 +74,7 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def _metadata(reader) -> dict:  # noqa: ANN001 - gguf.GGUFReader
+def _metadata(reader) -> dict:  # gguf.GGUFReader
     return {key: field.contents() for key, field in reader.fields.items()}
 
 

@@ -1,0 +1,1 @@
+"""The desktop window, driven like a user would (pytest-qt, offscreen Qt)."""

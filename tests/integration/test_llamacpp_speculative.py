@@ -1,0 +1,128 @@
+"""Speculative decoding in the llama.cpp backend: the real Qwen2.5-Coder pair (1.5B target,
+0.5B draft) and prompt lookup, through the Runtime's worker. (Its parts alone:
+tests/unit/test_llamacpp_speculative.py.)"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.runtime import Runtime
+from backends.base import GenerationRequest, Message, SamplingParams, SpeculativeParams
+from backends.errors import InvalidRequestError
+from tests.support import REPO
+
+SOURCE = (REPO / "backends" / "text.py").read_text()[:1400]
+EDIT = (f"Rename the function held_back to trailing_stop_prefix in this code and output the "
+        f"whole code, nothing else:\n```python\n{SOURCE}\n```")
+# A fixed draft length: these tests check verification, which the adaptive cost model may
+# leave idle when the machine is busy (in CI it once proposed 6 tokens in a 64-token answer).
+# test_speculation_proposes_more_when_accepted_and_switches_off_when_not covers adapting.
+LOOKUP = SpeculativeParams(method="lookup", max_draft=4, adaptive=False)
+
+
+def edit_request(sampling: SamplingParams, speculative: SpeculativeParams | None = None,
+                 text: str = EDIT) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", text),), sampling=sampling,
+                             speculative=speculative)
+
+
+def test_greedy_output_is_identical_with_a_draft_model_and_with_prompt_lookup(store, qwen,
+                                                                             qwen15):
+    greedy = SamplingParams(temperature=0, max_tokens=64)
+    # on this CPU the cost model rightly keeps the draft off (benchmarks/speculative.py):
+    # a fixed draft length makes it propose, to test its verification
+    draft = SpeculativeParams(method="draft", draft_model=qwen.ref, max_draft=4,
+                              adaptive=False)
+    with Runtime(store=store) as rt:
+        plain, plain_stats = rt.generate(qwen15.ref, edit_request(greedy)).result()
+        looked, lookup_stats = rt.generate(qwen15.ref, edit_request(greedy, LOOKUP)).result()
+        drafted, draft_stats = rt.generate(qwen15.ref, edit_request(greedy, draft)).result()
+    assert plain_stats.completion_tokens == 64 and plain_stats.draft_tokens == 0
+    assert looked == plain
+    assert drafted == plain
+    # the answer copies the code: most proposals are right
+    assert lookup_stats.accepted_tokens > 20
+    assert 0 < lookup_stats.accepted_tokens <= lookup_stats.draft_tokens
+    assert draft_stats.accepted_tokens > 20
+    assert 0 < draft_stats.accepted_tokens <= draft_stats.draft_tokens
+    assert lookup_stats.completion_tokens == draft_stats.completion_tokens == 64
+
+
+def test_seeded_sampling_gives_the_same_answer_with_and_without_speculation(store, qwen):
+    # the sampler draws once per emitted token either way, so a seed fixes the answer
+    sampled = SamplingParams(temperature=0.9, top_p=0.95, seed=1234, max_tokens=48)
+    with Runtime(store=store) as rt:
+        plain, _ = rt.generate(qwen.ref, edit_request(sampled)).result()
+        looked, stats = rt.generate(qwen.ref, edit_request(sampled, LOOKUP)).result()
+        other_seed, _ = rt.generate(qwen.ref, edit_request(
+            SamplingParams(temperature=0.9, top_p=0.95, seed=99, max_tokens=48))).result()
+    assert looked == plain
+    assert stats.accepted_tokens > 0
+    assert other_seed != plain  # the seed matters, so the equality above means something
+
+
+def test_speculating_streams_decoded_together_match_their_solo_runs(store, qwen):
+    greedy = SamplingParams(temperature=0, max_tokens=40)
+    asks = [edit_request(greedy, LOOKUP),
+            edit_request(greedy, LOOKUP, EDIT.replace("held_back", "find_stop", 1)
+                         .replace("trailing_stop_prefix", "first_stop")),
+            edit_request(greedy)]
+    with Runtime(store=store, parallel=3) as rt:
+        solo = [rt.generate(qwen.ref, r).result()[0] for r in asks]
+        results: list = [None] * len(asks)
+
+        def run(i: int) -> None:
+            results[i] = rt.generate(qwen.ref, asks[i]).result()
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(asks))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+    assert [text for text, _ in results] == solo
+    assert results[0][1].accepted_tokens > 0 and results[2][1].draft_tokens == 0
+
+
+def test_stop_strings_and_max_tokens_end_a_speculative_answer_where_a_plain_one_ends(store,
+                                                                                    qwen):
+    with Runtime(store=store) as rt:
+        for sampling in (SamplingParams(temperature=0, max_tokens=17),
+                         SamplingParams(temperature=0, max_tokens=200, stop=("def ",))):
+            plain, p = rt.generate(qwen.ref, edit_request(sampling)).result()
+            looked, s = rt.generate(qwen.ref, edit_request(sampling, LOOKUP)).result()
+            assert (looked, s.completion_tokens, s.finish_reason) == (
+                plain, p.completion_tokens, p.finish_reason)
+        # the cache holds only accepted tokens: a follow-up reuses it and still matches
+        greedy = SamplingParams(temperature=0, max_tokens=24)
+        first, _ = rt.generate(qwen.ref, edit_request(greedy, LOOKUP)).result()
+        turn2 = (Message("user", EDIT), Message("assistant", first), Message("user", "Thanks!"))
+        cached, stats = rt.generate(qwen.ref, GenerationRequest(
+            messages=turn2, sampling=greedy, speculative=LOOKUP)).result()
+        assert stats.cached_tokens > 0
+    with Runtime(store=store) as fresh:
+        fresh_text, _ = fresh.generate(qwen.ref, GenerationRequest(
+            messages=turn2, sampling=greedy)).result()
+    assert cached == fresh_text
+
+
+def test_a_draft_model_with_another_tokenizer_or_none_is_a_clear_error(store, qwen, gemma):
+    greedy = SamplingParams(temperature=0, max_tokens=8)
+    with Runtime(store=store) as rt:
+        with pytest.raises(InvalidRequestError, match="does not share the model's tokenizer"):
+            rt.generate(qwen.ref, edit_request(greedy, SpeculativeParams(
+                method="draft", draft_model=gemma.ref))).result()
+        with pytest.raises(InvalidRequestError, match="cannot be its own draft model"):
+            rt.generate(qwen.ref, edit_request(greedy, SpeculativeParams(
+                method="draft", draft_model=qwen.ref))).result()
+        with pytest.raises(InvalidRequestError, match="sliding-window"):
+            rt.generate(gemma.ref, GenerationRequest(prompt="def add(a, b):", sampling=greedy,
+                                                     speculative=LOOKUP)).result()
+        # the worker keeps serving after refusing
+        text, _ = rt.generate(qwen.ref, edit_request(greedy)).result()
+        assert text
+    with pytest.raises(InvalidRequestError, match="needs a draft_model"):
+        SpeculativeParams(method="draft").validate()
+    with pytest.raises(InvalidRequestError, match="max_draft"):
+        SpeculativeParams(method="lookup", max_draft=0).validate()

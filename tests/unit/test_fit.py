@@ -1,0 +1,130 @@
+"""The fit model on simulated machines (tests/support/machines.py). Expected numbers are
+worked out by hand here, from the formula in app/fit/ (docs/notes/fit-model.md), for Llama 3.1 8B
+Instruct (32 layers, 8 KV heads of 128, vocabulary 128,256) at a 4,096-token context."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.fit import estimate, recommend
+from app.fit.estimate import kv_cache_bytes
+from app.registry import load_registry
+from tests.support.machines import (
+    GPU_6GB,
+    LAPTOP_8GB,
+    LLAMA_8B,
+    LLAMA_8B_ARCH,
+    M2_AIR_16GB,
+    RTX_4090,
+    SBC_4GB,
+    SIZES,
+)
+
+# KV: 2 (K, V) x 8 heads x 128 x 2 bytes = 4,096 bytes per token per layer; x 32 layers x 4,096
+KV_4K = 4096 * 32 * 4096  # 536,870,912
+# buffers on a GPU: 512 x 128,256 x 4 (logits) + 4 MiB + 256 B x 4,096; on the CPU the logits
+# part is never touched; overhead 112 MiB
+GPU_BUFFERS = 512 * 128256 * 4 + 4 * 2**20 + 256 * 4096  # 267,911,168
+CPU_BUFFERS = 4 * 2**20 + 256 * 4096  # 5,242,880
+OVERHEAD = 112 * 2**20
+CPU_TOTAL = {q: n + KV_4K + CPU_BUFFERS + OVERHEAD for q, n in SIZES.items()}
+GPU_TOTAL = {q: n + KV_4K + GPU_BUFFERS + OVERHEAD for q, n in SIZES.items()}
+KV_READ = 4096 * 32 * 1024  # KV read per token at the quoted 1,024-token fill
+
+
+def test_memory_breakdown_matches_the_hand_computation():
+    q4 = LLAMA_8B.variants[0]
+    cpu = estimate(LLAMA_8B.id, LLAMA_8B_ARCH, LLAMA_8B.params, q4, LAPTOP_8GB, 4096)
+    assert cpu.memory.kv_cache == KV_4K == 536_870_912
+    assert cpu.memory.buffers == CPU_BUFFERS == 5_242_880
+    assert cpu.memory.total == CPU_TOTAL["Q4_K_M"] == 5_578_554_304
+    # Q4_K_M keeps a repacked copy of 56% of its bytes on the CPU: resident, not required
+    assert cpu.memory.repacked == int(4_919_000_000 * 0.56)
+    assert cpu.memory.resident_peak == cpu.memory.total + cpu.memory.repacked
+    assert cpu.explain().startswith("CPU: 4.92 GB weights (+2.75 GB reclaimable CPU repack) "
+                                    "+ 0.54 GB KV at 4k context + 0.12 GB buffers")
+    gpu = estimate(LLAMA_8B.id, LLAMA_8B_ARCH, LLAMA_8B.params, q4, RTX_4090, 4096)
+    assert gpu.memory.buffers == GPU_BUFFERS == 267_911_168
+    assert gpu.memory.total == GPU_TOTAL["Q4_K_M"] and gpu.memory.repacked == 0
+
+
+def test_8gb_laptop_without_gpu_just_holds_an_8b_model_in_q4_k_m():
+    # RAM budget 0.9 x 6.5 GB = 5.85 GB: Q4_K_M needs 5.579 GB (fits, 0.27 GB to spare: less
+    # than the 10% headroom, so no variant is "roomy" and the smallest that fits is chosen);
+    # Q5_K_M needs 6.38 GB and does not fit.
+    fit = recommend(LLAMA_8B, LAPTOP_8GB)
+    assert (fit.quant, fit.placement, fit.label) == ("Q4_K_M", "cpu", "CPU")
+    assert fit.headroom_bytes == int(0.9 * 6.5e9) - CPU_TOTAL["Q4_K_M"] == 271_445_696
+    q5 = estimate(LLAMA_8B.id, LLAMA_8B_ARCH, LLAMA_8B.params, LLAMA_8B.variants[1],
+                  LAPTOP_8GB, 4096)
+    assert q5.placement == "wont_fit"
+
+
+def test_8gb_laptop_runs_llama_3_2_3b_on_the_cpu():
+    spec = load_registry().get("llama-3.2-3b-instruct")
+    fit = recommend(spec, LAPTOP_8GB)
+    assert fit.placement == "cpu"
+    sizes = {v.quant: v.size_bytes for v in spec.variants if v.format == "gguf"}
+    kv_read = 2 * 8 * 128 * 2 * 28 * 1024  # 28 layers at the 1,024-token fill: 117 MB
+    # All fit in 5.85 GB with headroom. Decode is bandwidth / bytes per token, so a variant's
+    # speed relative to Q4_K_M's (the fastest) is (Q4 + KV read) / (its size + KV read);
+    # the recommendation is the largest whose ratio is at least 0.75.
+    ratio = {q: (sizes["Q4_K_M"] + kv_read) / (n + kv_read) for q, n in sizes.items()}
+    expected = max((q for q in sizes if ratio[q] >= 0.75), key=lambda q: sizes[q])
+    assert ratio["Q8_0"] < 0.75 <= ratio["Q5_K_M"]
+    assert fit.quant == expected
+    assert fit.decode_tokens_per_s == pytest.approx(
+        0.55 * 38.4e9 / (sizes[expected] + kv_read), rel=0.01)
+
+
+def test_16gb_m2_air_runs_8b_fully_on_the_gpu_with_q6_k():
+    # GPU budget: min(0.67 x 16 GiB, 0.9 x 12 GB) = 10.8 GB; all four fit. Decode speeds at
+    # 0.65 x 100 GB/s: Q4 65/(4.919+0.134) = 12.9 t/s, Q6 9.7 (0.752 of it), Q8 7.5 (0.58)
+    fit = recommend(LLAMA_8B, M2_AIR_16GB)
+    assert (fit.quant, fit.placement) == ("Q6_K", "full_gpu")
+    assert fit.decode_tokens_per_s == pytest.approx(65e9 / (SIZES["Q6_K"] + KV_READ), rel=0.01)
+    assert fit.headroom_bytes == int(0.9 * 12e9) - GPU_TOTAL["Q6_K"]
+
+
+def test_rtx_4090_runs_8b_in_q8_0_fully_on_the_gpu():
+    # GPU budget 0.95 x 25 GB - 400 MiB = 23.33 GB; Q8_0 at 0.75 x 1008 GB/s = 87 t/s > 20
+    fit = recommend(LLAMA_8B, RTX_4090)
+    assert (fit.quant, fit.placement, fit.gpu_layers) == ("Q8_0", "full_gpu", 32)
+    assert fit.decode_tokens_per_s == pytest.approx(0.75 * 1008e9 / (SIZES["Q8_0"] + KV_READ),
+                                                    rel=0.01)
+    assert fit.headroom_bytes == int(0.95 * 25e9) - 400 * 2**20 - GPU_TOTAL["Q8_0"]
+
+
+def test_4gb_single_board_computer_runs_the_0_5b_coder_on_the_cpu():
+    spec = load_registry().get("qwen2.5-coder-0.5b-instruct")
+    fit = recommend(spec, SBC_4GB)
+    # 491,400,064 + KV 12,288 B x 4,096 + 4 MiB + 1 MiB buffers + 112 MiB
+    total = 491_400_064 + 12_288 * 4096 + 5 * 2**20 + 112 * 2**20
+    assert fit.memory.total == total == 664_415_104
+    assert (fit.placement, fit.quant) == ("cpu", "Q4_K_M")
+    assert recommend(LLAMA_8B, SBC_4GB).placement == "wont_fit"
+
+
+def test_6gb_gpu_needs_partial_offload_and_prefers_q4_with_31_of_32_layers():
+    # GPU budget 0.95 x 5.8 GB - 400 MiB = 5,090,569,600 B < 5.841 GB on a GPU: partial.
+    # A layer holds (0.9 x 4.919 GB + 0.537 GB KV) / 32 = 155,124,091 B;
+    # (5,090,569,600 - 267,911,168 buffers) // 155,124,091 = 31 layers on the GPU.
+    q4 = estimate(LLAMA_8B.id, LLAMA_8B_ARCH, LLAMA_8B.params, LLAMA_8B.variants[0],
+                  GPU_6GB, 4096)
+    assert (q4.placement, q4.gpu_layers, q4.label) == (
+        "partial", 31, "partial offload (31/32 layers on GPU)")
+    # 31/32 of 5.053 GB at 0.75 x 360 GB/s + 1/32 at 0.55 x 40 GB/s: 39.5 tokens/s;
+    # Q5_K_M gets 27 layers and 16.7 t/s, under 75% of that, so Q4_K_M is recommended.
+    assert q4.decode_tokens_per_s == pytest.approx(39.5, abs=0.2)
+    fit = recommend(LLAMA_8B, GPU_6GB)
+    assert (fit.quant, fit.gpu_layers) == ("Q4_K_M", 31)
+
+
+def test_sliding_window_layers_hold_only_their_window():
+    gemma = load_registry().get("gemma-3-270m").arch
+    # measured in llama.cpp (swa_full off): 3 global layers x 8,192 cells = 24 MiB, and
+    # 15 sliding layers x (512 + 512 ubatch) cells = 15 MiB
+    assert kv_cache_bytes(gemma, 8192) == 39 * 2**20
+    qwen = load_registry().get("qwen2.5-coder-0.5b-instruct").arch
+    assert kv_cache_bytes(qwen, 2048) == 24 * 2**20  # measured: 24.00 MiB
+    assert kv_cache_bytes(qwen, 2048, parallel=4) == 96 * 2**20

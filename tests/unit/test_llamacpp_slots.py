@@ -1,0 +1,96 @@
+"""The llama.cpp engine's slot table, without a model: which free slot a new request takes
+and how much of its cache it reuses (backends/llamacpp/engine.py, `reusable` and `place`).
+That the reuse is exact, and that a shared system prompt keeps the other conversation's
+cache, is checked on the real models in tests/integration/test_llamacpp_prefix_cache.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.llamacpp.engine import Placement, Slot, place, reusable
+
+SYSTEM = list(range(1000, 1040))  # a 40-token system prompt
+
+
+def cached(seq_id: int, tokens: list[int], last_used: float = 0.0,
+           exact_upto: int | None = None) -> Slot:
+    """A free slot whose cache holds `tokens`, bit-exact up to `exact_upto` (all of them)."""
+    exact = len(tokens) if exact_upto is None else exact_upto
+    return Slot(seq_id, tokens=list(tokens), exact_upto=exact, last_used=last_used)
+
+
+def test_reuse_is_the_common_prefix_down_to_a_piece_boundary():
+    slot = cached(0, list(range(100)))
+    assert reusable(slot, list(range(70)) + [7, 7]) == 64  # 70 shared: boundaries 64, 128...
+    assert reusable(slot, list(range(40)) + [7]) == 32  # ... and 16, 32, 48 below 64
+    assert reusable(slot, list(range(15)) + [7]) == 0
+    assert reusable(slot, [7] + list(range(1, 100))) == 0  # a different first token
+
+
+def test_reuse_stops_short_of_the_prompts_last_token_and_of_inexact_cells():
+    slot = cached(0, list(range(100)))
+    # the last token must be evaluated for the logits its answer starts from
+    assert reusable(slot, list(range(64))) == 48
+    # cells past exact_upto rounded differently from a fresh evaluation (a short last piece)
+    assert reusable(cached(0, list(range(100)), exact_upto=40), list(range(90))) == 32
+
+
+def test_the_same_prompt_again_reuses_all_of_it_from_the_stored_logits():
+    prompt = list(range(50))
+    slot = cached(0, prompt + [500, 501], exact_upto=48)  # its prompt, then its answer
+    slot.logits_at = len(prompt)  # the logits after the prompt were kept
+    assert reusable(slot, prompt) == 50
+    assert reusable(slot, prompt[:40]) == 32  # another prompt: the usual rule
+
+
+def test_a_new_request_takes_the_slot_with_the_longest_common_prefix():
+    ours = SYSTEM + list(range(88))  # 128 tokens, a piece boundary
+    slots = [cached(0, list(range(500, 600)), last_used=1.0),
+             cached(1, ours, last_used=3.0),
+             cached(2, SYSTEM, last_used=2.0)]
+    assert place(slots, ours + [9] * 20) == Placement(slots[1], 128)
+
+
+def test_a_new_conversation_sharing_the_system_prompt_takes_the_lru_slot_with_shared_cells():
+    busy = cached(0, SYSTEM + list(range(100)), last_used=5.0)  # a conversation's cache
+    idle = cached(1, list(range(500, 520)), last_used=1.0)
+    other = cached(2, list(range(600, 630)), last_used=3.0)
+    new = SYSTEM + [7] * 30
+    # the cells of the 32 shared tokens go to the least recently used free slot, and the
+    # conversation keeps its 140 for its next turn
+    assert place([busy, idle, other], new) == Placement(idle, 32, donor=busy)
+    # a sliding-window cache cannot share cells: the conversation's cache is cut instead
+    assert place([busy, idle, other], new, can_share=False) == Placement(busy, 32)
+    # when the conversation's own slot is the least recently used, it is cut as well
+    busy.last_used = 0.5
+    assert place([busy, idle, other], new) == Placement(busy, 32)
+
+
+def test_without_reuse_the_least_recently_used_cache_is_evicted_first():
+    slots = [cached(0, [1] * 20, last_used=3.0), cached(1, [2] * 20, last_used=1.0),
+             cached(2, [3] * 20, last_used=2.0)]
+    order = []
+    free = list(slots)
+    while free:  # each new, unrelated request takes (and cuts) the cache idle longest
+        chosen = place(free, [9] * 30)
+        assert chosen.keep == 0 and chosen.donor is None
+        order.append(chosen.slot.seq_id)
+        free.remove(chosen.slot)
+    assert order == [1, 2, 0]
+    # among slots that serve the same prefix, too, the least recently used goes first
+    a = cached(0, SYSTEM + [1] * 9, last_used=2.0)
+    b = cached(1, SYSTEM + [2] * 9, last_used=1.0)
+    assert place([a, b], SYSTEM + [3]) == Placement(b, 32)
+
+
+@pytest.mark.xfail(strict=True, reason="place() treats a conversation's next turn like a new "
+                   "conversation sharing a prefix: reuse stops at the last piece boundary of "
+                   "its prompt, short of the cached answer, so the turn moves to the least "
+                   "recently used slot and evicts another conversation's cache")
+def test_a_conversations_next_turn_stays_in_its_slot_and_evicts_no_other():
+    prompt = SYSTEM + list(range(60))  # 100 tokens
+    ours = cached(1, prompt + [500] * 12, last_used=2.0, exact_upto=64)  # and its answer
+    ours.logits_at = len(prompt)
+    theirs = cached(0, list(range(700, 800)), last_used=1.0)  # another conversation
+    next_turn = prompt + [500] * 12 + [9] * 8
+    assert place([theirs, ours], next_turn) == Placement(ours, 64)

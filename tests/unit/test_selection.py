@@ -1,0 +1,95 @@
+"""Which backend runs a model, for simulated machines, and how the user overrides it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from app.config import Paths
+from app.errors import ConfigError
+from app.hardware import GPU
+from app.runtime import backend_table
+from app.runtime.backend_choice import choose_backend, configured_backend
+from app.runtime.backend_table import make_backend
+from backends.errors import EmberError, InvalidRequestError
+from tests.support.machines import desktop
+
+RTX = GPU("NVIDIA GeForce RTX 4090", "nvidia", 24 * 2**30, 23 * 2**30, "8.9", 1008)
+APPLE = GPU("Apple M3 Max GPU", "apple", 48 * 2**30, 48 * 2**30, None, 400)
+NVIDIA_TORCH = desktop(gpus=(RTX,), torch_cuda="2.13.0+cu128")
+NVIDIA_NO_TORCH = desktop(gpus=(RTX,))
+MAC = desktop(machine="arm64", isa=("neon",), gpus=(APPLE,), apple_chip="M3 Max")
+CPU = desktop(isa=("avx2",), cpu_bandwidth_gbps=20)
+
+
+def test_nvidia_gpu_with_working_torch_cuda_runs_gguf_and_safetensors_on_cuda():
+    for formats in (("gguf",), ("safetensors",), None):
+        choice = choose_backend(NVIDIA_TORCH, gpu_offload=False, formats=formats)
+        assert choice.name == "cuda"
+        assert choice.reason == ("NVIDIA NVIDIA GeForce RTX 4090 (24 GB) with torch "
+                                 "2.13.0+cu128 CUDA: Ember's CUDA engine")
+
+
+def test_nvidia_gpu_without_torch_cuda_stays_on_llamacpp_and_says_what_is_missing():
+    choice = choose_backend(NVIDIA_NO_TORCH, gpu_offload=True, formats=("gguf",))
+    assert choice.name == "llamacpp"
+    assert choice.reason.endswith("llama.cpp with GPU offload; the cuda backend needs torch "
+                                  "with CUDA (pip install -e '.[cuda]')")
+
+
+def test_nvidia_with_torch_but_an_mlx_only_model_is_not_sent_to_cuda():
+    assert choose_backend(NVIDIA_TORCH, gpu_offload=False, formats=("mlx",)).name == "mlx"
+
+
+def test_apple_silicon_runs_mlx_models_on_mlx_and_gguf_models_on_llamacpp_metal():
+    mlx = choose_backend(MAC, gpu_offload=True, formats=("mlx", "gguf"))
+    assert (mlx.name, mlx.reason) == ("mlx", "Apple M3 Max, unified memory: MLX (the model "
+                                             "has an MLX variant)")
+    gguf = choose_backend(MAC, gpu_offload=True, formats=("gguf",))
+    assert gguf.name == "llamacpp"
+    assert gguf.reason == ("Apple M3 Max, unified memory: llama.cpp with Metal; this model "
+                           "has no MLX variant")
+
+
+def test_a_cpu_only_machine_runs_llamacpp():
+    choice = choose_backend(CPU, gpu_offload=False, formats=("gguf",))
+    assert choice.name == "llamacpp" and choice.reason.startswith("no GPU: llama.cpp on the CPU")
+
+
+def test_a_request_overrides_config_which_overrides_the_hardware_rule():
+    both = choose_backend(NVIDIA_TORCH, False, ("gguf",), requested="mlx", configured="llamacpp")
+    assert (both.name, both.reason) == ("mlx", "asked for in this request")
+    configured = choose_backend(NVIDIA_TORCH, False, ("gguf",), configured="llamacpp")
+    assert (configured.name, configured.reason) == ("llamacpp",
+                                                    "set for this model in config.toml")
+    with pytest.raises(InvalidRequestError, match="unknown backend 'tpu': choose one of "
+                                                  "llamacpp, cuda, mlx"):
+        choose_backend(CPU, False, ("gguf",), requested="tpu")
+
+
+def test_config_toml_sets_a_backend_per_model_and_rejects_unknown_ones(tmp_path):
+    paths = Paths(tmp_path)
+    paths.config_file.write_text('[models."qwen2.5-coder-0.5b-instruct"]\nbackend = "cuda"\n'
+                                 '[models.other]\nbackend = "gpu"\n')
+    assert configured_backend("qwen2.5-coder-0.5b-instruct", paths) == "cuda"
+    assert configured_backend("gemma-3-270m", paths) is None
+    with pytest.raises(ConfigError, match=r"\[models.\"other\"\]: unknown backend 'gpu'"):
+        configured_backend("other", paths)
+
+
+def test_a_backend_missing_from_this_build_fails_with_a_clear_error(monkeypatch):
+    # what a build without backends/cuda or mlx installed looks like to the worker
+    cuda = backend_table.BACKENDS["cuda"]
+    monkeypatch.setitem(backend_table.BACKENDS, "cuda",
+                        dataclasses.replace(cuda, module="backends.not_built",
+                                            install="pip install -e '.[cuda]'"))
+    with pytest.raises(EmberError, match=r"the cuda backend is not available in this build "
+                                         r"\(No module named 'backends.not_built'\); it needs: "
+                                         r"pip install -e '.\[cuda\]', or choose another with "
+                                         r"--backend"):
+        make_backend("cuda")
+    with pytest.raises(EmberError, match="runs in the app's process"):
+        make_backend("remote")
+    with pytest.raises(EmberError, match="unknown backend 'tpu'"):
+        make_backend("tpu")

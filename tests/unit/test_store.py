@@ -1,0 +1,74 @@
+"""The store of installed models: imports, listing, removal, and files that are not what
+their manifest says."""
+
+from pathlib import Path
+
+import pytest
+
+from app.errors import ModelNotFoundError
+from app.store import Store
+from backends.errors import EmberError, ModelFileError
+from tests.support.tiny_gguf import write_tiny_gguf
+
+
+def test_import_names_the_model_from_its_metadata_and_keeps_the_original(isolated_home,
+                                                                        tmp_path: Path):
+    original = write_tiny_gguf(tmp_path / "my-finetune.gguf", name="My Finetune 7B")
+    store = Store(isolated_home)
+    model = store.import_gguf(original)
+    assert (model.id, model.quant, model.origin) == ("my-finetune-7b", "ALL_F32", "import")
+    assert original.exists() and model.path != original
+    assert model.path.read_bytes() == original.read_bytes()
+    assert [m.ref for m in store.list()] == ["my-finetune-7b:ALL_F32"]
+    assert store.get("my-finetune-7b").path == model.path
+
+
+def test_importing_the_same_model_twice_is_refused(isolated_home, tmp_path: Path):
+    original = write_tiny_gguf(tmp_path / "m.gguf")
+    store = Store(isolated_home)
+    store.import_gguf(original)
+    with pytest.raises(EmberError, match="already installed"):
+        store.import_gguf(original)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not a model at all", "not a GGUF file"),
+    (b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, "corrupt GGUF header"),
+])
+def test_importing_a_bad_file_fails_clearly_and_installs_nothing(isolated_home, tmp_path: Path,
+                                                                 content: bytes, message: str):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(content)
+    store = Store(isolated_home)
+    with pytest.raises(ModelFileError, match=message):
+        store.import_gguf(bad)
+    assert store.list() == []
+
+
+def test_a_file_without_its_manifest_is_not_listed(isolated_home):
+    store = Store(isolated_home)
+    stray = store.paths.models / "ember" / "x" / "x.gguf"
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"GGUF")
+    assert store.list() == []
+
+
+def test_a_file_cut_short_after_install_is_not_listed(isolated_home, tmp_path: Path):
+    store = Store(isolated_home)
+    model = store.import_gguf(write_tiny_gguf(tmp_path / "m.gguf"))
+    with model.path.open("r+b") as f:
+        f.truncate(10)
+    assert store.list() == []
+
+
+def test_remove_deletes_file_and_manifest(isolated_home, tmp_path: Path):
+    store = Store(isolated_home)
+    model = store.import_gguf(write_tiny_gguf(tmp_path / "m.gguf"))
+    store.remove(model.ref)
+    assert store.list() == [] and not model.path.exists()
+    assert not model.path.parent.exists()
+
+
+def test_unknown_installed_model_suggests_pull_for_registry_models(isolated_home):
+    with pytest.raises(ModelNotFoundError, match="run `ember pull gemma-3-270m`"):
+        Store(isolated_home).get("gemma-3-270m")

@@ -1,0 +1,36 @@
+"""Chat templates render in a sandbox: escapes are refused, a template's own errors are
+clear."""
+
+import pytest
+
+from backends.chat_template import render_chat
+from backends.errors import TemplateError
+
+
+@pytest.mark.parametrize("payload", [
+    # CVE-2024-34359 style: walk from a string to os via subclasses
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+    "{{ self._TemplateReference__context.joiner.__init__.__globals__ }}",
+    "{% for m in messages %}{{ m['__class__'] }}{% endfor %}",
+])
+def test_sandbox_escape_is_refused_before_rendering(payload):
+    with pytest.raises(TemplateError, match="refused"):
+        render_chat(payload, [{"role": "user", "content": "x"}])
+
+
+def test_obfuscated_escape_is_refused_by_the_sandbox():
+    payload = "{% set a = ''|attr('__cla' ~ 'ss__') %}{{ a.mro() }}"
+    with pytest.raises(TemplateError, match="refused by the sandbox"):
+        render_chat(payload, [])
+
+
+def test_raise_exception_from_template_is_a_clear_error():
+    template = "{{ raise_exception('roles must alternate') }}"
+    with pytest.raises(TemplateError, match="roles must alternate"):
+        render_chat(template, [])
+
+
+def test_broken_template_does_not_compile():
+    with pytest.raises(TemplateError, match="does not compile"):
+        render_chat("{% for x in %}", [])
