@@ -98,6 +98,41 @@ def plan_pieces(prefilling: list[Slot], room: int,
     return whole + last
 
 
+def reusable(slot: Slot, prompt: list[int]) -> int:
+    """How many of `prompt`'s first tokens `slot`'s cache serves: the whole prompt when it is
+    the slot's last one, whose logits the slot kept; otherwise the common prefix, short of the
+    prompt's last token and within the bit-exact part, down to a piece boundary."""
+    if slot.logits_at == len(prompt) and slot.tokens[:len(prompt)] == prompt:
+        return len(prompt)  # with the logits its evaluation ended on
+    n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1, slot.exact_upto)
+    return boundary_floor(n)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a new request goes: `slot`, reusing the first `keep` tokens of its cache. With a
+    `donor`, the slot first takes those `keep` cells from the donor's cache."""
+    slot: Slot
+    keep: int
+    donor: Slot | None = None
+
+
+def place(free: list[Slot], prompt: list[int], can_share: bool = True) -> Placement:
+    """The free slot for a new request: the one whose cache serves the most of `prompt`, the
+    least recently used on a tie (so the cache evicted is the one idle longest). When that
+    reuse is only a prefix of the slot's longer cache (a system prompt another conversation
+    shares), the least recently used free slot takes those cells instead, and the
+    conversation keeps its cache for its next turn (`can_share`: caches that can share
+    cells, which sliding-window ones cannot)."""
+    slot = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
+    keep = reusable(slot, prompt)
+    if can_share and 0 < keep < min(len(slot.tokens), len(prompt)):
+        spare = min(free, key=lambda s: s.last_used)
+        if spare is not slot:
+            return Placement(spare, keep, donor=slot)
+    return Placement(slot, keep)
+
+
 @dataclass
 class Job:
     stream_id: str
@@ -165,17 +200,10 @@ class BatchEngine:
             if not free:
                 return
             job = self.waiting.popleft()
-
-            def reusable(slot: Slot, prompt: list[int] = job.prompt) -> int:
-                if slot.logits_at == len(prompt) and slot.tokens[:len(prompt)] == prompt:
-                    return len(prompt)  # with the logits its evaluation ended on
-                n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1, slot.exact_upto)
-                return boundary_floor(n)
-
-            slot = max(free, key=lambda s: (reusable(s), -s.last_used))
-            keep = reusable(slot)
-            if 0 < keep < min(len(slot.tokens), len(job.prompt)):
-                slot = self._share_prefix(slot, keep, free)
+            placement = place(free, job.prompt, can_share=not self._sliding)
+            slot, keep = placement.slot, placement.keep
+            if placement.donor is not None:
+                self._share_prefix(placement.donor, slot, keep)
             if keep < len(slot.tokens) and not (
                     keep > 0 and llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id,
                                                                keep, -1)):
@@ -192,19 +220,14 @@ class BatchEngine:
             job.pos = job.reused = keep
             job.max_new = min(job.max_new, self.n_ctx_seq - len(job.prompt))
 
-    def _share_prefix(self, donor: Slot, keep: int, free: list[Slot]) -> Slot:
-        """Give the least recently used free slot the `keep` tokens it shares with `donor`
-        (a system prompt, say) instead of cutting the donor's longer cache: in the one KV
-        buffer the cells then belong to both sequences (llama_memory_seq_cp copies nothing),
-        and the donor keeps its conversation for that conversation's next turn."""
-        spare = min(free, key=lambda s: s.last_used)
-        if spare is donor or self._sliding:
-            return donor
+    def _share_prefix(self, donor: Slot, spare: Slot, keep: int) -> None:
+        """Give `spare` the first `keep` tokens of `donor`'s cache (a system prompt, say; see
+        `place`): in the one KV buffer the cells then belong to both sequences
+        (llama_memory_seq_cp copies nothing), and the donor keeps its conversation."""
         llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, -1, -1)
         llama_cpp.llama_memory_seq_cp(self._memory, donor.seq_id, spare.seq_id, 0, keep)
         spare.tokens, spare.exact_upto = donor.tokens[:keep], min(donor.exact_upto, keep)
         spare.logits, spare.logits_at = None, 0
-        return spare
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
         """End every request with an error (after a failed decode) and clear the caches."""
