@@ -182,7 +182,9 @@ def start_hub() -> tuple[FakeHub, ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
     server.daemon_threads = True
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # a short poll: shutdown() waits for it (0.5 s by default, at every test's teardown)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
     return hub, server
 
 

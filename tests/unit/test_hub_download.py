@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from pathlib import Path
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app import hardware
 from app.config import Paths
 from app.errors import ChecksumError, DownloadError
+from app.pull import install
 from app.pull.install import Cancelled, pull
 from app.store import Store
 from tests.support.hub_server import TINY_FILE, TINY_REPO, start_hub, write_registry
@@ -28,6 +31,9 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Paths):
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
+    # the machine only ranks quantizations, and tiny-hub has one: its memory bandwidth goes
+    # unmeasured (seconds a test, each in a new EMBER_HOME)
+    monkeypatch.setattr(install, "detect", functools.partial(hardware.detect, measure=False))
     sources = [{"kind": "hf", "repo": TINY_REPO, "file": TINY_FILE}]
     write_registry(tmp_path, monkeypatch, data, sources)
     yield {"hub": server_hub, "data": data, "store": Store(isolated_home), "tmp": tmp_path}
