@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,18 @@ import pytest
 from app import logs
 from app.config import Paths
 from app.errors import ConfigError
+from app.runtime import Runtime
+from backends.base import ErrorEvent, GenerationRequest, Message, SamplingParams
+from backends.errors import BackendError
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "zanzibar-marmalade"  # in prompts: it must never reach the log
 KEY = "sk-test-key-never-logged"
+
+
+def ask(text: str, max_tokens: int = 8) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", text),),
+                             sampling=SamplingParams(temperature=0, max_tokens=max_tokens))
 
 
 def ember(home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -30,6 +40,17 @@ def ember(home: Path, *args: str, env: dict | None = None) -> subprocess.Complet
 def lines(file: Path, level: str | None = None) -> list[str]:
     found = file.read_text(encoding="utf-8").splitlines()
     return [ln for ln in found if level is None or f" {level} " in ln]
+
+
+@pytest.fixture
+def debug_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Logging configured with EMBER_LOG=debug; the log file."""
+    monkeypatch.setenv("EMBER_LOG", "debug")
+    logs.reset()
+    file = logs.setup(home=Paths(tmp_path / "home"))
+    assert file == tmp_path / "home" / "logs" / "ember.log"
+    yield file
+    logs.reset()
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -112,3 +133,113 @@ def test_a_data_folder_that_cannot_hold_the_log_warns_and_ember_runs_on(tmp_path
         logs.reset()
     err = capsys.readouterr().err
     assert err.startswith(f"warning: cannot write the log file {tmp_path / 'logs' / 'ember.log'}")
+
+
+# -- the Runtime and its workers (the real Qwen2.5-Coder-0.5B-Instruct) ---------------------
+def test_load_idle_unload_and_unload_are_logged_with_the_plan(debug_log: Path, store, qwen):
+    with Runtime(store=store, idle_ttl_s=0) as rt:
+        first = rt.load(qwen.ref, context=2048)
+        rt.generate(qwen.ref, ask(f"Say {SECRET}.")).result()
+        assert rt.unload_idle() == [qwen.ref]
+        second = rt.load(qwen.ref, context=1024)
+        assert rt.unload(qwen.ref)
+    info = lines(debug_log, "INFO")
+    ref = re.escape(qwen.ref)
+    expected = [
+        rf"app\.runtime\.worker_handle \[\d+\] worker pid {first.pid} started for {ref} "
+        r"on llamacpp$",
+        rf"loaded {ref} on llamacpp in \d+\.\d\d s: context 2048, \d+ threads, 0 GPU layers, "
+        rf"parallel 1, \d\.\d\d GB planned \(worker pid {first.pid}\)$",
+        rf"app\.runtime\.runtime \[\d+\] unloading {ref}: idle for \d+ s \(keep-alive 0 s\)$",
+        rf"worker pid {second.pid} started for {ref} on llamacpp$",
+        rf"loaded {ref} on llamacpp in .* context 1024, ",
+        rf"unloading {ref} \(worker pid {second.pid}\): asked to$",
+    ]
+    assert len(info) == len(expected), "\n".join(info)
+    for line, pattern in zip(info, expected, strict=True):
+        assert re.search(pattern, line), (line, pattern)
+    # the worker's own lines come over its pipe, with its own process id
+    worker_lines = [ln for ln in lines(debug_log, "DEBUG") if " app.runtime.worker_main " in ln]
+    assert any(f"[{first.pid}] {qwen.ref} loaded into llamacpp in" in ln for ln in worker_lines)
+    assert any(f"[{second.pid}] unloading {qwen.ref}" in ln for ln in worker_lines)
+    assert SECRET not in debug_log.read_text()
+
+
+def test_a_crashed_worker_logs_the_signal_and_the_failed_request_then_the_restart(
+        ember_log: Path, store, qwen):
+    with Runtime(store=store) as rt:
+        loaded = rt.load(qwen.ref, context=2048)
+        events = []
+        for event in rt.generate(qwen.ref, ask("Write a long story.", max_tokens=1000)):
+            events.append(event)
+            if len(events) == 3:
+                os.kill(loaded.pid, signal.SIGSEGV)
+        assert isinstance(events[-1], ErrorEvent) and events[-1].kind == "crash"
+        text, _ = rt.generate(qwen.ref, ask("Say OK.")).result()
+        restarted = rt.loaded()[0].pid
+    assert text and restarted != loaded.pid
+    ref = re.escape(qwen.ref)
+    (crash,) = lines(ember_log, "ERROR")
+    assert re.search(rf"app\.runtime\.worker_handle \[\d+\] worker pid {loaded.pid} running "
+                     rf"{ref} on llamacpp was killed by SIGSEGV; requests in flight failed: 1$",
+                     crash)
+    (restart,) = [ln for ln in lines(ember_log, "WARNING") if "restarting" in ln]
+    assert restart.endswith(f"restarting {qwen.ref} on llamacpp: its worker (pid {loaded.pid}) "
+                            "is gone")
+    text = ember_log.read_text()
+    assert text.index(crash) < text.index(restart) < text.index(
+        f"worker pid {restarted} started for {qwen.ref}")
+
+
+def test_an_error_inside_the_worker_reaches_the_log_with_its_traceback(ember_log: Path,
+                                                                        store, qwen):
+    with Runtime(store=store) as rt:
+        pid = rt.load(qwen.ref, context=1024).pid
+        with pytest.raises(BackendError, match="AttributeError"):
+            rt.tokenize(qwen.ref, None)  # type: ignore[arg-type]  # a bug of the caller's
+        assert rt.tokenize(qwen.ref, "still alive")  # the worker goes on
+    (error,) = lines(ember_log, "ERROR")
+    assert error.endswith(f"app.runtime.worker_main [{pid}] tokenize failed")
+    text = ember_log.read_text()
+    tail = text[text.index(error):]
+    assert "Traceback (most recent call last):" in tail and "AttributeError" in tail
+
+
+def test_a_file_llama_cpp_rejects_is_logged_as_a_failed_load(ember_log: Path, isolated_home,
+                                                             tmp_path: Path):
+    from tiny_gguf import write_tiny_gguf
+
+    from app.store import Store
+
+    store = Store(isolated_home)
+    model = store.import_gguf(write_tiny_gguf(tmp_path / "hollow.gguf", name="Hollow"))
+    with Runtime(store=store) as rt, pytest.raises(BackendError):
+        rt.load(model.ref)
+    (failed,) = lines(ember_log, "WARNING")
+    assert re.search(r"could not load hollow:ALL_F32 on llamacpp \(worker pid \d+\): .*"
+                     r"hollow\.gguf", failed)
+
+
+def test_eviction_names_the_model_evicted_and_the_one_it_made_room_for(ember_log: Path,
+                                                                       store, qwen, gemma):
+    from app.fit import plan_load
+    from app.gguf_file import read_gguf
+    from app.hardware import HardwareProfile
+
+    def small(ram_available: int) -> HardwareProfile:
+        return HardwareProfile(os="t", machine="x86_64", cpu="t", physical_cores=2,
+                               logical_cores=2, isa=("avx2",), ram_total=8 * 2**30,
+                               ram_available=ram_available)
+
+    need = [plan_load(read_gguf(m.path), small(60 * 2**30), 2048).memory_bytes
+            for m in (qwen, gemma)]
+    budget = max(need) + min(need) // 2  # room for one of them at a time
+    with Runtime(store=store, hardware=small(int(budget / 0.9) + 1)) as rt:
+        rt.load(qwen.ref, context=2048)
+        rt.load(gemma.ref, context=2048)
+        assert [m.model.ref for m in rt.loaded()] == [gemma.ref]
+    evicted = [ln for ln in lines(ember_log, "INFO") if "evicting" in ln]
+    assert len(evicted) == 1
+    assert re.search(rf"app\.runtime\.runtime \[\d+\] evicting {re.escape(qwen.ref)} "
+                     rf"\(idle \d+ s, \d\.\d\d GB\): {re.escape(gemma.ref)} needs \d\.\d\d GB "
+                     r"and \d\.\d\d GB of the \d\.\d\d GB budget are in use$", evicted[0])
