@@ -3,21 +3,27 @@ server, the Runtime and its worker processes; each test does the thing, then rea
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from app import logs
 from app.config import Paths
 from app.errors import ConfigError
 from app.runtime import Runtime
+from app.server.app import ServerSettings, create_app
 from backends.base import ErrorEvent, GenerationRequest, Message, SamplingParams
 from backends.errors import BackendError
 
@@ -243,3 +249,108 @@ def test_eviction_names_the_model_evicted_and_the_one_it_made_room_for(ember_log
     assert re.search(rf"app\.runtime\.runtime \[\d+\] evicting {re.escape(qwen.ref)} "
                      rf"\(idle \d+ s, \d\.\d\d GB\): {re.escape(gemma.ref)} needs \d\.\d\d GB "
                      r"and \d\.\d\d GB of the \d\.\d\d GB budget are in use$", evicted[0])
+
+
+# -- the HTTP server ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def api(store, qwen) -> Iterator[TestClient]:  # noqa: ANN001
+    with Runtime(store=store) as rt:
+        app = create_app(rt, ServerSettings(api_key=KEY, owns_runtime=False, parallel=2))
+        yield TestClient(app, headers={"Authorization": f"Bearer {KEY}"})
+
+
+def request_lines(file: Path) -> list[str]:
+    return [ln for ln in lines(file) if " app.server.access_log " in ln]
+
+
+CHAT = {"messages": [{"role": "user", "content": f"Say {SECRET}."}], "temperature": 0,
+        "max_tokens": 6}
+
+
+def test_a_request_is_one_line_with_its_id_model_status_tokens_and_time(ember_log: Path,
+                                                                         api, qwen):
+    r = api.post("/v1/chat/completions", json={"model": qwen.id, **CHAT})
+    assert r.status_code == 200
+    usage = r.json()["usage"]
+    (line,) = request_lines(ember_log)
+    request_id = r.headers["x-request-id"]
+    assert re.search(
+        rf"INFO +app\.server\.access_log \[\d+\] request {request_id} POST /v1/chat/completions "
+        rf"model={re.escape(qwen.id)} status=200 finish=(stop|length) "
+        rf"prompt_tokens={usage['prompt_tokens']} "
+        rf"completion_tokens={usage['completion_tokens']} seconds=\d+\.\d{{3}}$", line)
+    text = ember_log.read_text()
+    assert SECRET not in text and KEY not in text
+
+
+def test_a_streamed_answer_is_logged_when_it_ends_with_its_tokens(ember_log: Path, api, qwen):
+    with api.stream("POST", "/api/chat", json={
+            "model": qwen.id, "messages": CHAT["messages"],
+            "options": {"temperature": 0, "num_predict": 6}}) as r:
+        assert r.status_code == 200
+        final = [ln for ln in r.iter_lines() if ln][-1]
+    done = json.loads(final)
+    assert done["done"] is True
+    (line,) = request_lines(ember_log)
+    assert re.search(rf"request {r.headers['x-request-id']} POST /api/chat "
+                     rf"model={re.escape(qwen.id)} status=200 finish=\w+ "
+                     rf"prompt_tokens={done['prompt_eval_count']} "
+                     rf"completion_tokens={done['eval_count']} seconds=", line)
+
+
+def test_refused_and_failed_requests_are_logged_with_their_status(ember_log: Path, api, qwen):
+    assert api.post("/v1/chat/completions", json={"model": qwen.id, **CHAT},
+                    headers={"Authorization": "Bearer wrong-key"}).status_code == 401
+    assert api.post("/v1/chat/completions", json={"model": "no-such-model", **CHAT}
+                    ).status_code == 404
+    r = api.post("/v1/embeddings", json={"model": qwen.id, "input": ["a", "b c"]})
+    assert r.status_code == 200
+    assert api.get("/health").status_code == 200  # polled by monitors: not at INFO
+    refused, missing, embedded = request_lines(ember_log)
+    assert re.search(r"POST /v1/chat/completions status=401 seconds=", refused)
+    assert re.search(r"POST /v1/chat/completions model=no-such-model status=404 seconds=",
+                     missing)
+    tokens = r.json()["usage"]["prompt_tokens"]
+    assert re.search(rf"POST /v1/embeddings model={re.escape(qwen.id)} status=200 "
+                     rf"prompt_tokens={tokens} completion_tokens=0 seconds=", embedded)
+    assert "wrong-key" not in ember_log.read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ember_serve_logs_its_requests_and_still_shows_a_bind_error(tmp_path: Path):
+    port = free_port()
+    env = {**os.environ, "EMBER_HOME": str(tmp_path)}
+    env.pop("EMBER_LOG", None)
+    command = [sys.executable, "-m", "app.cli", "serve", "--port", str(port)]
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            proc.terminate()
+            pytest.fail(f"ember serve did not start: {proc.communicate(timeout=30)[1]}")
+        second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                                timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    # the port was taken: uvicorn's error still reaches the terminal, and the log
+    assert second.returncode != 0
+    assert "address already in use" in second.stderr.lower()
+    file = tmp_path / "logs" / "ember.log"
+    text = file.read_text()
+    assert f"serving on http://127.0.0.1:{port} (API key not required" in text
+    assert re.search(r"request [0-9a-f]{8} GET /v1/models status=200 seconds=", text)
+    assert [ln for ln in lines(file, "ERROR") if " uvicorn.error " in ln]

@@ -56,7 +56,8 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
              host, port, "required" if api_key else "not required", parallel, queue_limit,
              idle_ttl)
     # log_config=None: uvicorn's records go through Ember's handlers (its own dictConfig
-    # would close them)
+    # would close them); app.server.access_log writes one line per request instead of its
+    # access log
     uvicorn.run(app, host=host, port=port, log_level="warning", log_config=None)
 
 
