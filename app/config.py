@@ -1,7 +1,7 @@
 """Where Ember keeps its files, and the settings that can come from the environment.
 
 Data dir: `EMBER_HOME` if set, else the platform's user data dir (platformdirs). It holds
-`models/`, `history.db` and `config.toml`.
+`models/`, `history.db`, `config.toml` and `logs/` (app.logs).
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ class Paths:
     @property
     def config_file(self) -> Path:
         return self.home / "config.toml"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
 
 
 def paths() -> Paths:

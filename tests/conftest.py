@@ -108,6 +108,21 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
 
 
 @pytest.fixture
+def ember_log(tmp_path_factory: pytest.TempPathFactory,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Ember's logging configured as the `ember` command configures it (INFO), in a data
+    folder of its own; yields the log file."""
+    from app import logs
+
+    monkeypatch.delenv("EMBER_LOG", raising=False)
+    logs.reset()
+    file = logs.setup(home=Paths(tmp_path_factory.mktemp("log-home")))
+    assert file is not None
+    yield file
+    logs.reset()
+
+
+@pytest.fixture
 def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     """A disk with 1,000 bytes free, as `shutil.disk_usage` reports it to the downloaders."""
     from collections import namedtuple

@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
 
-from app import __version__
+from app import __version__, logs
 from app.config import DEFAULT_MODEL
 from backends.errors import EmberError
+
+log = logging.getLogger(__name__)
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ember")
 @click.option("--serve", "serve_flag", is_flag=True, help="same as `ember serve`")
+@click.option("-v", "--verbose", is_flag=True,
+              help="log debug lines, and echo the log to stderr (the log: DATA/logs/ember.log)")
 @click.pass_context
-def cli(ctx: click.Context, serve_flag: bool) -> None:
+def cli(ctx: click.Context, serve_flag: bool, verbose: bool) -> None:
     """Ember: run large language models on your own machine.
 
     With no command, Ember opens its window (or, without a display or without the 'gui'
     extra, a chat in the terminal on the default model).
     """
+    logs.setup(verbose=verbose)
+    # the command's name only: its arguments may hold a prompt or an API key
+    log.info("ember %s %s", __version__, ctx.invoked_subcommand or ("serve" if serve_flag
+                                                                    else "(no command)"))
     if ctx.invoked_subcommand is None:
         if serve_flag:
             from app.cli.serve import serve

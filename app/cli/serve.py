@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
+from app import logs
 from app.cli import cli
 from app.runtime.backend_table import NAMES as BACKENDS
 from backends.errors import EmberError
+
+log = logging.getLogger(__name__)
 
 
 @cli.command()
@@ -42,10 +47,17 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
                               insecure_no_auth=insecure_no_auth, cors_origins=cors_origin,
                               idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel)
     check_bind(settings)
+    logs.setup(echo=logging.WARNING)  # a server's console shows its warnings and errors
     app = create_app(Runtime(backend=backend, idle_ttl_s=idle_ttl, parallel=parallel),
                      settings)
     click.echo(f"Ember API on http://{host}:{port} (OpenAI: /v1, Ollama: /api)"
                + (", API key required" if api_key else ""), err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    log.info("serving on http://%s:%d (API key %s, parallel %d, queue limit %d, idle TTL %g s)",
+             host, port, "required" if api_key else "not required", parallel, queue_limit,
+             idle_ttl)
+    # log_config=None: uvicorn's records go through Ember's handlers (its own dictConfig
+    # would close them); app.server.access_log writes one line per request instead of its
+    # access log
+    uvicorn.run(app, host=host, port=port, log_level="warning", log_config=None)
 
 

@@ -29,8 +29,10 @@ def build_window(home: Paths | None = None, runtime=None, hardware=None):
 def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication, QMessageBox
 
+    from app import logs
     from app.gui.theme import apply_theme
 
+    logs.setup()  # once per process: a no-op under the `ember` command, which already did
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
     app.setApplicationName("Ember")
     window = build_window()

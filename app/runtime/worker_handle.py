@@ -5,6 +5,7 @@ ErrorEvent(kind="crash") that names the model and the signal)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing as mp
 import queue
 import signal
@@ -14,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
+from app import logs
 from app.errors import WorkerCrashedError
 from app.runtime.backend_table import capabilities
 from app.runtime.protocol import (
@@ -21,6 +23,7 @@ from app.runtime.protocol import (
     Generate,
     Loaded,
     LoadFailed,
+    Log,
     Out,
     OutBatch,
     Reply,
@@ -32,6 +35,7 @@ from backends.base import ErrorEvent, Event, GenerationRequest, LoadPlan
 from backends.errors import BackendError, InvalidRequestError
 
 LOAD_TIMEOUT_S = 300.0
+log = logging.getLogger(__name__)
 
 
 class EventSink(Protocol):
@@ -57,10 +61,13 @@ class Worker:
         self.model, self.plan, self.backend = model, plan, backend
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker_main, args=(child, backend, model, plan),
+        self.process = ctx.Process(target=worker_main,
+                                   args=(child, backend, model, plan, logs.level()),
                                    daemon=True, name=f"ember-worker-{model.id}")
+        started = time.monotonic()
         self.process.start()
         child.close()
+        log.info("worker pid %s started for %s on %s", self.pid, model.ref, backend)
         self._send_lock = threading.Lock()
         self._streams: dict[str, queue.Queue[Event]] = {}
         self._replies: dict[str, queue.Queue[Reply]] = {}
@@ -69,7 +76,13 @@ class Worker:
         self.capabilities = capabilities(backend)  # until the worker reports its own
         self.last_used = time.monotonic()
         self.keep_alive_s: float | None = None  # None: the Runtime's default idle TTL
+        self._stopping = False  # stop() was called: the end of the pipe is no crash
         self._wait_loaded()
+        log.info("loaded %s on %s in %.2f s: context %d, %d threads, %d GPU layers, "
+                 "parallel %d%s, %.2f GB planned (worker pid %s)", model.ref, backend,
+                 time.monotonic() - started, plan.context, plan.threads, plan.gpu_layers,
+                 plan.parallel, f", weights packed {plan.quant}" if plan.quant else "",
+                 plan.memory_bytes / 1e9, self.pid)
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"ember-runtime-{model.id}")
         self._reader.start()
@@ -97,20 +110,26 @@ class Worker:
                     msg = self._conn.recv()
                 except (EOFError, OSError):
                     break
-                if isinstance(msg, Loaded):
+                if isinstance(msg, Log):
+                    logs.handle_forwarded(msg.record)
+                elif isinstance(msg, Loaded):
                     self.capabilities = msg.capabilities
                     self.alive = True
                     return
-                if isinstance(msg, LoadFailed):
+                elif isinstance(msg, LoadFailed):
                     self.process.join(5)
+                    log.warning("could not load %s on %s (worker pid %s): %s", self.model.ref,
+                                self.backend, self.pid, msg.message)
                     raise BackendError(f"could not load {self.model.ref}: {msg.message}")
             elif not self.process.is_alive():
                 break
         self.process.join(1)
         if self.process.is_alive():
             self.process.kill()
-        raise WorkerCrashedError(f"the worker loading {self.model.ref} "
-                                 f"{_exit_description(self.process.exitcode)}")
+        why = _exit_description(self.process.exitcode)
+        log.error("the worker (pid %s) loading %s on %s %s", self.pid, self.model.ref,
+                  self.backend, why)
+        raise WorkerCrashedError(f"the worker loading {self.model.ref} {why}")
 
     def _read(self) -> None:
         while True:
@@ -134,10 +153,18 @@ class Worker:
                     waiter = self._replies.get(msg.call_id)
                 if waiter is not None:
                     waiter.put(msg)
+            elif isinstance(msg, Log):
+                logs.handle_forwarded(msg.record)
         self.alive = False
         self.process.join(2)
-        why = (f"the worker running {self.model.ref} {_exit_description(self.process.exitcode)}"
+        how = _exit_description(self.process.exitcode)
+        why = (f"the worker running {self.model.ref} {how}"
                "; this request failed, and the model will be reloaded on the next request")
+        if not self._stopping:
+            with self._streams_lock:
+                failed = len(self._streams) + len(self._replies)
+            log.error("worker pid %s running %s on %s %s; requests in flight failed: %d",
+                      self.pid, self.model.ref, self.backend, how, failed)
         with self._streams_lock:
             for stream in self._streams.values():
                 stream.put(ErrorEvent(why, "crash"))
@@ -191,12 +218,16 @@ class Worker:
         return reply.value
 
     def stop(self) -> None:
+        self._stopping = True
         with contextlib.suppress(BrokenPipeError, OSError):
             self.send(Shutdown())
         self.process.join(5)
         if self.process.is_alive():
+            log.warning("worker pid %s running %s did not stop within 5 s: killed", self.pid,
+                        self.model.ref)
             self.process.kill()
             self.process.join(5)
+        self._reader.join(2)  # it reads to the end of the pipe: the worker's last log lines
         self._conn.close()
 
 

@@ -1,17 +1,22 @@
 """The worker process: loads one model into one backend and serves requests from the pipe.
 
 Two threads: a reader that takes commands off the pipe (so a Cancel arrives while a
-generation runs) and the main thread that runs jobs and is the only one that sends.
+generation runs) and the main thread that runs jobs and sends their results. Log records go
+to the parent over the same pipe (app.logs), from whichever thread logs, so every send
+holds one lock.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
 import threading
+import time
 from multiprocessing.connection import Connection
 
+from app import logs
 from app.runtime.backend_table import make_backend
 from app.runtime.protocol import (
     Cancel,
@@ -19,6 +24,7 @@ from app.runtime.protocol import (
     Generate,
     Loaded,
     LoadFailed,
+    Log,
     Out,
     OutBatch,
     Reply,
@@ -30,23 +36,36 @@ from backends.base import DoneEvent, ErrorEvent, LoadPlan
 from backends.errors import EmberError
 
 IDLE = object()  # no command waiting: time for an engine step
+log = logging.getLogger(__name__)
 
 
 
 
 def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
-                plan: LoadPlan) -> None:
+                plan: LoadPlan, log_level: int = logging.WARNING) -> None:
     # Ctrl+C in a terminal reaches the whole process group; the parent decides what it means
     # (cancel the answer), so the worker must not die of it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    send_lock = threading.Lock()
+
+    def send(msg: object) -> None:
+        with send_lock:
+            conn.send(msg)
+
+    logs.setup_worker(lambda record: send(Log(record)), log_level)
+    log.debug("loading %s into %s", model.ref, backend_name)
+    started = time.monotonic()
     try:
         backend = make_backend(backend_name)
         backend.load(model, plan)
     except Exception as e:  # any load failure is reported, never raised into the void
-        conn.send(LoadFailed(str(e) if isinstance(e, EmberError) else f"{type(e).__name__}: {e}"))
+        if not isinstance(e, EmberError):  # a bug, not a bad file: keep its traceback
+            log.exception("loading %s into %s failed", model.ref, backend_name)
+        send(LoadFailed(str(e) if isinstance(e, EmberError) else f"{type(e).__name__}: {e}"))
         return
-    conn.send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
-                     capabilities=backend.capabilities()))
+    log.debug("%s loaded into %s in %.2f s", model.ref, backend_name, time.monotonic() - started)
+    send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
+                capabilities=backend.capabilities()))
 
     jobs: queue.Queue[Generate | Tokenize | None] = queue.Queue()
     cancels: dict[str, threading.Event] = {}
@@ -89,31 +108,35 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 try:
                     value = (backend.tokenize(job.text) if isinstance(job, Tokenize)
                              else backend.embed(list(job.texts)))
-                    conn.send(Reply(job.call_id, value=value))
+                    send(Reply(job.call_id, value=value))
                 except EmberError as e:
-                    conn.send(Reply(job.call_id, error=str(e), invalid=True))
+                    send(Reply(job.call_id, error=str(e), invalid=True))
                 except Exception as e:
-                    conn.send(Reply(job.call_id, error=f"{type(e).__name__}: {e}"))
+                    log.exception("%s failed", type(job).__name__.lower())
+                    send(Reply(job.call_id, error=f"{type(e).__name__}: {e}"))
             elif isinstance(job, Generate):
                 with lock:
                     flag = cancels.setdefault(job.stream_id, threading.Event())
                 try:
                     backend.submit(job.stream_id, job.request, flag)
                 except EmberError as e:
-                    conn.send(Out(job.stream_id, ErrorEvent(str(e), "invalid")))
+                    send(Out(job.stream_id, ErrorEvent(str(e), "invalid")))
                 except Exception as e:
-                    conn.send(Out(job.stream_id, ErrorEvent(f"{type(e).__name__}: {e}")))
+                    log.exception("starting a generation failed")
+                    send(Out(job.stream_id, ErrorEvent(f"{type(e).__name__}: {e}")))
             else:
                 try:
                     events = backend.step()
                 except Exception as e:  # fail what was running, keep the worker
+                    log.exception("an engine step failed: failing the requests it ran")
                     events = backend.fail_all(f"{type(e).__name__}: {e}")
                 if events:
-                    conn.send(OutBatch(tuple(events)))
+                    send(OutBatch(tuple(events)))
                 for stream_id, event in events:
                     if isinstance(event, DoneEvent | ErrorEvent):
                         with lock:
                             cancels.pop(stream_id, None)
         except (BrokenPipeError, EOFError, OSError):
             break
+    log.debug("unloading %s", model.ref)
     backend.unload()

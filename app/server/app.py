@@ -20,6 +20,7 @@ from app import __version__
 from app.errors import ModelNotFoundError
 from app.runtime import Runtime
 from app.server import ollama, openai
+from app.server.access_log import AccessLog
 from app.server.bridge import Admission, ServerBusyError
 from app.server.errors import ApiError
 from app.server.metrics import Metrics
@@ -201,4 +202,5 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                            allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(Guard, settings=settings)
+    app.add_middleware(AccessLog)  # the last added runs first: it sees the Guard's refusals
     return app

