@@ -15,9 +15,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from app import config, endpoints
+from app import config
 from app.errors import ModelNotFoundError
 from app.registry import suggest
+from app.runtime import endpoints
 from app.runtime.worker_handle import EventSink
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
 from backends.errors import EmberError
