@@ -219,7 +219,7 @@ class Runtime:
 
     def _check_embeddings(self, name: str) -> None:
         """A clear error before loading anything when the backend that runs `name` has no
-        embeddings (the mlx backend)."""
+        embeddings (the mlx and cuda backends)."""
         if self.is_remote(name):
             return  # _worker says remote models embed on their own server
         model = self._installed(name)
@@ -232,8 +232,8 @@ class Runtime:
             caps = capabilities(backend)
         if not caps.embeddings:
             raise InvalidRequestError(f"{model.ref} runs on the {backend} backend, and this "
-                                      "backend has no embeddings (the llamacpp and cuda "
-                                      "backends have)")
+                                      "backend has no embeddings (the llamacpp backend "
+                                      "has)")
 
     def keep_alive(self, name: str, seconds: float | None) -> None:
         """How long this model stays loaded after its last request (None: the default;

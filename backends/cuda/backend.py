@@ -77,7 +77,7 @@ class CudaBackend:
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
-                            embeddings=True)
+                            embeddings=False)  # embed() refuses: the engine computes none yet
 
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)
