@@ -29,10 +29,6 @@ from app.store import InstalledModel
 from backends.base import DoneEvent, ErrorEvent, LoadPlan
 from backends.errors import EmberError
 
-IDLE = object()  # no command waiting: time for an engine step
-
-
-
 
 def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 plan: LoadPlan) -> None:
@@ -48,7 +44,7 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     conn.send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
                      capabilities=backend.capabilities()))
 
-    jobs: queue.Queue[Generate | Tokenize | None] = queue.Queue()
+    jobs: queue.Queue[Generate | Tokenize | Embed | Shutdown] = queue.Queue()
     cancels: dict[str, threading.Event] = {}
     lock = threading.Lock()
 
@@ -62,7 +58,7 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 with lock:
                     for flag in cancels.values():
                         flag.set()
-                jobs.put(None)
+                jobs.put(msg)
                 return
             if isinstance(msg, Generate):
                 with lock:
@@ -78,11 +74,12 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     threading.Thread(target=read_commands, daemon=True, name="ember-worker-reader").start()
     # Drain every queued command, then take one engine step; block only when idle.
     while True:
+        job: Generate | Tokenize | Embed | Shutdown | None
         try:
             job = jobs.get(block=not backend.has_work())
         except queue.Empty:
-            job = IDLE
-        if job is None:
+            job = None  # no command waiting: time for an engine step
+        if isinstance(job, Shutdown):
             break
         try:
             if isinstance(job, Tokenize | Embed):
