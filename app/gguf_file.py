@@ -53,6 +53,14 @@ class GGUFInfo:
     def arch_value(self, key: str, default: object = None) -> object:
         return self.metadata.get(f"{self.architecture}.{key}", default)
 
+    def arch_int(self, key: str, default: int) -> int:
+        """A number of this architecture's metadata (`default` where the file has none)."""
+        value = self.arch_value(key, default)
+        if not isinstance(value, int | float):
+            raise ModelFileError(f"{self.path}: {self.architecture}.{key} is {value!r}, "
+                                 "not a number")
+        return int(value)
+
     @property
     def name(self) -> str:
         return str(self.metadata.get("general.name") or self.path.stem)
@@ -64,26 +72,28 @@ class GGUFInfo:
 
     @property
     def context_length(self) -> int:
-        return int(self.arch_value("context_length", 2048))
+        return self.arch_int("context_length", 2048)
 
     @property
     def file_type(self) -> str:
         """llama.cpp's name for the file's quantization mix, e.g. 'Q4_K_M'."""
         ft = self.metadata.get("general.file_type")
+        if not isinstance(ft, int):
+            return "unknown"
         try:
-            return gguf.LlamaFileType(int(ft)).name.removeprefix("MOSTLY_")  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+            return gguf.LlamaFileType(ft).name.removeprefix("MOSTLY_")
+        except ValueError:  # a type this gguf package does not know
             return "unknown"
 
     @property
     def kv_bytes_per_token(self) -> int:
         """f16 K and V for every layer; llama.cpp's default KV type."""
-        layers = int(self.arch_value("block_count", 0))
-        heads = int(self.arch_value("attention.head_count", 1))
-        kv_heads = int(self.arch_value("attention.head_count_kv", heads))
-        embd = int(self.arch_value("embedding_length", 0))
-        k_len = int(self.arch_value("attention.key_length", embd // max(heads, 1)))
-        v_len = int(self.arch_value("attention.value_length", k_len))
+        layers = self.arch_int("block_count", 0)
+        heads = self.arch_int("attention.head_count", 1)
+        kv_heads = self.arch_int("attention.head_count_kv", heads)
+        embd = self.arch_int("embedding_length", 0)
+        k_len = self.arch_int("attention.key_length", embd // max(heads, 1))
+        v_len = self.arch_int("attention.value_length", k_len)
         return layers * kv_heads * (k_len + v_len) * 2
 
 
@@ -100,15 +110,20 @@ class _Cursor:
                             f"({self.size} bytes)")
         return self.f.read(n)
 
-    def unpack(self, fmt: str) -> object:
-        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+    def unpack(self, fmt: str) -> int | float | bool:
+        value: int | float | bool = struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+        return value
+
+    def integer(self, fmt: str) -> int:
+        """A length, a count, a type or a version: an unsigned integer format."""
+        return int(self.unpack(fmt))
 
     def string(self) -> str:
-        n = int(self.unpack("<Q"))  # type: ignore[arg-type]
+        n = self.integer("<Q")
         return self.read(n).decode("utf-8", errors="replace")
 
     def skip_string(self) -> None:
-        n = int(self.unpack("<Q"))  # type: ignore[arg-type]
+        n = self.integer("<Q")
         if self.f.tell() + n > self.size:
             raise self.fail("truncated GGUF: a string runs past the end of the file")
         self.f.seek(n, os.SEEK_CUR)
@@ -123,8 +138,8 @@ class _Cursor:
         if t == gguf.GGUFValueType.STRING:
             return self.string()
         # ARRAY
-        item_type = int(self.unpack("<I"))  # type: ignore[arg-type]
-        count = int(self.unpack("<Q"))  # type: ignore[arg-type]
+        item_type = self.integer("<I")
+        count = self.integer("<Q")
         if count > self.size:
             raise self.fail(f"truncated or corrupt GGUF: an array of {count} items cannot "
                             f"fit in this {self.size}-byte file")
@@ -150,33 +165,35 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
         head = f.read(4)
         if head != MAGIC:
             raise cur.fail(f"not a GGUF file (starts with {head!r}, expected b'GGUF')")
-        version = int(cur.unpack("<I"))  # type: ignore[arg-type]
+        version = cur.integer("<I")
         if version not in (2, 3):
             if version in (0x02000000, 0x03000000):
                 raise cur.fail("big-endian GGUF is not supported")
             raise cur.fail(f"unsupported GGUF version {version} (Ember reads versions 2 and 3)")
-        n_tensors = int(cur.unpack("<Q"))  # type: ignore[arg-type]
-        n_kv = int(cur.unpack("<Q"))  # type: ignore[arg-type]
+        n_tensors = cur.integer("<Q")
+        n_kv = cur.integer("<Q")
         if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
             raise cur.fail(f"corrupt GGUF header ({n_tensors} tensors, {n_kv} metadata keys)")
 
         metadata: dict[str, object] = {}
         for _ in range(n_kv):
             key = cur.string()
-            vtype = int(cur.unpack("<I"))  # type: ignore[arg-type]
+            vtype = cur.integer("<I")
             metadata[key] = cur.value(vtype, keep=key in _KEEP_ARRAY_KEYS)
 
-        data_bytes, params, types, type_bytes = 0, 0, {}, {}
+        data_bytes, params = 0, 0
+        types: dict[str, int] = {}
+        type_bytes: dict[str, int] = {}
         embedding = ("", 0)
         tensor_ends = 0
         for _ in range(n_tensors):
             name = cur.string()
-            n_dims = int(cur.unpack("<I"))  # type: ignore[arg-type]
+            n_dims = cur.integer("<I")
             if n_dims > 8:
                 raise cur.fail(f"corrupt GGUF: tensor {name!r} has {n_dims} dimensions")
-            dims = [int(cur.unpack("<Q")) for _ in range(n_dims)]  # type: ignore[arg-type]
-            ttype = int(cur.unpack("<I"))  # type: ignore[arg-type]
-            offset = int(cur.unpack("<Q"))  # type: ignore[arg-type]
+            dims = [cur.integer("<Q") for _ in range(n_dims)]
+            ttype = cur.integer("<I")
+            offset = cur.integer("<Q")
             try:
                 qtype = gguf.GGMLQuantizationType(ttype)
                 block, type_size = gguf.GGML_QUANT_SIZES[qtype]
@@ -194,7 +211,9 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
             if name == "token_embd.weight":
                 embedding = (qtype.name, nbytes)
 
-        alignment = int(metadata.get("general.alignment", 32))  # type: ignore[arg-type]
+        alignment = metadata.get("general.alignment", 32)
+        if not isinstance(alignment, int) or alignment <= 0:
+            raise cur.fail(f"corrupt GGUF: general.alignment is {alignment!r}")
         data_start = -(-f.tell() // alignment) * alignment
     if data_start + tensor_ends > size:
         raise ModelFileError(

@@ -29,8 +29,10 @@ GEMM_BLOCKS = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64)
 MIN_K_PER_SPLIT = 512  # below this a split's loop is too short to hide the load latency
 
 
+# Triton reads a kernel's parameter annotations as type specializations (triton/runtime/
+# jit.py, KernelParam.annotation), so its parameters stay unannotated.
 @triton.jit
-def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_per_split,
+def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_per_split,  # type: ignore[no-untyped-def]
                    BITS: tl.constexpr, GROUP: tl.constexpr, TILE_IN_GROUP: tl.constexpr,
                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):

@@ -21,8 +21,10 @@ PARTITION = 256  # tokens per program (a multiple of BLOCK_N)
 BLOCK_N = 64
 
 
+# Triton reads a kernel's parameter annotations as type specializations (triton/runtime/
+# jit.py, KernelParam.annotation), so its parameters stay unannotated.
 @triton.jit
-def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, lse_ptr,
+def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, lse_ptr,  # type: ignore[no-untyped-def]
                          stride_table, stride_slot, n_parts, scale, window,
                          HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                          PAGE: tl.constexpr, PARTITION: tl.constexpr, BLOCK_H: tl.constexpr,

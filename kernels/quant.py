@@ -53,7 +53,8 @@ class Int8Weight:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return tuple(self.qweight.shape)  # type: ignore[return-value]
+        n, k = self.qweight.shape
+        return n, k
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         n, k = self.shape
@@ -66,8 +67,8 @@ class Int8Weight:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
-    def to(self, device: torch.device | str):
-        return replace(self, **{k: t.to(device) for k, t in self.tensors().items()})
+    def to(self, device: torch.device | str) -> Int8Weight:
+        return replace(self, qweight=self.qweight.to(device), scales=self.scales.to(device))
 
 
 @dataclass
@@ -93,8 +94,9 @@ class Int4Weight:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
-    def to(self, device: torch.device | str):
-        return replace(self, **{k: t.to(device) for k, t in self.tensors().items()})
+    def to(self, device: torch.device | str) -> Int4Weight:
+        return replace(self, qweight=self.qweight.to(device), scales=self.scales.to(device),
+                       zeros=self.zeros.to(device))
 
 
 PackedWeight = Int8Weight | Int4Weight

@@ -78,7 +78,7 @@ def kv_cache_bytes(arch: Arch, context: int, parallel: int, dtype: str,
     per_seq = blocks_per_context(context)
     glob, local = layer_kinds(arch)
     window_blocks = 0
-    if local:
+    if local and arch.sliding_window:  # layer_kinds: no sliding layers without a window
         # the engine's window pool (window_pool_size); none when the window spans a context
         window_blocks = blocks_per_seq(arch.sliding_window, max_tokens)
         if window_blocks >= per_seq:

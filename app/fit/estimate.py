@@ -152,16 +152,17 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
 
 
 def arch_from_gguf(info: GGUFInfo) -> Arch:
-    heads = int(info.arch_value("attention.head_count", 1))
-    hidden = int(info.arch_value("embedding_length", 0))
-    window = info.arch_value("attention.sliding_window")
+    heads = info.arch_int("attention.head_count", 1)
+    hidden = info.arch_int("embedding_length", 0)
+    window = info.arch_int("attention.sliding_window", 0)
+    tokens = info.metadata.get("tokenizer.ggml.tokens")  # the array's length (not read)
     return Arch(
-        type=info.architecture, layers=int(info.arch_value("block_count", 1)), hidden=hidden,
-        heads=heads, kv_heads=int(info.arch_value("attention.head_count_kv", heads)),
-        head_dim=int(info.arch_value("attention.key_length", hidden // max(heads, 1))),
-        vocab=int(info.metadata.get("tokenizer.ggml.tokens", 0) or 0) or 32000,
-        ffn=int(info.arch_value("feed_forward_length", 0)),
-        sliding_window=int(window) if window else None,
+        type=info.architecture, layers=info.arch_int("block_count", 1), hidden=hidden,
+        heads=heads, kv_heads=info.arch_int("attention.head_count_kv", heads),
+        head_dim=info.arch_int("attention.key_length", hidden // max(heads, 1)),
+        vocab=tokens if isinstance(tokens, int) and tokens else 32000,
+        ffn=info.arch_int("feed_forward_length", 0),
+        sliding_window=window or None,
         sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None)
 
 

@@ -33,7 +33,7 @@ BACKENDS: dict[str, BackendEntry] = {e.name: e for e in (
     BackendEntry("cuda", "backends.cuda.backend", "CudaBackend",
                  "pip install -e '.[cuda]' on a machine with an NVIDIA GPU",
                  Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
-                              embeddings=True)),
+                              embeddings=False)),
     BackendEntry("mlx", "backends.mlx.backend", "MlxBackend", "pip install -e '.[mlx]'",
                  Capabilities(formats=("mlx",), batching=True, speculative=True,
                               embeddings=False)),

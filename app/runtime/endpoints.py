@@ -72,7 +72,7 @@ def add(name: str, url: str, api_key: str | None = None,
         entry["url"] = url
         if api_key:
             entry["api_key"] = api_key
-        doc["remotes"][name] = entry  # type: ignore[index]
+        doc["remotes"][name] = entry
 
     config.update_config(edit, paths)
     return endpoints(paths)[name]
@@ -87,7 +87,7 @@ def remove(name: str, paths: config.Paths | None = None) -> Endpoint:
                              f" (known: {', '.join(known) or 'none'})"))
 
     def edit(doc: tomlkit.TOMLDocument) -> None:
-        del doc["remotes"][name]  # type: ignore[union-attr]
+        del doc["remotes"][name]
         if not doc["remotes"]:
             del doc["remotes"]
 

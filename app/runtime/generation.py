@@ -11,18 +11,17 @@ from typing import Protocol
 from app.errors import WorkerCrashedError
 from app.runtime.worker_handle import EventSink
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, Stats
-from backends.errors import BackendError, InvalidRequestError
+from backends.errors import BackendError, EmberError, InvalidRequestError
 
 
 class StreamHost(Protocol):
     """Where a generation runs: a worker process (app.runtime.worker_handle.Worker) or the app's
     own process for remote models (app.runtime.remote_streams.RemoteStreams)."""
-    label: str
-
+    @property
+    def label(self) -> str: ...
     @property
     def running(self) -> bool: ...
-    def open_stream(self, stream_id: str, request: GenerationRequest,
-                    sink: EventSink | None = None) -> EventSink: ...
+    def open_stream(self, stream_id: str, request: GenerationRequest, sink: EventSink) -> None: ...
     def close_stream(self, stream_id: str) -> None: ...
     def cancel(self, stream_id: str) -> None: ...
 
@@ -36,17 +35,22 @@ class Generation:
         self.request = request
         self.stream_id = uuid.uuid4().hex
         self._worker = worker
-        self._stream = worker.open_stream(self.stream_id, request, sink)
+        self._events: queue.Queue[Event] | None = None  # what iterating reads (no sink given)
+        if sink is None:
+            sink = self._events = queue.Queue()
+        worker.open_stream(self.stream_id, request, sink)
         self._finished = False
 
     def close(self) -> None:
         self._worker.close_stream(self.stream_id)
 
     def __iter__(self) -> Iterator[Event]:
+        if self._events is None:
+            raise TypeError("this generation's events go to the sink it was given")
         try:
             while not self._finished:
                 try:
-                    event = self._stream.get(timeout=1.0)
+                    event = self._events.get(timeout=1.0)
                 except queue.Empty:
                     if not self._worker.running:
                         self._finished = True
@@ -78,11 +82,13 @@ class Generation:
             if isinstance(event, DoneEvent):
                 return event.text, event.stats
             if isinstance(event, ErrorEvent):
-                cls = WorkerCrashedError if event.kind == "crash" else BackendError
-                if event.kind == "invalid":
-                    cls = InvalidRequestError
-                error = cls(event.message)
-                if isinstance(error, BackendError):
+                error: EmberError
+                if event.kind == "crash":
+                    error = WorkerCrashedError(event.message)
+                elif event.kind == "invalid":
+                    error = InvalidRequestError(event.message)
+                else:
+                    error = BackendError(event.message)
                     error.partial = event.partial
                 raise error
         raise BackendError("the stream ended without a result")

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from backends.base import Capabilities, Event, GenerationRequest
+
+T = TypeVar("T")
+
+
+class Call(Generic[T]):
+    """A command that gets one Reply, whose value is a T: what the Backend method of the
+    same name returns (Worker.call returns it typed)."""
 
 
 # parent -> worker
@@ -21,13 +29,13 @@ class Cancel:
 
 
 @dataclass(frozen=True)
-class Tokenize:
+class Tokenize(Call[list[int]]):
     call_id: str
     text: str
 
 
 @dataclass(frozen=True)
-class Embed:
+class Embed(Call[tuple[list[list[float]], int]]):
     call_id: str
     texts: tuple[str, ...]
 

@@ -10,16 +10,16 @@ the same kind of stream a worker feeds, so `Generation` and every front end trea
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
 
-from app import config, endpoints
+from app import config
 from app.errors import ModelNotFoundError
 from app.registry import suggest
+from app.runtime import endpoints
 from app.runtime.worker_handle import EventSink
-from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
+from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, TokenEvent
 from backends.errors import EmberError
 from backends.remote import Endpoint, Received, RemoteBackend, RemoteModel
 
@@ -44,15 +44,12 @@ class RemoteStreams:
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()
 
-    def open_stream(self, stream_id: str, request: GenerationRequest,
-                    sink: EventSink | None = None) -> EventSink:
-        stream = _Stream(sink if sink is not None else queue.Queue(),
-                         Received(time.monotonic()))
+    def open_stream(self, stream_id: str, request: GenerationRequest, sink: EventSink) -> None:
+        stream = _Stream(sink, Received(time.monotonic()))
         with self._lock:
             self._streams[stream_id] = stream
         threading.Thread(target=self._run, args=(stream_id, request, stream),
                          daemon=True, name=f"ember-remote-{self.label}").start()
-        return stream.sink
 
     def _run(self, stream_id: str, request: GenerationRequest, stream: _Stream) -> None:
         try:
@@ -65,14 +62,14 @@ class RemoteStreams:
             with self._lock:
                 self._streams.pop(stream_id, None)
 
-    def _deliver(self, stream: _Stream, event: object) -> bool:
+    def _deliver(self, stream: _Stream, event: Event) -> bool:
         with self._lock:
             if stream.ended:
                 return False
             if isinstance(event, TokenEvent):
                 stream.received.token(event.text)
             stream.ended = isinstance(event, DoneEvent | ErrorEvent)
-            stream.sink.put(event)  # type: ignore[arg-type]
+            stream.sink.put(event)
             return True
 
     def cancel(self, stream_id: str) -> None:

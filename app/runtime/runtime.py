@@ -183,9 +183,12 @@ class Runtime:
             worker = self._workers.get(model.ref)
         if worker is None or not worker.alive or (backend is not None
                                                   and worker.backend != backend):
-            keep_quant = worker is not None and (backend in (None, worker.backend))
-            self.load(name, worker.plan.context if worker else None, backend,
-                      quant=worker.plan.quant if keep_quant else None)
+            context: int | None = None
+            quant: str | None = None
+            if worker is not None:  # reload as it was: same context, and quant in its backend
+                context = worker.plan.context
+                quant = worker.plan.quant if backend in (None, worker.backend) else None
+            self.load(name, context, backend, quant=quant)
             with self._lock:
                 worker = self._workers[model.ref]
         return worker
@@ -210,6 +213,7 @@ class Runtime:
         spec = request.speculative
         if spec is None or spec.method != "draft":
             return request
+        assert spec.draft_model is not None  # request.validate() requires one for "draft"
         if self.is_remote(spec.draft_model):
             raise InvalidRequestError(f"the draft model must be a local model, not "
                                       f"{spec.draft_model}")
@@ -224,18 +228,18 @@ class Runtime:
         return replace(request, speculative=replace(spec, draft_path=str(draft.path)))
 
     def tokenize(self, name: str, text: str) -> list[int]:
-        return list(self._worker(name).call(lambda cid: Tokenize(cid, text)))  # type: ignore[call-overload]
+        return self._worker(name).call(lambda cid: Tokenize(cid, text))
 
     def embed(self, name: str, texts: list[str]) -> tuple[list[list[float]], int]:
         """L2-normalised embeddings of `texts`, and the number of tokens read."""
         if not texts:
             raise InvalidRequestError("no input to embed")
         self._check_embeddings(name)
-        return self._worker(name).call(lambda cid: Embed(cid, tuple(texts)))  # type: ignore[return-value]
+        return self._worker(name).call(lambda cid: Embed(cid, tuple(texts)))
 
     def _check_embeddings(self, name: str) -> None:
         """A clear error before loading anything when the backend that runs `name` has no
-        embeddings (the mlx backend)."""
+        embeddings (the mlx and cuda backends)."""
         if self.is_remote(name):
             return  # _worker says remote models embed on their own server
         model = self._installed(name)
@@ -248,8 +252,8 @@ class Runtime:
             caps = capabilities(backend)
         if not caps.embeddings:
             raise InvalidRequestError(f"{model.ref} runs on the {backend} backend, and this "
-                                      "backend has no embeddings (the llamacpp and cuda "
-                                      "backends have)")
+                                      "backend has no embeddings (the llamacpp backend "
+                                      "has)")
 
     def keep_alive(self, name: str, seconds: float | None) -> None:
         """How long this model stays loaded after its last request (None: the default;

@@ -13,12 +13,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from app import logs
 from app.errors import WorkerCrashedError
 from app.runtime.backend_table import capabilities
 from app.runtime.protocol import (
+    Call,
     Cancel,
     Generate,
     Loaded,
@@ -36,6 +37,7 @@ from backends.errors import BackendError, InvalidRequestError
 
 LOAD_TIMEOUT_S = 300.0
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class EventSink(Protocol):
@@ -69,7 +71,7 @@ class Worker:
         child.close()
         log.info("worker pid %s started for %s on %s", self.pid, model.ref, backend)
         self._send_lock = threading.Lock()
-        self._streams: dict[str, queue.Queue[Event]] = {}
+        self._streams: dict[str, EventSink] = {}
         self._replies: dict[str, queue.Queue[Reply]] = {}
         self._streams_lock = threading.Lock()
         self.alive = False
@@ -175,20 +177,17 @@ class Worker:
         with self._send_lock:
             self._conn.send(msg)
 
-    def open_stream(self, stream_id: str, request: GenerationRequest,
-                    sink: EventSink | None = None) -> EventSink:
-        stream: EventSink = sink if sink is not None else queue.Queue()
+    def open_stream(self, stream_id: str, request: GenerationRequest, sink: EventSink) -> None:
         with self._streams_lock:
-            self._streams[stream_id] = stream
+            self._streams[stream_id] = sink
         if not self.alive:
-            stream.put(ErrorEvent(f"the worker running {self.model.ref} is not running", "crash"))
-            return stream
+            sink.put(ErrorEvent(f"the worker running {self.model.ref} is not running", "crash"))
+            return
         try:
             self.send(Generate(stream_id, request))
         except (BrokenPipeError, OSError):
-            stream.put(ErrorEvent(f"the worker running {self.model.ref} is gone", "crash"))
+            sink.put(ErrorEvent(f"the worker running {self.model.ref} is gone", "crash"))
         self.last_used = time.monotonic()
-        return stream
 
     def close_stream(self, stream_id: str) -> None:
         with self._streams_lock:
@@ -200,7 +199,7 @@ class Worker:
         with self._streams_lock:
             return bool(self._streams or self._replies)
 
-    def call(self, make: Callable[[str], object], timeout: float = 120.0) -> object:
+    def call(self, make: Callable[[str], Call[T]], timeout: float = 120.0) -> T:
         """Send a command that gets one Reply (tokenize, embed) and wait for it."""
         call_id = uuid.uuid4().hex
         waiter: queue.Queue[Reply] = queue.Queue()
@@ -215,7 +214,9 @@ class Worker:
             self.last_used = time.monotonic()
         if reply.error:
             raise (InvalidRequestError if reply.invalid else BackendError)(reply.error)
-        return reply.value
+        # The pipe carries the value as an object; the worker answered a Call[T] with its
+        # backend's method of that name, which returns a T.
+        return cast(T, reply.value)
 
     def stop(self) -> None:
         self._stopping = True

@@ -35,9 +35,7 @@ from app.store import InstalledModel
 from backends.base import DoneEvent, ErrorEvent, LoadPlan
 from backends.errors import EmberError
 
-IDLE = object()  # no command waiting: time for an engine step
 log = logging.getLogger(__name__)
-
 
 
 
@@ -67,7 +65,7 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
                 capabilities=backend.capabilities()))
 
-    jobs: queue.Queue[Generate | Tokenize | None] = queue.Queue()
+    jobs: queue.Queue[Generate | Tokenize | Embed | Shutdown] = queue.Queue()
     cancels: dict[str, threading.Event] = {}
     lock = threading.Lock()
 
@@ -81,7 +79,7 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 with lock:
                     for flag in cancels.values():
                         flag.set()
-                jobs.put(None)
+                jobs.put(msg)
                 return
             if isinstance(msg, Generate):
                 with lock:
@@ -97,11 +95,12 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     threading.Thread(target=read_commands, daemon=True, name="ember-worker-reader").start()
     # Drain every queued command, then take one engine step; block only when idle.
     while True:
+        job: Generate | Tokenize | Embed | Shutdown | None
         try:
             job = jobs.get(block=not backend.has_work())
         except queue.Empty:
-            job = IDLE
-        if job is None:
+            job = None  # no command waiting: time for an engine step
+        if isinstance(job, Shutdown):
             break
         try:
             if isinstance(job, Tokenize | Embed):

@@ -23,6 +23,7 @@ from backends.base import (
     DoneEvent,
     ErrorEvent,
     Event,
+    FinishReason,
     GenerationRequest,
     LoadPlan,
     Message,
@@ -77,12 +78,12 @@ class CudaBackend:
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
-                            embeddings=True)
+                            embeddings=False)  # embed() refuses: the engine computes none yet
 
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)
 
-    def load_path(self, path, plan: LoadPlan) -> None:
+    def load_path(self, path: Path, plan: LoadPlan) -> None:
         self.device, self.dtype = pick_device()
         dtype = self.dtype
         if self.device.type == "cpu":
@@ -222,7 +223,7 @@ class CudaBackend:
         jobs, self._jobs = list(self._jobs.values()), {}
         return [(job.stream_id, ErrorEvent(message)) for job in jobs]
 
-    def _finish(self, job: Job, reason: str) -> list[tuple[str, Event]]:
+    def _finish(self, job: Job, reason: FinishReason) -> list[tuple[str, Event]]:
         self._loaded()[0].finish(job.seq)
         del self._jobs[id(job.seq)]
         events: list[tuple[str, Event]] = []
@@ -236,7 +237,7 @@ class CudaBackend:
             prompt_tokens=job.seq.num_prompt, completion_tokens=n,
             ttft_s=round((job.first_at or end) - job.started, 4),
             decode_tokens_per_s=round((n - 1) / decode_s, 2) if decode_s > 0 else 0.0,
-            finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
+            finish_reason=reason, truncated=job.truncated,
             total_s=round(end - job.started, 4), cached_tokens=job.seq.num_cached,
             draft_tokens=job.seq.num_drafted, accepted_tokens=job.seq.num_accepted)
         events.append((job.stream_id, DoneEvent(stats, job.text.text)))

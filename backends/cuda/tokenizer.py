@@ -21,6 +21,7 @@ class Tokenizer(Protocol):
     def piece(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
     def vocabulary(self) -> list[str]: ...  # every token's text, by id
+    def close(self) -> None: ...  # frees a GGUF vocabulary's llama.cpp model
 
 
 def load_tokenizer(path: Path) -> Tokenizer:

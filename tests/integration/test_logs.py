@@ -168,9 +168,8 @@ def test_an_error_inside_the_worker_reaches_the_log_with_its_traceback(ember_log
 
 def test_a_file_llama_cpp_rejects_is_logged_as_a_failed_load(ember_log: Path, isolated_home,
                                                              tmp_path: Path):
-    from tests.support.tiny_gguf import write_tiny_gguf
-
     from app.store import Store
+    from tests.support.tiny_gguf import write_tiny_gguf
 
     store = Store(isolated_home)
     model = store.import_gguf(write_tiny_gguf(tmp_path / "hollow.gguf", name="Hollow"))
