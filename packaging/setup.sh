@@ -2,7 +2,8 @@
 # Set Ember up in ./.venv (idempotent), then start it or run the test suite.
 #
 #   bash packaging/setup.sh           set up, install the default model, start Ember
-#   bash packaging/setup.sh --test    set up (with test tools) and run the whole test suite
+#   bash packaging/setup.sh --test    set up (with test tools), lint, type-check and run the
+#                                     whole test suite
 #
 # Needs Python 3.11+ and a C/C++ compiler with CMake (llama-cpp-python compiles once per
 # machine, about 9 minutes on 2 cores; the wheel is kept in ~/.cache/ember/wheels).
@@ -30,6 +31,10 @@ wheel=$(bash packaging/llama_cpp_wheel.sh "$py")
 if [ "$mode" = test ]; then
   # mlx and cuda: the tests run both on this CPU (mlx[cpu]; torch's CPU build, pinned)
   "$py" "${pip_q[@]}" -e ".[gui,serve,mlx,cuda,dev]"
+  # Lint and type-check first (seconds; mypy about 40 s with a cold cache), so pytest's
+  # summary is the run's last line; either failing stops the run.
+  "$py" -m ruff check .
+  PYTHON="$py" bash packaging/typecheck.sh
   export PYTHONFAULTHANDLER=1
   exec "$py" -m pytest "$@"
 fi
