@@ -60,12 +60,9 @@ from backends.base import (
     Stats,
     TokenEvent,
 )
-from backends.llamacpp.speculative import (
-    Speculation,
-    StepTimes,
-    common_prefix,
-    logits_row,
-)
+from backends.llamacpp.speculative import DraftModel, common_prefix, logits_row
+from backends.speculation.cost import DraftCost, StepTimes
+from backends.speculation.policy import Speculation
 from backends.text import TextStream
 
 SMALL_PIECE, PIECE = 16, 64  # prompt evaluation pieces: 16 rows below position 64, then 64
@@ -144,7 +141,9 @@ class Job:
     n_out: int = 0
     first_at: float | None = None
     last_at: float | None = None
-    spec: Speculation | None = None  # speculative decoding (backends.llamacpp.speculative)
+    spec: Speculation | None = None  # speculative decoding (backends.speculation)
+    draft: DraftModel | None = None  # its draft model, if it has one
+    propose_s: float = 0.0  # this step's share of the draft model's proposing time
     stored_logits: np.ndarray | None = None  # the whole prompt was cached with its logits
 
 
@@ -328,9 +327,8 @@ class BatchEngine:
                 job.next_token = None
             if not proposal:
                 token = job.sampler.sample(self.ctx, start + len(tokens) - 1)
-                if job.spec is not None and job.spec.shadow is not None:
-                    job.spec.observe(1, int(token == job.spec.shadow))
-                    job.spec.shadow = None
+                if job.spec is not None:
+                    job.spec.decoded_plainly(token)
                 out += self._accept(slot, token)
             else:
                 out += self._verify(slot, start, base, proposal, step_s)
@@ -349,14 +347,12 @@ class BatchEngine:
             limit = min(job.max_new - job.n_out - 1, self.n_ctx_seq - 1 - len(slot.tokens),
                         spare)
             job.spec.remaining = job.max_new - job.n_out
-            history = slot.tokens + [job.next_token] if job.spec.draft is not None else []
-            catch_up = (job.spec.draft.behind(slot.seq_id, history)
-                        if job.spec.draft is not None else 0)
-            k = job.spec.choose(limit, len(decoding), self.times, catch_up)
+            history = slot.tokens + [job.next_token] if job.draft is not None else []
+            cost = (DraftCost(job.draft.round_s, job.draft.behind(slot.seq_id, history),
+                              job.draft.prefill_s) if job.draft is not None else None)
+            rows = self.n_batch - spare  # the decodes, and proposals chosen before this one
+            k = job.spec.choose(limit, self.times, len(decoding), rows, cost)
             if k <= 0:
-                if job.spec.lookup is not None:
-                    guess = job.spec.lookup.propose(1)
-                    job.spec.shadow = guess[0] if guess else None
                 continue
             if job.spec.lookup is not None:
                 proposal = job.spec.lookup.propose(k)
@@ -364,16 +360,16 @@ class BatchEngine:
                     out[slot.seq_id] = proposal
                     spare -= len(proposal)
             else:
-                drafts.setdefault(id(job.spec.draft), []).append((slot, k, history))
+                drafts.setdefault(id(job.draft), []).append((slot, k, history))
                 spare -= k
         for wants in drafts.values():
-            draft = wants[0][0].job.spec.draft
+            draft = wants[0][0].job.draft
             started = time.perf_counter()
             made = draft.propose([(slot.seq_id, history, k) for slot, k, history in wants])
             share = (time.perf_counter() - started) / len(wants)
             for (slot, _, _), proposal in zip(wants, made, strict=True):
                 out[slot.seq_id] = proposal
-                slot.job.spec.propose_s = share
+                slot.job.propose_s = share
         for slot in decoding:
             if slot.seq_id in out:
                 slot.job.spec.proposed += len(out[slot.seq_id])
@@ -399,8 +395,8 @@ class BatchEngine:
                 break
             job.next_token = None  # it is in the cache already
         spec.observe(len(proposal), matched)
-        spec.realize(matched + 1, spec.propose_s + step_s)
-        spec.propose_s = 0.0
+        spec.realize(matched + 1, job.propose_s + step_s)
+        job.propose_s = 0.0
         keep = base + 1 + matched
         if keep < len(slot.tokens):
             if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1):
