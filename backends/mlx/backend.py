@@ -40,6 +40,7 @@ from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
 from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
 from backends.mlx_dir import kv_bytes_per_token, read_config
 from backends.prompt import fit_prompt, run_alone
+from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
 CACHE_ENTRIES_PER_SEQUENCE = 4  # conversations whose KV cache is kept, per parallel sequence
@@ -151,9 +152,8 @@ class MlxBackend:
             return self._draft[1]
         self._draft = None
         config = read_config(folder)
-        if self._tokenizer().pieces != load_tokenizer(folder, config).pieces:
-            raise InvalidRequestError(f"the draft model {folder.name} has another tokenizer "
-                                      "than the model: a draft must share its vocabulary")
+        check_draft_vocabulary(self._tokenizer().pieces, load_tokenizer(folder, config).pieces,
+                               folder.name)
         try:
             model, _ = load_model(folder)
         except (ValueError, KeyError, TypeError, FileNotFoundError, RuntimeError) as e:
