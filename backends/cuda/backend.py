@@ -32,7 +32,6 @@ from backends.base import (
     TokenEvent,
 )
 from backends.chat_template import render_chat
-from backends.cuda.draft import check_vocabulary
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
@@ -40,6 +39,7 @@ from backends.cuda.sequence import Sequence
 from backends.cuda.tokenizer import Tokenizer, load_tokenizer
 from backends.errors import BackendError, InvalidRequestError
 from backends.prompt import fit_prompt, run_alone
+from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
 
@@ -170,7 +170,7 @@ class CudaBackend:
                                       f"model at a time (asked for {path.name})")
         draft_tok = load_tokenizer(path)
         try:
-            check_vocabulary(tok.vocabulary(), draft_tok.vocabulary(), path)
+            check_draft_vocabulary(tok.vocabulary(), draft_tok.vocabulary(), path.name)
         finally:
             draft_tok.close()
         weights = load_weights(path, self.dtype, self.device)
