@@ -172,7 +172,8 @@ def test_a_new_conversation_shares_the_system_prompt_without_evicting_another(qw
 
 
 def slot_at(seq_id: int, prompt_len: int, pos: int) -> engine.Slot:
-    job = engine.Job(f"s{seq_id}", None, None, list(range(prompt_len)), False, None, 8, None)
+    job = engine.Job(f"s{seq_id}", None, None, list(range(prompt_len)), None, 8,
+                     truncated=False, text=None)
     job.pos = pos
     return engine.Slot(seq_id, job=job)
 

@@ -10,9 +10,8 @@ draft model is loaded at a time, on the first request that names it.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,16 +19,14 @@ import torch
 from backends.base import (
     CancelFlag,
     Capabilities,
-    DoneEvent,
     ErrorEvent,
     Event,
+    FinishReason,
     GenerationRequest,
     LoadPlan,
     Message,
     ModelFiles,
     SpeculativeParams,
-    Stats,
-    TokenEvent,
 )
 from backends.chat_template import render_chat
 from backends.cuda.engine import Engine, EngineConfig
@@ -38,6 +35,7 @@ from backends.cuda.models import build_model
 from backends.cuda.sequence import Sequence
 from backends.cuda.tokenizer import Tokenizer, load_tokenizer
 from backends.errors import BackendError, InvalidRequestError
+from backends.job import BaseJob
 from backends.prompt import fit_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
@@ -51,16 +49,9 @@ def pick_device() -> tuple[torch.device, torch.dtype]:
 
 
 @dataclass
-class Job:
-    stream_id: str
-    request: GenerationRequest
-    cancelled: CancelFlag | None
+class Job(BaseJob):
+    """A request (backends.job.BaseJob) and the engine's sequence that decodes it."""
     seq: Sequence
-    truncated: bool
-    text: TextStream
-    started: float = field(default_factory=time.perf_counter)
-    first_at: float | None = None
-    last_at: float | None = None
 
 
 class CudaBackend:
@@ -148,8 +139,8 @@ class CudaBackend:
         max_new = min(request.sampling.max_tokens or budget, budget)
         seq = Sequence(prompt, request.sampling, max_new, speculative=request.speculative)
         engine.add(seq)
-        self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated,
-                                  TextStream(request.sampling.stop))
+        self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated=truncated,
+                                  text=TextStream(request.sampling.stop))
 
     def _use_draft(self, spec: SpeculativeParams) -> None:
         """The request's draft model, loaded unless it already is; its vocabulary must be
@@ -185,7 +176,7 @@ class CudaBackend:
         engine, _ = self._loaded()
         out: list[tuple[str, Event]] = []
         for job in list(self._jobs.values()):
-            if job.cancelled is not None and job.cancelled.is_set():
+            if job.is_cancelled():
                 out += self._finish(job, "cancelled")
         got: dict[int, list[int]] = {}  # a speculating sequence may get several tokens
         for seq, token in engine.step():
@@ -205,11 +196,7 @@ class CudaBackend:
                 # the end-of-generation token is not part of the answer
                 del seq.tokens[first + i:]
                 return out + self._finish(job, "stop")
-            job.last_at = time.perf_counter()
-            job.first_at = job.first_at or job.last_at
-            piece = job.text.push(tok.piece(token))
-            if piece:
-                out.append((job.stream_id, TokenEvent(piece)))
+            out += job.emitted(tok.piece(token))
             if job.text.stopped or first + i + 1 - seq.num_prompt >= seq.max_new:
                 del seq.tokens[first + i + 1:]
                 return out + self._finish(job, "stop" if job.text.stopped else "length")
@@ -221,25 +208,13 @@ class CudaBackend:
         jobs, self._jobs = list(self._jobs.values()), {}
         return [(job.stream_id, ErrorEvent(message)) for job in jobs]
 
-    def _finish(self, job: Job, reason: str) -> list[tuple[str, Event]]:
+    def _finish(self, job: Job, reason: FinishReason) -> list[tuple[str, Event]]:
         self._loaded()[0].finish(job.seq)
         del self._jobs[id(job.seq)]
-        events: list[tuple[str, Event]] = []
-        rest = job.text.finish()
-        if rest:
-            events.append((job.stream_id, TokenEvent(rest)))
-        end = time.perf_counter()
-        n = job.seq.num_output
-        decode_s = (job.last_at - job.first_at) if job.first_at and job.last_at else 0.0
-        stats = Stats(
-            prompt_tokens=job.seq.num_prompt, completion_tokens=n,
-            ttft_s=round((job.first_at or end) - job.started, 4),
-            decode_tokens_per_s=round((n - 1) / decode_s, 2) if decode_s > 0 else 0.0,
-            finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
-            total_s=round(end - job.started, 4), cached_tokens=job.seq.num_cached,
-            draft_tokens=job.seq.num_drafted, accepted_tokens=job.seq.num_accepted)
-        events.append((job.stream_id, DoneEvent(stats, job.text.text)))
-        return events
+        seq = job.seq
+        return job.finish(reason, prompt_tokens=seq.num_prompt,
+                          completion_tokens=seq.num_output, cached_tokens=seq.num_cached,
+                          draft_tokens=seq.num_drafted, accepted_tokens=seq.num_accepted)
 
     def generate(self, request: GenerationRequest,
                  cancelled: CancelFlag | None = None) -> Iterator[Event]:

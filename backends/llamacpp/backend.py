@@ -224,8 +224,8 @@ class LlamaCppBackend:
         engine = self.engine
         assert engine is not None
         spec, draft = self._speculation(request, prompt)
-        engine.submit(Job(stream_id, request, cancelled, prompt, truncated,
-                          self._sampler(request), max_new, TextStream(request.sampling.stop),
+        engine.submit(Job(stream_id, request, cancelled, prompt, self._sampler(request),
+                          max_new, truncated=truncated, text=TextStream(request.sampling.stop),
                           spec=spec, draft=draft))
 
     def _speculation(self, request: GenerationRequest,

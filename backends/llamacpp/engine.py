@@ -51,19 +51,11 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from backends.base import (
-    CancelFlag,
-    DoneEvent,
-    ErrorEvent,
-    Event,
-    GenerationRequest,
-    Stats,
-    TokenEvent,
-)
+from backends.base import ErrorEvent, Event, FinishReason
+from backends.job import BaseJob
 from backends.llamacpp.speculative import DraftModel, common_prefix, logits_row
 from backends.speculation.cost import DraftCost, StepTimes
 from backends.speculation.policy import Speculation
-from backends.text import TextStream
 
 SMALL_PIECE, PIECE = 16, 64  # prompt evaluation pieces: 16 rows below position 64, then 64
 MIXED_ROWS = PIECE - 1  # rows in a step that mixes pieces: below flash attention's tiled path
@@ -125,22 +117,15 @@ def plan_pieces(prefilling: list[Slot], room: int,
 
 
 @dataclass
-class Job:
-    stream_id: str
-    request: GenerationRequest
-    cancelled: CancelFlag | None
+class Job(BaseJob):
+    """A request in the engine (backends.job.BaseJob) and its decoding state."""
     prompt: list[int]
-    truncated: bool
     sampler: Any  # llama_cpp._internals.LlamaSampler
     max_new: int
-    text: TextStream
-    started: float = field(default_factory=time.perf_counter)
     pos: int = 0  # prompt tokens already in the KV cache
     reused: int = 0
     next_token: int | None = None  # sampled, not yet in the KV cache
     n_out: int = 0
-    first_at: float | None = None
-    last_at: float | None = None
     spec: Speculation | None = None  # speculative decoding (backends.speculation)
     draft: DraftModel | None = None  # its draft model, if it has one
     propose_s: float = 0.0  # this step's share of the draft model's proposing time
@@ -251,7 +236,7 @@ class BatchEngine:
         out: list[tuple[str, Event]] = []
         running = [s for s in self.slots if s.job is not None]
         for slot in running:
-            if slot.job.cancelled is not None and slot.job.cancelled.is_set():
+            if slot.job.is_cancelled():
                 out += self._finish(slot, "cancelled")
             elif slot.job.stored_logits is not None:  # a prompt seen whole before
                 logits, slot.job.stored_logits = slot.job.stored_logits, None
@@ -426,10 +411,7 @@ class BatchEngine:
         job.n_out += 1
         if job.spec is not None and job.spec.lookup is not None:
             job.spec.lookup.extend([token])
-        job.last_at = time.perf_counter()
-        job.first_at = job.first_at or job.last_at
-        piece = job.text.push(self.detokenize(token))
-        events: list[tuple[str, Event]] = [(job.stream_id, TokenEvent(piece))] if piece else []
+        events = job.emitted(self.detokenize(token))
         if job.text.stopped:
             return events + self._finish(slot, "stop")
         if job.n_out >= job.max_new:
@@ -437,23 +419,11 @@ class BatchEngine:
         job.next_token = token
         return events
 
-    def _finish(self, slot: Slot, reason: str) -> list[tuple[str, Event]]:
+    def _finish(self, slot: Slot, reason: FinishReason) -> list[tuple[str, Event]]:
         job = slot.job
         slot.job = None
         slot.last_used = time.monotonic()
-        events: list[tuple[str, Event]] = []
-        rest = job.text.finish()
-        if rest:
-            events.append((job.stream_id, TokenEvent(rest)))
-        end = time.perf_counter()
-        decode_s = (job.last_at - job.first_at) if job.first_at and job.last_at else 0.0
-        stats = Stats(
-            prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
-            ttft_s=round((job.first_at or end) - job.started, 4),
-            decode_tokens_per_s=round((job.n_out - 1) / decode_s, 2) if decode_s > 0 else 0.0,
-            finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
-            total_s=round(end - job.started, 4), cached_tokens=job.reused,
-            draft_tokens=job.spec.proposed if job.spec else 0,
-            accepted_tokens=job.spec.accepted if job.spec else 0)
-        events.append((job.stream_id, DoneEvent(stats, job.text.text)))
-        return events
+        return job.finish(reason, prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
+                          cached_tokens=job.reused,
+                          draft_tokens=job.spec.proposed if job.spec else 0,
+                          accepted_tokens=job.spec.accepted if job.spec else 0)

@@ -132,9 +132,9 @@ class MlxBackend:
         engine = self.engine
         assert engine is not None
         spec = request.speculative
-        engine.submit(Job(stream_id, request, cancelled, prompt, truncated, max_new,
-                          TextStream(request.sampling.stop), make_sampler(request.sampling),
-                          make_processors(request.sampling),
+        engine.submit(Job(stream_id, request, cancelled, prompt, max_new,
+                          make_sampler(request.sampling), make_processors(request.sampling),
+                          truncated=truncated, text=TextStream(request.sampling.stop),
                           proposer=self._proposer(spec) if spec else None,
                           max_draft=spec.max_draft if spec else 0))
 
