@@ -46,7 +46,7 @@ def prompts() -> list[tuple[str, str, str]]:
     most of its prompt)."""
     text_py = _code("backends/text.py", 0, 60)
     prompt_py = _code("backends/prompt.py", 10, 35)
-    lookup_py = _code("backends/llamacpp/speculative.py", 45, 25)
+    lookup_py = _code("backends/speculation/ngram.py", 20, 36)  # class NgramIndex
     return [
         ("lru-cache", "write", "Write a Python class implementing an LRU cache with get and "
                                "put, using OrderedDict. Only code."),
