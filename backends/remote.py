@@ -28,10 +28,10 @@ from backends.base import (
     FinishReason,
     GenerationRequest,
     SamplingParams,
-    Stats,
     TokenEvent,
 )
 from backends.errors import RemoteError
+from backends.stats import request_stats
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0  # between two chunks: a long prompt on a busy cluster can take a while
@@ -323,21 +323,16 @@ class Received:
         return text
 
     def done(self) -> DoneEvent:
-        end = time.monotonic()
         usage = self.usage if isinstance(self.usage, dict) else {}
         # Without usage (a server that ignores stream_options) a chunk is about one token.
         completion = int(usage.get("completion_tokens") or self.chunks)
         details = usage.get("prompt_tokens_details") or {}
-        first, last = self.first or end, self.last or end
-        decode_s = last - first
         finish: FinishReason = ("cancelled" if self.finish == "cancelled" else
                                 "length" if self.finish == "length" else "stop")
-        stats = Stats(
+        stats = request_stats(
             prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=completion,
-            ttft_s=first - self.started,
-            decode_tokens_per_s=(completion - 1) / decode_s if decode_s > 0 and completion > 1
-            else 0.0,
-            finish_reason=finish, truncated=False, total_s=end - self.started,
+            started=self.started, first_at=self.first, last_at=self.last,
+            end=time.monotonic(), finish_reason=finish, truncated=False,
             cached_tokens=int(details.get("cached_tokens") or 0)
             if isinstance(details, dict) else 0)
         return DoneEvent(stats, "".join(self.text))

@@ -117,7 +117,7 @@ def main() -> None:
                 "identical": texts[mode] == {plain.text}}
         result["prompts"][name] = row
     result["step_seconds_by_rows"] = {r: round(t, 3) for r, t in
-                                      sorted(speculator.times.by_rows.items())}
+                                      sorted(speculator.times.rows.items())}
     draft_model = speculator.draft
     result["draft_step_seconds"] = round(draft_model.step_s, 3) \
         if draft_model is not None and draft_model.step_s else None

@@ -4,7 +4,7 @@ Prints JSON.
 
     .venv/bin/python benchmarks/speculative.py [--target qwen2.5-coder-1.5b-instruct]
         [--draft qwen2.5-coder-0.5b-instruct] [--backend llamacpp] [--max-tokens 128]
-        [--repeat 3] [--modes lookup,draft]
+        [--repeat 3] [--modes lookup,draft] [--prompts FILE] [--save-prompts FILE]
 
 For each prompt: decode tokens/s plain, with prompt lookup and with the draft model (the
 time after the first token, so the prompt cache that later runs of the same prompt hit does
@@ -15,6 +15,10 @@ this 2-core machine varies by up to 30%). A prompt's paired speedup is the media
 run's tokens/s over the plain run just before it, which the machine's drift moves less than
 the ratio of the two medians. The summary gives medians and minimums of both per kind.
 Run it on a quiet machine: other processes on the cores change all three numbers.
+
+The editing prompts are cut from Ember's own source files, so they change as the code does.
+To compare two commits, save one prompt set (`--save-prompts FILE`) and run both on it
+(`--prompts FILE`).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def prompts() -> list[tuple[str, str, str]]:
     most of its prompt)."""
     text_py = _code("backends/text.py", 0, 60)
     prompt_py = _code("backends/prompt.py", 10, 35)
-    lookup_py = _code("backends/llamacpp/speculative.py", 45, 25)
+    lookup_py = _code("backends/speculation/ngram.py", 20, 36)  # class NgramIndex
     return [
         ("lru-cache", "write", "Write a Python class implementing an LRU cache with get and "
                                "put, using OrderedDict. Only code."),
@@ -59,6 +63,16 @@ def prompts() -> list[tuple[str, str, str]]:
     ]
 
 
+def read_prompts(path: Path) -> list[tuple[str, str, str]]:
+    """A prompt set saved by --save-prompts: a JSON list of {name, kind, text}."""
+    return [(p["name"], p["kind"], p["text"]) for p in json.loads(path.read_text())]
+
+
+def save_prompts(path: Path) -> None:
+    path.write_text(json.dumps([{"name": n, "kind": k, "text": t} for n, k, t in prompts()],
+                               indent=1) + "\n")
+
+
 def run(args: argparse.Namespace) -> dict:
     greedy = SamplingParams(temperature=0, max_tokens=args.max_tokens)
     known = {"lookup": SpeculativeParams(method="lookup", max_draft=args.max_draft),
@@ -69,7 +83,7 @@ def run(args: argparse.Namespace) -> dict:
     rows = []
     with Runtime(store=Store(), backend=args.backend) as rt:
         loaded = rt.load(args.target, args.context)
-        for name, kind, text in prompts():
+        for name, kind, text in (read_prompts(args.prompts) if args.prompts else prompts()):
             row: dict = {"prompt": name, "kind": kind}
             answers: dict[str, list[str]] = {mode: [] for mode in modes}
             speeds: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -145,7 +159,15 @@ def main() -> None:
                         help="speculative modes to compare with plain decoding "
                              "(comma-separated: lookup, draft)")
     parser.add_argument("--verbose", action="store_true", help="print each prompt's row too")
+    parser.add_argument("--prompts", type=Path, default=None,
+                        help="run the prompt set in this file (from --save-prompts) instead of "
+                             "the built-in one")
+    parser.add_argument("--save-prompts", type=Path, default=None, metavar="FILE",
+                        help="write the built-in prompt set to FILE and exit")
     args = parser.parse_args()
+    if args.save_prompts:
+        save_prompts(args.save_prompts)
+        return
     unknown = set(args.modes) - {"lookup", "draft"}
     if unknown or not args.modes:
         parser.error(f"--modes takes lookup and/or draft, not {','.join(args.modes)!r}")

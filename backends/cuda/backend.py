@@ -10,9 +10,8 @@ draft model is loaded at a time, on the first request that names it.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,7 +19,6 @@ import torch
 from backends.base import (
     CancelFlag,
     Capabilities,
-    DoneEvent,
     ErrorEvent,
     Event,
     FinishReason,
@@ -29,18 +27,17 @@ from backends.base import (
     Message,
     ModelFiles,
     SpeculativeParams,
-    Stats,
-    TokenEvent,
 )
 from backends.chat_template import render_chat
-from backends.cuda.draft import check_vocabulary
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
 from backends.cuda.sequence import Sequence
 from backends.cuda.tokenizer import Tokenizer, load_tokenizer
 from backends.errors import BackendError, InvalidRequestError
+from backends.job import BaseJob
 from backends.prompt import fit_prompt, run_alone
+from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
 
@@ -52,16 +49,9 @@ def pick_device() -> tuple[torch.device, torch.dtype]:
 
 
 @dataclass
-class Job:
-    stream_id: str
-    request: GenerationRequest
-    cancelled: CancelFlag | None
+class Job(BaseJob):
+    """A request (backends.job.BaseJob) and the engine's sequence that decodes it."""
     seq: Sequence
-    truncated: bool
-    text: TextStream
-    started: float = field(default_factory=time.perf_counter)
-    first_at: float | None = None
-    last_at: float | None = None
 
 
 class CudaBackend:
@@ -77,13 +67,12 @@ class CudaBackend:
         self._jobs: dict[int, Job] = {}  # by id(sequence)
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
-                            embeddings=False)  # embed() refuses: the engine computes none yet
+        return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True)
 
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)
 
-    def load_path(self, path: Path, plan: LoadPlan) -> None:
+    def load_path(self, path, plan: LoadPlan) -> None:
         self.device, self.dtype = pick_device()
         dtype = self.dtype
         if self.device.type == "cpu":
@@ -150,8 +139,8 @@ class CudaBackend:
         max_new = min(request.sampling.max_tokens or budget, budget)
         seq = Sequence(prompt, request.sampling, max_new, speculative=request.speculative)
         engine.add(seq)
-        self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated,
-                                  TextStream(request.sampling.stop))
+        self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated=truncated,
+                                  text=TextStream(request.sampling.stop))
 
     def _use_draft(self, spec: SpeculativeParams) -> None:
         """The request's draft model, loaded unless it already is; its vocabulary must be
@@ -172,7 +161,7 @@ class CudaBackend:
                                       f"model at a time (asked for {path.name})")
         draft_tok = load_tokenizer(path)
         try:
-            check_vocabulary(tok.vocabulary(), draft_tok.vocabulary(), path)
+            check_draft_vocabulary(tok.vocabulary(), draft_tok.vocabulary(), path.name)
         finally:
             draft_tok.close()
         weights = load_weights(path, self.dtype, self.device)
@@ -187,7 +176,7 @@ class CudaBackend:
         engine, _ = self._loaded()
         out: list[tuple[str, Event]] = []
         for job in list(self._jobs.values()):
-            if job.cancelled is not None and job.cancelled.is_set():
+            if job.is_cancelled():
                 out += self._finish(job, "cancelled")
         got: dict[int, list[int]] = {}  # a speculating sequence may get several tokens
         for seq, token in engine.step():
@@ -207,11 +196,7 @@ class CudaBackend:
                 # the end-of-generation token is not part of the answer
                 del seq.tokens[first + i:]
                 return out + self._finish(job, "stop")
-            job.last_at = time.perf_counter()
-            job.first_at = job.first_at or job.last_at
-            piece = job.text.push(tok.piece(token))
-            if piece:
-                out.append((job.stream_id, TokenEvent(piece)))
+            out += job.emitted(tok.piece(token))
             if job.text.stopped or first + i + 1 - seq.num_prompt >= seq.max_new:
                 del seq.tokens[first + i + 1:]
                 return out + self._finish(job, "stop" if job.text.stopped else "length")
@@ -226,22 +211,10 @@ class CudaBackend:
     def _finish(self, job: Job, reason: FinishReason) -> list[tuple[str, Event]]:
         self._loaded()[0].finish(job.seq)
         del self._jobs[id(job.seq)]
-        events: list[tuple[str, Event]] = []
-        rest = job.text.finish()
-        if rest:
-            events.append((job.stream_id, TokenEvent(rest)))
-        end = time.perf_counter()
-        n = job.seq.num_output
-        decode_s = (job.last_at - job.first_at) if job.first_at and job.last_at else 0.0
-        stats = Stats(
-            prompt_tokens=job.seq.num_prompt, completion_tokens=n,
-            ttft_s=round((job.first_at or end) - job.started, 4),
-            decode_tokens_per_s=round((n - 1) / decode_s, 2) if decode_s > 0 else 0.0,
-            finish_reason=reason, truncated=job.truncated,
-            total_s=round(end - job.started, 4), cached_tokens=job.seq.num_cached,
-            draft_tokens=job.seq.num_drafted, accepted_tokens=job.seq.num_accepted)
-        events.append((job.stream_id, DoneEvent(stats, job.text.text)))
-        return events
+        seq = job.seq
+        return job.finish(reason, prompt_tokens=seq.num_prompt,
+                          completion_tokens=seq.num_output, cached_tokens=seq.num_cached,
+                          draft_tokens=seq.num_drafted, accepted_tokens=seq.num_accepted)
 
     def generate(self, request: GenerationRequest,
                  cancelled: CancelFlag | None = None) -> Iterator[Event]:

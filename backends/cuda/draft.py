@@ -22,7 +22,6 @@ from backends.cuda.models.layers import CausalLM
 from backends.cuda.rejection import processed_rows
 from backends.cuda.scheduler import Scheduled
 from backends.cuda.sequence import BLOCK_SIZE, Sequence
-from backends.errors import InvalidRequestError
 
 EMA = 0.3  # weight of the newest measurement in the step-time average
 
@@ -30,20 +29,6 @@ EMA = 0.3  # weight of the newest measurement in the step-time average
 def model_bytes(model: CausalLM) -> int:
     """Bytes of its weights (packed int8/int4 weights are buffers, so those count too)."""
     return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-
-
-def check_vocabulary(model_vocab: list[str], draft_vocab: list[str], draft: Path) -> None:
-    """A draft proposes token ids: they must mean the same text in both vocabularies."""
-    if model_vocab == draft_vocab:
-        return
-    if len(model_vocab) != len(draft_vocab):
-        why = f"{len(draft_vocab)} tokens against the model's {len(model_vocab)}"
-    else:
-        i = next(i for i, (a, b) in enumerate(zip(model_vocab, draft_vocab, strict=True))
-                 if a != b)
-        why = f"token {i} is {draft_vocab[i]!r} there and {model_vocab[i]!r} here"
-    raise InvalidRequestError(f"the draft model {draft.name} has another tokenizer ({why}): "
-                              "a draft model must share the model's vocabulary")
 
 
 class DraftModel:

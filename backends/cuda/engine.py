@@ -129,6 +129,7 @@ class Engine:
                                   [s.tokens for s in plain], [id(s) for s in plain])
             for seq, token in zip(plain, tokens, strict=True):
                 seq.append(token)
+                self.speculator.decoded_plainly(seq, token)
                 out.append((seq, token))
         return out
 

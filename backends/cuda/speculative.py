@@ -8,23 +8,15 @@ inside those rows, so one forward pass scores every proposal. rejection.py decid
 accepted; the K/V of the rejected positions is rolled back (their blocks freed, nothing
 hashed for the prefix cache but blocks full of accepted tokens).
 
-How many tokens to propose is a cost model over measured step times, per step and request:
-
-    tokens a step yields   E(k) = 1 + a + a^2 + ... + a^k     (a: the request's acceptance)
-    what the step costs    T(rows + k) + k * t_draft          (T: the model's step time)
-
-over the batch, speculating with k is worth it when (B - 1 + E(k)) / cost(k) beats
-B / T(rows), B being the sequences that decode this step. The best k wins; k = 0 switches
-speculation off for this step. T is the measured time of the model's steps by their number
-of query rows (a line through them for sizes not timed yet), t_draft the draft model's
-measured step. The acceptance is
-a running count of accepted over tried proposals; while a request is not speculating its
-evidence fades back to the prior, so it tries again now and then.
+How many tokens to propose, and when to stop and try again, is backends.speculation's (the
+cost model and policy every backend uses), over this engine's step times measured by their
+number of query rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+import time
 
 import torch
 
@@ -34,108 +26,14 @@ from backends.cuda.rejection import processed_rows, rejection_sample, verify_gre
 from backends.cuda.sampler import Sampler
 from backends.cuda.scheduler import Scheduled
 from backends.cuda.sequence import BLOCK_SIZE, Sequence
-
-# The prior before a request has evidence, worth PRIOR_WEIGHT tried proposals: optimistic
-# enough that every request tries speculation, then its own counts take over.
-PRIOR_ACCEPTANCE = {"draft": 0.7, "lookup": 0.6}
-PRIOR_WEIGHT = 2.0
-DECAY_SPECULATING = 0.8  # per verified step: acceptance follows the text as it changes
-DECAY_OFF = 0.95  # per step without speculation: half the evidence is gone after ~14 steps
-# Before two different step sizes have been timed: one more query row costs this fraction of
-# a one-token step (the issue's llama-bench figure for the 1.5B model on this CPU: 4 rows
-# for 1.6x of one; measured here for the 0.5B in float32 on one thread: 5 rows for 1.6x).
-PRIOR_ROW_COST = 0.2
-# A fitted line never prices a row below this fraction of the mean timed step: timing noise
-# on a busy machine can make the line flat, and a free-looking row makes any proposal pay.
-MIN_ROW_COST = 0.05
-LOOKUP_NGRAMS = (3, 2, 1)  # longest match first
-TIMING_EMA = 0.3
-
-
-def lookup(tokens: list[int], k: int) -> list[int]:
-    """Prompt lookup: the tokens that followed the latest earlier occurrence of the longest
-    suffix n-gram of `tokens` (prompt and answer), up to k of them."""
-    for n in LOOKUP_NGRAMS:
-        if len(tokens) <= n:
-            continue
-        tail = tokens[-n:]
-        for start in range(len(tokens) - n - 1, -1, -1):
-            if tokens[start:start + n] == tail:
-                return tokens[start + n:start + n + k]
-    return []
-
-
-def expected_tokens(acceptance: float, k: int) -> float:
-    """Tokens one verification yields when each proposal holds with `acceptance`."""
-    return sum(acceptance ** i for i in range(k + 1))
-
-
-@dataclass
-class StepTimes:
-    """Measured seconds of the model's decode/verify steps, by query rows."""
-    by_rows: dict[int, float] = field(default_factory=dict)
-
-    def record(self, rows: int, seconds: float) -> None:
-        old = self.by_rows.get(rows)
-        self.by_rows[rows] = seconds if old is None else \
-            (1 - TIMING_EMA) * old + TIMING_EMA * seconds
-
-    def estimate(self, rows: int) -> float | None:
-        """The measured time of a step of `rows` rows; for a size not timed yet, a line
-        through the sizes that were. (Not a line throughout: the matrix library switches
-        kernels with the row count, measured here for the 1.5B on one thread: 1-3 rows cost
-        about the same, 4 about twice that.)"""
-        if rows in self.by_rows:
-            return self.by_rows[rows]
-        pts = sorted(self.by_rows.items())
-        if not pts:
-            return None
-        if len(pts) == 1:
-            (r1, t1), = pts
-            return t1 * (1 + PRIOR_ROW_COST * (rows - 1)) / (1 + PRIOR_ROW_COST * (r1 - 1))
-        n = len(pts)
-        mx, my = sum(r for r, _ in pts) / n, sum(t for _, t in pts) / n
-        slope = sum((r - mx) * (t - my) for r, t in pts) / sum((r - mx) ** 2 for r, _ in pts)
-        slope = max(slope, MIN_ROW_COST * my)
-        return max(my + slope * (rows - mx), 1e-6)
-
-
-@dataclass
-class Acceptance:
-    prior: float
-    accepted: float = 0.0
-    tried: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return (self.accepted + self.prior * PRIOR_WEIGHT) / (self.tried + PRIOR_WEIGHT)
-
-    def update(self, proposed: int, accepted: int) -> None:
-        self.accepted = self.accepted * DECAY_SPECULATING + accepted
-        # a rejection ends the trials: the proposals after it were never judged
-        self.tried = self.tried * DECAY_SPECULATING + accepted + (accepted < proposed)
-
-    def fade(self) -> None:
-        self.accepted *= DECAY_OFF
-        self.tried *= DECAY_OFF
-
-
-def best_draft_length(acceptance: float, max_k: int, batch: int, rows: int,
-                      times: StepTimes, draft_step_s: float) -> int:
-    """The k that maximizes the step's tokens per second (0: do not speculate)."""
-    base = times.estimate(rows)
-    if base is None:  # nothing timed yet: try a middling length to learn
-        return min(4, max_k)
-    best, best_rate = 0, batch / base
-    for k in range(1, max_k + 1):
-        cost = times.estimate(rows + k) + k * draft_step_s
-        rate = (batch - 1 + expected_tokens(acceptance, k)) / cost
-        if rate > best_rate:
-            best, best_rate = k, rate
-    return best
+from backends.speculation.cost import DraftCost, StepTimes
+from backends.speculation.policy import Speculation
 
 
 class Speculator:
+    """Adds the speculating sequences' proposals to a step, and verifies what the model made
+    of them; one `Speculation` (backends.speculation.policy) per sequence decides how many."""
+
     def __init__(self, blocks: BlockManager, context: int, sampler: Sampler,
                  model_bytes: int, adaptive: bool = True) -> None:
         self.blocks, self.context, self.sampler = blocks, context, sampler
@@ -143,26 +41,40 @@ class Speculator:
         self.model_bytes = model_bytes  # the model's weights, to scale a draft's prior cost
         self.draft: DraftModel | None = None
         self.times = StepTimes()
-        self.acceptance: dict[int, Acceptance] = {}  # by id() of the sequence
+        self.requests: dict[int, Speculation] = {}  # by id() of the sequence
         self.proposals: dict[int, tuple[list[int], torch.Tensor | None]] = {}
+        self.propose_s: dict[int, float] = {}  # this step's share of the draft's time
+        self.step_s: float | None = None  # the last step's, if it only decoded and verified
 
     def forget(self, seq: Sequence) -> None:
-        self.acceptance.pop(id(seq), None)
+        self.requests.pop(id(seq), None)
+        self.propose_s.pop(id(seq), None)
         if self.draft is not None:
             self.draft.release(seq)
 
     def _generator(self, seq: Sequence) -> torch.Generator:
         return self.sampler.generator(id(seq), seq.sampling.seed)
 
-    def _draft_step_s(self) -> float:
+    def _speculation(self, seq: Sequence) -> Speculation:
+        spec = self.requests.get(id(seq))
+        if spec is None:
+            params = seq.speculative
+            if not self.adaptive:
+                params = dataclasses.replace(params, adaptive=False)
+            spec = self.requests[id(seq)] = Speculation.start(params, seq.tokens)
+        elif spec.lookup is not None:
+            spec.lookup.follow(seq.tokens)  # what it accepted and decoded since
+        return spec
+
+    def _draft_cost(self) -> DraftCost:
         """The draft model's measured step; before one is measured, the model's one-row step
         scaled by the two models' weight sizes (decode reads every weight once)."""
-        if self.draft is None:
-            return 0.0
-        if self.draft.step_s is not None:
-            return self.draft.step_s
-        one_row = self.times.estimate(1) or 0.0
-        return one_row * self.draft.weight_bytes / max(self.model_bytes, 1)
+        if self.draft is not None and self.draft.step_s is not None:
+            return DraftCost(self.draft.step_s)
+        if self.draft is None or not self.times.measured:
+            return DraftCost()
+        return DraftCost(self.times.cost(1) * self.draft.weight_bytes
+                         / max(self.model_bytes, 1))
 
     def propose(self, scheduled: list[Scheduled]) -> list[Scheduled]:
         """The step with proposals added to the decodes of speculating sequences."""
@@ -173,29 +85,26 @@ class Speculator:
             seq = s.seq
             if seq.speculative is None:
                 continue
-            method = seq.speculative.method
-            acc = self.acceptance.setdefault(id(seq), Acceptance(PRIOR_ACCEPTANCE[method]))
-            room = min(seq.speculative.max_draft, seq.max_new - seq.num_output - 1,
-                       self.context - len(seq) - 1)
-            step_s = self._draft_step_s() if method == "draft" else 0.0
-            if room <= 0:
-                k = 0
-            elif self.adaptive:
-                k = best_draft_length(acc.rate, room, len(decoding), rows, self.times, step_s)
-            else:
-                k = room
+            spec = self._speculation(seq)
+            spec.remaining = seq.max_new - seq.num_output
+            room = min(seq.max_new - seq.num_output - 1, self.context - len(seq) - 1)
+            k = spec.choose(room, self.times, len(decoding), rows,
+                            self._draft_cost() if spec.uses_draft else None)
             if k == 0:
-                acc.fade()
                 continue
             wants.append((seq, k))
             rows += k
         self.proposals = {}
-        lookups = [(seq, k) for seq, k in wants if seq.speculative.method == "lookup"]
-        for seq, k in lookups:
-            self.proposals[id(seq)] = (lookup(seq.tokens, k), None)
-        drafted = [(seq, k) for seq, k in wants if seq.speculative.method == "draft"]
+        for seq, k in wants:
+            lookup = self.requests[id(seq)].lookup
+            if lookup is not None:
+                self.proposals[id(seq)] = (lookup.propose(k), None)
+        drafted = [(seq, k) for seq, k in wants if self.requests[id(seq)].uses_draft]
         if drafted and self.draft is not None:
+            start = time.perf_counter()
             self.proposals.update(self.draft.propose(drafted, self._generator))
+            share = (time.perf_counter() - start) / len(drafted)
+            self.propose_s.update((id(seq), share) for seq, _ in drafted)
         out = []
         for s in scheduled:
             tokens, _ = self.proposals.get(id(s.seq), ([], None))
@@ -217,8 +126,16 @@ class Speculator:
 
     def record(self, scheduled: list[Scheduled], seconds: float) -> None:
         """Time a step that only decoded or verified (prompt chunks would skew the line)."""
+        self.step_s = None
         if all(s.samples and s.num_tokens == 1 + s.draft for s in scheduled):
             self.times.record(sum(s.num_tokens for s in scheduled), seconds)
+            self.step_s = seconds
+
+    def decoded_plainly(self, seq: Sequence, token: int) -> None:
+        """A token the step gave `seq` without proposals (prompt lookup checks its guess)."""
+        spec = self.requests.get(id(seq))
+        if spec is not None:
+            spec.decoded_plainly(token)
 
     def verify(self, s: Scheduled, logits: torch.Tensor,
                is_eog) -> tuple[list[int], Scheduled]:
@@ -241,7 +158,10 @@ class Speculator:
         accepted = len(out) - 1
         seq.num_drafted += k
         seq.num_accepted += accepted
-        self.acceptance[id(seq)].update(k, accepted)
+        spec = self.requests[id(seq)]
+        spec.observe(k, accepted)
+        if self.step_s is not None:  # what the step really gave, against the promise
+            spec.realize(len(out), self.propose_s.pop(id(seq), 0.0) + self.step_s)
         self.blocks.truncate(seq, len(seq) - k + accepted)
         seq.append(out[-1])
         return out, Scheduled(seq, 1 + accepted)

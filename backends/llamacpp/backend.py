@@ -30,8 +30,9 @@ from backends.base import (
 from backends.chat_template import render_chat
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.llamacpp.engine import BatchEngine, Job
-from backends.llamacpp.speculative import DraftModel, NgramLookup, Speculation
+from backends.llamacpp.speculative import DraftModel
 from backends.prompt import fit_prompt, run_alone
+from backends.speculation.policy import Speculation
 from backends.text import TextStream
 
 ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers meaning "every layer"
@@ -223,22 +224,24 @@ class LlamaCppBackend:
         max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine
         assert engine is not None
-        spec = self._speculation(request, prompt)
-        engine.submit(Job(stream_id, request, cancelled, prompt, truncated,
-                          self._sampler(request), max_new, TextStream(request.sampling.stop),
-                          spec=spec))
+        spec, draft = self._speculation(request, prompt)
+        engine.submit(Job(stream_id, request, cancelled, prompt, self._sampler(request),
+                          max_new, truncated=truncated, text=TextStream(request.sampling.stop),
+                          spec=spec, draft=draft))
 
-    def _speculation(self, request: GenerationRequest, prompt: list[int]) -> Speculation | None:
+    def _speculation(self, request: GenerationRequest,
+                     prompt: list[int]) -> tuple[Speculation | None, DraftModel | None]:
+        """The request's speculative state, and its draft model (loaded on first use)."""
         params = request.speculative
         if params is None:
-            return None
+            return None, None
         if self._sliding_window:
             raise InvalidRequestError(
                 f"{self._installed.ref if self._installed else 'this model'} has sliding-window "
                 "attention layers, whose llama.cpp cache cannot take back rejected tokens: "
                 "speculative decoding is not available for it")
         if params.method == "lookup":
-            return Speculation(params, lookup=NgramLookup(prompt))
+            return Speculation.start(params, prompt), None
         if not params.draft_path:
             raise InvalidRequestError("speculative decoding with a draft model needs its path "
                                       "(the Runtime fills it in from draft_model)")
@@ -247,7 +250,7 @@ class LlamaCppBackend:
             draft = DraftModel(params.draft_path, self._parallel, self._n_ctx_seq,
                                self._threads, self._loaded())
             self._drafts[params.draft_path] = draft
-        return Speculation(params, draft=draft)
+        return Speculation.start(params, prompt), draft
 
     def step(self) -> list[tuple[str, Event]]:
         return self.engine.step() if self.engine is not None else []

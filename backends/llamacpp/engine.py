@@ -22,22 +22,11 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from backends.base import (
-    CancelFlag,
-    DoneEvent,
-    ErrorEvent,
-    Event,
-    GenerationRequest,
-    Stats,
-    TokenEvent,
-)
-from backends.llamacpp.speculative import (
-    Speculation,
-    StepTimes,
-    common_prefix,
-    logits_row,
-)
-from backends.text import TextStream
+from backends.base import ErrorEvent, Event, FinishReason
+from backends.job import BaseJob
+from backends.llamacpp.speculative import DraftModel, common_prefix, logits_row
+from backends.speculation.cost import DraftCost, StepTimes
+from backends.speculation.policy import Speculation
 
 SMALL_PIECE, PIECE = 16, 64  # prompt evaluation pieces: 16 rows below position 64, then 64
 MIXED_ROWS = PIECE - 1  # rows in a step that mixes pieces: below flash attention's tiled path
@@ -134,23 +123,18 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True) -> Placem
 
 
 @dataclass
-class Job:
-    stream_id: str
-    request: GenerationRequest
-    cancelled: CancelFlag | None
+class Job(BaseJob):
+    """A request in the engine (backends.job.BaseJob) and its decoding state."""
     prompt: list[int]
-    truncated: bool
     sampler: Any  # llama_cpp._internals.LlamaSampler
     max_new: int
-    text: TextStream
-    started: float = field(default_factory=time.perf_counter)
     pos: int = 0  # prompt tokens already in the KV cache
     reused: int = 0
     next_token: int | None = None  # sampled, not yet in the KV cache
     n_out: int = 0
-    first_at: float | None = None
-    last_at: float | None = None
-    spec: Speculation | None = None  # speculative decoding (backends.llamacpp.speculative)
+    spec: Speculation | None = None  # speculative decoding (backends.speculation)
+    draft: DraftModel | None = None  # its draft model, if it has one
+    propose_s: float = 0.0  # this step's share of the draft model's proposing time
     stored_logits: np.ndarray | None = None  # the whole prompt was cached with its logits
 
 
@@ -246,7 +230,7 @@ class BatchEngine:
         out: list[tuple[str, Event]] = []
         running = [s for s in self.slots if s.job is not None]
         for slot in running:
-            if slot.job.cancelled is not None and slot.job.cancelled.is_set():
+            if slot.job.is_cancelled():
                 out += self._finish(slot, "cancelled")
             elif slot.job.stored_logits is not None:  # a prompt seen whole before
                 logits, slot.job.stored_logits = slot.job.stored_logits, None
@@ -322,9 +306,8 @@ class BatchEngine:
                 job.next_token = None
             if not proposal:
                 token = job.sampler.sample(self.ctx, start + len(tokens) - 1)
-                if job.spec is not None and job.spec.shadow is not None:
-                    job.spec.observe(1, int(token == job.spec.shadow))
-                    job.spec.shadow = None
+                if job.spec is not None:
+                    job.spec.decoded_plainly(token)
                 out += self._accept(slot, token)
             else:
                 out += self._verify(slot, start, base, proposal, step_s)
@@ -343,14 +326,12 @@ class BatchEngine:
             limit = min(job.max_new - job.n_out - 1, self.n_ctx_seq - 1 - len(slot.tokens),
                         spare)
             job.spec.remaining = job.max_new - job.n_out
-            history = slot.tokens + [job.next_token] if job.spec.draft is not None else []
-            catch_up = (job.spec.draft.behind(slot.seq_id, history)
-                        if job.spec.draft is not None else 0)
-            k = job.spec.choose(limit, len(decoding), self.times, catch_up)
+            history = slot.tokens + [job.next_token] if job.draft is not None else []
+            cost = (DraftCost(job.draft.round_s, job.draft.behind(slot.seq_id, history),
+                              job.draft.prefill_s) if job.draft is not None else None)
+            rows = self.n_batch - spare  # the decodes, and proposals chosen before this one
+            k = job.spec.choose(limit, self.times, len(decoding), rows, cost)
             if k <= 0:
-                if job.spec.lookup is not None:
-                    guess = job.spec.lookup.propose(1)
-                    job.spec.shadow = guess[0] if guess else None
                 continue
             if job.spec.lookup is not None:
                 proposal = job.spec.lookup.propose(k)
@@ -358,16 +339,16 @@ class BatchEngine:
                     out[slot.seq_id] = proposal
                     spare -= len(proposal)
             else:
-                drafts.setdefault(id(job.spec.draft), []).append((slot, k, history))
+                drafts.setdefault(id(job.draft), []).append((slot, k, history))
                 spare -= k
         for wants in drafts.values():
-            draft = wants[0][0].job.spec.draft
+            draft = wants[0][0].job.draft
             started = time.perf_counter()
             made = draft.propose([(slot.seq_id, history, k) for slot, k, history in wants])
             share = (time.perf_counter() - started) / len(wants)
             for (slot, _, _), proposal in zip(wants, made, strict=True):
                 out[slot.seq_id] = proposal
-                slot.job.spec.propose_s = share
+                slot.job.propose_s = share
         for slot in decoding:
             if slot.seq_id in out:
                 slot.job.spec.proposed += len(out[slot.seq_id])
@@ -393,8 +374,8 @@ class BatchEngine:
                 break
             job.next_token = None  # it is in the cache already
         spec.observe(len(proposal), matched)
-        spec.realize(matched + 1, spec.propose_s + step_s)
-        spec.propose_s = 0.0
+        spec.realize(matched + 1, job.propose_s + step_s)
+        job.propose_s = 0.0
         keep = base + 1 + matched
         if keep < len(slot.tokens):
             if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1):
@@ -424,10 +405,7 @@ class BatchEngine:
         job.n_out += 1
         if job.spec is not None and job.spec.lookup is not None:
             job.spec.lookup.extend([token])
-        job.last_at = time.perf_counter()
-        job.first_at = job.first_at or job.last_at
-        piece = job.text.push(self.detokenize(token))
-        events: list[tuple[str, Event]] = [(job.stream_id, TokenEvent(piece))] if piece else []
+        events = job.emitted(self.detokenize(token))
         if job.text.stopped:
             return events + self._finish(slot, "stop")
         if job.n_out >= job.max_new:
@@ -435,23 +413,11 @@ class BatchEngine:
         job.next_token = token
         return events
 
-    def _finish(self, slot: Slot, reason: str) -> list[tuple[str, Event]]:
+    def _finish(self, slot: Slot, reason: FinishReason) -> list[tuple[str, Event]]:
         job = slot.job
         slot.job = None
         slot.last_used = time.monotonic()
-        events: list[tuple[str, Event]] = []
-        rest = job.text.finish()
-        if rest:
-            events.append((job.stream_id, TokenEvent(rest)))
-        end = time.perf_counter()
-        decode_s = (job.last_at - job.first_at) if job.first_at and job.last_at else 0.0
-        stats = Stats(
-            prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
-            ttft_s=round((job.first_at or end) - job.started, 4),
-            decode_tokens_per_s=round((job.n_out - 1) / decode_s, 2) if decode_s > 0 else 0.0,
-            finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
-            total_s=round(end - job.started, 4), cached_tokens=job.reused,
-            draft_tokens=job.spec.proposed if job.spec else 0,
-            accepted_tokens=job.spec.accepted if job.spec else 0)
-        events.append((job.stream_id, DoneEvent(stats, job.text.text)))
-        return events
+        return job.finish(reason, prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
+                          cached_tokens=job.reused,
+                          draft_tokens=job.spec.proposed if job.spec else 0,
+                          accepted_tokens=job.spec.accepted if job.spec else 0)

@@ -40,6 +40,7 @@ from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
 from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
 from backends.mlx_dir import kv_bytes_per_token, read_config
 from backends.prompt import fit_prompt, run_alone
+from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
 CACHE_ENTRIES_PER_SEQUENCE = 4  # conversations whose KV cache is kept, per parallel sequence
@@ -137,9 +138,9 @@ class MlxBackend:
         engine = self.engine
         assert engine is not None
         spec = request.speculative
-        engine.submit(Job(stream_id, request, cancelled, prompt, truncated, max_new,
-                          TextStream(request.sampling.stop), make_sampler(request.sampling),
-                          make_processors(request.sampling),
+        engine.submit(Job(stream_id, request, cancelled, prompt, max_new,
+                          make_sampler(request.sampling), make_processors(request.sampling),
+                          truncated=truncated, text=TextStream(request.sampling.stop),
                           proposer=self._proposer(spec) if spec else None,
                           max_draft=spec.max_draft if spec else 0))
 
@@ -157,9 +158,8 @@ class MlxBackend:
             return self._draft[1]
         self._draft = None
         config = read_config(folder)
-        if self._tokenizer().pieces != load_tokenizer(folder, config).pieces:
-            raise InvalidRequestError(f"the draft model {folder.name} has another tokenizer "
-                                      "than the model: a draft must share its vocabulary")
+        check_draft_vocabulary(self._tokenizer().pieces, load_tokenizer(folder, config).pieces,
+                               folder.name)
         try:
             model, _ = load_model(folder)
         except (ValueError, KeyError, TypeError, FileNotFoundError, RuntimeError) as e:

@@ -19,45 +19,29 @@ prompt cache with the batched requests.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import LRUPromptCache, trim_prompt_cache
 
-from backends.base import (
-    CancelFlag,
-    DoneEvent,
-    ErrorEvent,
-    Event,
-    GenerationRequest,
-    Stats,
-    TokenEvent,
-)
+from backends.base import ErrorEvent, Event, FinishReason
+from backends.job import BaseJob
 from backends.mlx.speculative import Proposer, SpeculativeRun
-from backends.text import TextStream
 
 MODEL_KEY = "model"  # LRUPromptCache keys entries by model too; a backend holds one
 
 
 @dataclass
-class Job:
-    stream_id: str
-    request: GenerationRequest
-    cancelled: CancelFlag | None
+class Job(BaseJob):
+    """A request in the engine (backends.job.BaseJob) and its decoding state."""
     prompt: list[int]
-    truncated: bool
     max_new: int
-    text: TextStream
     sampler: Any
     processors: list
-    started: float = field(default_factory=time.perf_counter)
     uid: int = -1
     reused: int = 0
     n_out: int = 0
-    first_at: float | None = None
-    last_at: float | None = None
     proposer: Proposer | None = None  # speculative decoding: who proposes tokens
     max_draft: int = 0
     run: SpeculativeRun | None = None
@@ -119,7 +103,7 @@ class MlxEngine:
     def step(self) -> list[tuple[str, Event]]:
         out: list[tuple[str, Event]] = []
         for job in list(self.jobs.values()):
-            if job.cancelled is not None and job.cancelled.is_set():
+            if job.is_cancelled():
                 out += self._remove(job, "cancelled")
         for job in [j for j in self.jobs.values() if j.run is not None]:
             out += self._speculate(job)
@@ -158,10 +142,7 @@ class MlxEngine:
 
     def _accept(self, job: Job, token: int) -> list[tuple[str, Event]]:
         job.n_out += 1
-        job.last_at = time.perf_counter()
-        job.first_at = job.first_at or job.last_at
-        piece = job.text.push(self.pieces[token] if 0 <= token < len(self.pieces) else b"")
-        events: list[tuple[str, Event]] = [(job.stream_id, TokenEvent(piece))] if piece else []
+        events = job.emitted(self.pieces[token] if 0 <= token < len(self.pieces) else b"")
         if job.text.stopped:
             events += self._remove(job, "stop")
         return events
@@ -181,21 +162,9 @@ class MlxEngine:
         if tokens and cache:
             self.cache.insert_cache(MODEL_KEY, list(tokens), cache)
 
-    def _finish(self, job: Job, reason: str) -> list[tuple[str, Event]]:
+    def _finish(self, job: Job, reason: FinishReason) -> list[tuple[str, Event]]:
         self.jobs.pop(job.uid, None)
-        events: list[tuple[str, Event]] = []
-        rest = job.text.finish()
-        if rest:
-            events.append((job.stream_id, TokenEvent(rest)))
-        end = time.perf_counter()
-        decode_s = (job.last_at - job.first_at) if job.first_at and job.last_at else 0.0
-        stats = Stats(
-            prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
-            ttft_s=round((job.first_at or end) - job.started, 4),
-            decode_tokens_per_s=round((job.n_out - 1) / decode_s, 2) if decode_s > 0 else 0.0,
-            finish_reason=reason, truncated=job.truncated,  # type: ignore[arg-type]
-            total_s=round(end - job.started, 4), cached_tokens=job.reused,
-            draft_tokens=job.run.draft_tokens if job.run else 0,
-            accepted_tokens=job.run.accepted_tokens if job.run else 0)
-        events.append((job.stream_id, DoneEvent(stats, job.text.text)))
-        return events
+        return job.finish(reason, prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
+                          cached_tokens=job.reused,
+                          draft_tokens=job.run.draft_tokens if job.run else 0,
+                          accepted_tokens=job.run.accepted_tokens if job.run else 0)

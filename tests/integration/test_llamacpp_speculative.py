@@ -1,6 +1,7 @@
 """Speculative decoding in the llama.cpp backend: the real Qwen2.5-Coder pair (1.5B target,
-0.5B draft) and prompt lookup, through the Runtime's worker. (Its parts alone:
-tests/unit/test_llamacpp_speculative.py.)"""
+0.5B draft) and prompt lookup, through the Runtime's worker. The engine-agnostic parts
+(lookup, cost model, switching off and retrying) are tested alone in
+tests/unit/test_speculation.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ EDIT = (f"Rename the function held_back to trailing_stop_prefix in this code and
         f"whole code, nothing else:\n```python\n{SOURCE}\n```")
 # A fixed draft length: these tests check verification, which the adaptive cost model may
 # leave idle when the machine is busy (in CI it once proposed 6 tokens in a 64-token answer).
-# test_speculation_proposes_more_when_accepted_and_switches_off_when_not covers adapting.
+# test_speculation.py covers adapting.
 LOOKUP = SpeculativeParams(method="lookup", max_draft=4, adaptive=False)
 
 

@@ -1,10 +1,10 @@
 """Speculative decoding in the cuda engine, without real models: the rejection sampler's
-output distribution (chi-square), greedy verification, prompt lookup, the cost model, and
-the KV rollback, on tiny random-weight models that run the real engine in float64."""
+output distribution (chi-square), greedy verification, and the KV rollback, on tiny
+random-weight models that run the real engine in float64. Prompt lookup and the cost model
+are shared by every backend: test_speculation.py."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 import pytest
@@ -18,7 +18,6 @@ from backends.cuda.models import build_model
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.rejection import rejection_sample, verify_greedy
 from backends.cuda.sequence import BLOCK_SIZE, Sequence
-from backends.cuda.speculative import StepTimes, best_draft_length, expected_tokens, lookup
 
 LOOKUP = SpeculativeParams(method="lookup", max_draft=5)
 DRAFT = SpeculativeParams(method="draft", draft_model="tiny-draft", max_draft=4)
@@ -83,41 +82,6 @@ def test_greedy_verification_keeps_the_agreeing_prefix_then_the_model_token():
     assert verify_greedy([5, 6, 7, 8], [5, 6, 9]) == [5, 6, 7]
     assert verify_greedy([5, 6, 7, 8], [5, 6, 7]) == [5, 6, 7, 8]  # all held: bonus token
     assert verify_greedy([5, 6], [4]) == [5]
-
-
-# -- proposers and the cost model ----------------------------------------------------------
-def test_prompt_lookup_proposes_what_followed_the_latest_longest_match():
-    assert lookup([1, 2, 3, 4, 2, 3, 5, 6, 7, 8, 2, 3], 3) == [5, 6, 7]  # latest "2 3"
-    # the 3-gram "1 2 3" wins over the more recent 2-gram "2 3"
-    assert lookup([1, 2, 3, 4, 9, 2, 3, 5, 6, 1, 2, 3], 3) == [4, 9, 2]
-    assert lookup([1, 2, 3, 4, 1, 2, 3], 8) == [4, 1, 2, 3]
-    assert lookup([1, 2, 3], 4) == []
-
-
-def test_expected_tokens_is_the_geometric_sum():
-    assert expected_tokens(0.0, 5) == 1.0
-    assert expected_tokens(1.0, 4) == 5.0
-    assert math.isclose(expected_tokens(0.5, 2), 1.75)
-
-
-def test_cost_model_speculates_only_where_it_is_faster():
-    times = StepTimes()
-    for rows, seconds in [(1, 1.0), (5, 1.6), (9, 2.2)]:  # 0.15 s per extra row
-        times.record(rows, seconds)
-    assert math.isclose(times.estimate(3), 1.3, rel_tol=0.05)
-    # prompt lookup costs only the extra rows: worth it at good acceptance, not at poor
-    assert best_draft_length(0.8, 8, batch=1, rows=1, times=times, draft_step_s=0.0) >= 4
-    assert best_draft_length(0.1, 8, batch=1, rows=1, times=times, draft_step_s=0.0) == 0
-    # a draft model half as costly as a model step never pays at 50% acceptance
-    assert best_draft_length(0.5, 8, batch=1, rows=1, times=times, draft_step_s=0.5) == 0
-    # a measured size counts as measured: where 3 rows cost what 1 does, 2 proposals win
-    steps = StepTimes()
-    for rows, seconds in [(1, 1.0), (3, 1.0), (4, 2.0)]:
-        steps.record(rows, seconds)
-    assert best_draft_length(0.5, 8, batch=1, rows=1, times=steps, draft_step_s=0.0) == 2
-    # in a batch of 8, extra rows delay every sequence: the bar is higher
-    assert best_draft_length(0.5, 8, batch=8, rows=8, times=times, draft_step_s=0.0) < \
-        best_draft_length(0.5, 8, batch=1, rows=1, times=times, draft_step_s=0.0)
 
 
 # -- the KV rollback ------------------------------------------------------------------------
@@ -254,7 +218,9 @@ def test_greedy_batch_of_mixed_speculation_equals_plain_greedy_and_blocks_stay_c
     target, draft = tiny
     plain = tiny_engine(target, None).generate(PROMPTS, 30)
     engine = tiny_engine(target, draft)
-    specs = [LOOKUP, DRAFT, None, DRAFT]
+    # lookup on the prompt whose answer repeats bigrams of itself, which prompt lookup needs
+    # (the tiny model's answers to the others barely do)
+    specs = [DRAFT, DRAFT, None, LOOKUP]
     seqs = [Sequence(list(p), GREEDY, 30, speculative=s) for p, s in zip(PROMPTS, specs,
                                                                          strict=True)]
     run_checked(engine, seqs)
@@ -264,6 +230,32 @@ def test_greedy_batch_of_mixed_speculation_equals_plain_greedy_and_blocks_stay_c
     assert seqs[2].num_drafted == 0
     assert engine.blocks.num_free == len(engine.blocks.blocks)
     assert not engine.speculator.draft.shadows  # finished sequences left the draft too
+
+
+def test_adaptive_speculation_keeps_greedy_output_and_runs_the_shared_policy(tiny):
+    """With the cost model choosing (backends.speculation), whatever it picks on this
+    machine, the answers stay the model's own; every speculating sequence has its policy
+    state, and prompt lookup's index follows the accepted tokens."""
+    target, draft = tiny
+    plain = tiny_engine(target, None).generate(PROMPTS, 30)
+    engine = tiny_engine(target, draft, adaptive_speculation=True)
+    specs = [DRAFT, LOOKUP, None, LOOKUP]
+    seqs = [Sequence(list(p), GREEDY, 30, speculative=s) for p, s in zip(PROMPTS, specs,
+                                                                         strict=True)]
+    for seq in seqs:
+        engine.add(seq)
+    policies = {}
+    while engine.has_work():
+        engine.step()
+        policies.update(engine.speculator.requests)
+        for seq in seqs:
+            if seq.num_output >= seq.max_new and seq.status.value != "finished":
+                engine.finish(seq)
+    assert [s.output for s in seqs] == plain
+    assert id(seqs[2]) not in policies and len(policies) == 3
+    lookup = policies[id(seqs[3])].lookup
+    assert lookup is not None and lookup.tokens == PROMPTS[3] + seqs[3].output[:-1]
+    assert not engine.speculator.requests  # finished sequences leave it
 
 
 def test_prefix_cache_after_speculation_serves_only_accepted_tokens(tiny):

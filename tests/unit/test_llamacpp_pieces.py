@@ -12,7 +12,8 @@ from backends.llamacpp import engine
 
 
 def slot_at(seq_id: int, prompt_len: int, pos: int) -> engine.Slot:
-    job = engine.Job(f"s{seq_id}", None, None, list(range(prompt_len)), False, None, 8, None)
+    job = engine.Job(f"s{seq_id}", None, None, list(range(prompt_len)), None, 8,
+                     truncated=False, text=None)
     job.pos = pos
     return engine.Slot(seq_id, job=job)
 
