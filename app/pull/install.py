@@ -89,13 +89,8 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
                           _describe(source), e)
             continue
         report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
-        model = store.install(spec, variant, assembled)
-        shutil.rmtree(work, ignore_errors=True)
-        log.info("installed %s from %s in %.1f s: %s", model.ref, _describe(source),
-                 time.monotonic() - started, model.path)
-        report(Progress(model.ref, "done", model.size_bytes, model.size_bytes,
-                        message=f"installed {model.path}"))
-        return model
+        return _installed(store.install(spec, variant, assembled), source, started, work,
+                          report)
     raise DownloadError(f"could not download {ref}: " +
                         ("; ".join(errors) or "no source Ember can fetch from"))
 
@@ -114,7 +109,14 @@ def _pull_directory(spec: ModelSpec, variant: Variant, store: Store, work: Path,
     started = time.monotonic()
     got = hf_snapshot.fetch(spec, variant, source, work, report, cancel)
     report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
-    model = store.install_snapshot(spec, variant, got.folder, got.sha256)
+    return _installed(store.install_snapshot(spec, variant, got.folder, got.sha256), source,
+                      started, work, report)
+
+
+def _installed(model: InstalledModel, source: Source, started: float, work: Path,
+               report: ProgressFn) -> InstalledModel:
+    """The end of every pull: the work folder goes, the log and the progress say where the
+    model now is."""
     shutil.rmtree(work, ignore_errors=True)
     log.info("installed %s from %s in %.1f s: %s", model.ref, _describe(source),
              time.monotonic() - started, model.path)
