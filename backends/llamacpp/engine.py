@@ -112,10 +112,12 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True) -> Placem
     reuse is only a prefix of the slot's longer cache (a system prompt another conversation
     shares), the least recently used free slot takes those cells instead, and the
     conversation keeps its cache for its next turn (`can_share`: caches that can share
-    cells, which sliding-window ones cannot)."""
+    cells, which sliding-window ones cannot). A prompt that holds the slot's whole cache is
+    that conversation's next turn, so it stays in its slot."""
     slot = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
     keep = reusable(slot, prompt)
-    if can_share and 0 < keep < min(len(slot.tokens), len(prompt)):
+    branches_off = common_prefix(slot.tokens, prompt) < len(slot.tokens)
+    if can_share and 0 < keep < len(prompt) and branches_off:
         spare = min(free, key=lambda s: s.last_used)
         if spare is not slot:
             return Placement(spare, keep, donor=slot)

@@ -5,8 +5,6 @@ cache, is checked on the real models in tests/integration/test_llamacpp_prefix_c
 
 from __future__ import annotations
 
-import pytest
-
 from backends.llamacpp.engine import Placement, Slot, place, reusable
 
 SYSTEM = list(range(1000, 1040))  # a 40-token system prompt
@@ -83,10 +81,6 @@ def test_without_reuse_the_least_recently_used_cache_is_evicted_first():
     assert place([a, b], SYSTEM + [3]) == Placement(b, 32)
 
 
-@pytest.mark.xfail(strict=True, reason="place() treats a conversation's next turn like a new "
-                   "conversation sharing a prefix: reuse stops at the last piece boundary of "
-                   "its prompt, short of the cached answer, so the turn moves to the least "
-                   "recently used slot and evicts another conversation's cache")
 def test_a_conversations_next_turn_stays_in_its_slot_and_evicts_no_other():
     prompt = SYSTEM + list(range(60))  # 100 tokens
     ours = cached(1, prompt + [500] * 12, last_used=2.0, exact_upto=64)  # and its answer
