@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.kv_layout import BLOCK_SIZE
+from backends.cuda.sequence import Sequence
 from backends.cuda.window_blocks import WindowBlocks
 
 

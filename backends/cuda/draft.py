@@ -17,11 +17,12 @@ import torch
 
 from backends.base import SamplingParams
 from backends.cuda.block_manager import BlockManager
+from backends.cuda.kv_layout import BLOCK_SIZE
 from backends.cuda.model_runner import ModelRunner
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.rejection import processed_rows
 from backends.cuda.scheduler import Scheduled
-from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.sequence import Sequence
 
 EMA = 0.3  # weight of the newest measurement in the step-time average
 

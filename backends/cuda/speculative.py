@@ -22,10 +22,11 @@ import torch
 
 from backends.cuda.block_manager import BlockManager
 from backends.cuda.draft import DraftModel
+from backends.cuda.kv_layout import BLOCK_SIZE
 from backends.cuda.rejection import processed_rows, rejection_sample, verify_greedy
 from backends.cuda.sampler import Sampler
 from backends.cuda.scheduler import Scheduled
-from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.sequence import Sequence
 from backends.speculation.cost import DraftCost, StepTimes
 from backends.speculation.policy import Speculation
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from backends.cuda.engine import GREEDY, Engine, EngineConfig
+from backends.cuda.kv_layout import BLOCK_SIZE
 from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
 from backends.cuda.models.layers import CausalLM
-from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.sequence import Sequence
 
 
 @pytest.fixture(scope="module")

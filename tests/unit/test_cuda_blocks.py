@@ -7,10 +7,11 @@ import torch
 
 from backends.base import SamplingParams
 from backends.cuda.block_manager import BlockManager
+from backends.cuda.kv_layout import BLOCK_SIZE
 from backends.cuda.loader import permute_qk, unpermute_qk
 from backends.cuda.sampler import Sampler, filtered_probs, repetition_penalty
 from backends.cuda.scheduler import Scheduler
-from backends.cuda.sequence import BLOCK_SIZE, Sequence, Status
+from backends.cuda.sequence import Sequence, Status
 
 
 def seq_of(n: int, start: int = 0) -> Sequence:

@@ -13,11 +13,12 @@ import torch
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.block_manager import BlockManager, block_hash
 from backends.cuda.engine import GREEDY, Engine, EngineConfig
+from backends.cuda.kv_layout import BLOCK_SIZE
 from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
 from backends.cuda.models.layers import CausalLM
 from backends.cuda.rejection import rejection_sample, verify_greedy
-from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.sequence import Sequence
 
 LOOKUP = SpeculativeParams(method="lookup", max_draft=5)
 DRAFT = SpeculativeParams(method="draft", draft_model="tiny-draft", max_draft=4)

@@ -9,10 +9,10 @@ from dataclasses import replace
 
 from backends.cuda.block_manager import BlockManager
 from backends.cuda.engine import EngineConfig, window_pool_size
-from backends.cuda.kv_layout import blocks_per_seq
+from backends.cuda.kv_layout import BLOCK_SIZE, blocks_per_seq
 from backends.cuda.model_config import ModelConfig
 from backends.cuda.scheduler import Scheduler
-from backends.cuda.sequence import BLOCK_SIZE, Sequence
+from backends.cuda.sequence import Sequence
 
 WINDOW, CHUNK = 40, 16  # a query sees itself and the 39 positions before it
 # Gemma 3 270M's shape: in each group of 6 layers 5 see a 512-token window, 1 sees all
