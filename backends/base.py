@@ -6,7 +6,9 @@ the GUI and the server turn into their own output.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,13 +18,63 @@ from typing import Literal, Protocol
 from backends.errors import InvalidRequestError
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+# "tool_calls": the answer ended by calling tools (the client runs them and sends the results)
+FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model made: `arguments` is a JSON object as text (the OpenAI wire form;
+    Ollama's object form is `json.loads(arguments)`). `id` is Ember's `call_...` id, or the
+    client's when the call comes back in a conversation."""
+    id: str
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True)
 class Message:
+    """One turn. An assistant turn may carry its `reasoning` (the model's thinking) and the
+    `tool_calls` it made; a `tool` turn is a result, for the call `tool_call_id` of the tool
+    `name`."""
     role: str
     content: str
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Tool:
+    """A function the model may call; `parameters` is a JSON schema of its arguments
+    (an object schema; `{"type": "object", "properties": {}}` for a tool without any)."""
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+ToolChoiceMode = Literal["none", "auto", "required", "function"]
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """none: no tools offered; auto: the model decides; required: at least one call;
+    function: exactly a call of the tool `name`."""
+    mode: ToolChoiceMode = "auto"
+    name: str | None = None
+
+
+ReasoningEffort = Literal["low", "medium", "high"]
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """Whether a reasoning model thinks before it answers: `enabled` None keeps the model's
+    own default; `effort` goes to templates that take one (gpt-oss). One setting for every
+    knob clients send (reasoning_effort, reasoning.effort, enable_thinking, think)."""
+    enabled: bool | None = None
+    effort: ReasoningEffort | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +146,10 @@ class SpeculativeParams:
 @dataclass(frozen=True)
 class GenerationRequest:
     """A chat (`messages`) or a raw completion (`prompt`), with its sampling settings.
-    `json_mode` constrains the output to JSON, `json_schema` to that schema (a grammar)."""
+    `json_mode` constrains the output to JSON, `json_schema` to that schema (a grammar); with
+    a thinking model, only the answer after the thinking. `tools` are offered to the model
+    through its chat template, and `tool_choice` says whether it must call one (enforced by
+    a grammar, backends.grammar)."""
     messages: tuple[Message, ...] | None = None
     prompt: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -102,6 +157,10 @@ class GenerationRequest:
     json_schema: dict | None = None
     speculative: SpeculativeParams | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = True
+    thinking: Thinking = field(default_factory=Thinking)
 
     def validate(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -117,9 +176,78 @@ class GenerationRequest:
                                               f"(use {', '.join(sorted(ROLES))})")
             if not any(m.content.strip() for m in self.messages if m.role == "user"):
                 raise InvalidRequestError("the prompt is empty (no user message has any text)")
+            check_tool_turns(self.messages)
+        check_tools(self.tools, self.tool_choice)
         self.sampling.validate()
         if self.speculative is not None:
             self.speculative.validate()
+
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def check_tools(tools: tuple[Tool, ...], choice: ToolChoice) -> None:
+    """Offered tools are callable (a valid name, once; an object JSON schema of arguments),
+    and the tool choice can be met."""
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}].function"
+        if not isinstance(tool.name, str) or not TOOL_NAME.match(tool.name):
+            raise InvalidRequestError(
+                f"tool name {str(tool.name)[:80]!r} is not valid: use 1 to 64 letters, digits, "
+                "'_', '-' or '.'", f"{where}.name")
+        if tool.name in seen:
+            raise InvalidRequestError(f"tool {tool.name!r} is offered twice", f"{where}.name")
+        seen.add(tool.name)
+        params = tool.parameters
+        if not isinstance(params, dict):
+            raise InvalidRequestError(f"tool {tool.name!r}: parameters must be a JSON schema "
+                                      "object", f"{where}.parameters")
+        if params.get("type", "object") != "object":
+            raise InvalidRequestError(
+                f"tool {tool.name!r}: parameters must describe an object (\"type\": "
+                f"\"object\"), got type {params.get('type')!r}", f"{where}.parameters.type")
+        try:
+            validator_for(params).check_schema(params)
+        except SchemaError as e:
+            path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.path)
+            raise InvalidRequestError(
+                f"tool {tool.name!r}: parameters is not a valid JSON schema at "
+                f"parameters{path}: {e.message}", f"{where}.parameters{path}") from e
+    if choice.mode in ("required", "function") and not tools:
+        raise InvalidRequestError(f"tool_choice {choice.mode!r} needs tools to choose from",
+                                  "tool_choice")
+    if choice.mode == "function" and choice.name not in seen:
+        raise InvalidRequestError(
+            f"tool_choice names {choice.name!r}, which is not among the offered tools "
+            f"({', '.join(sorted(seen)) or 'none'})", "tool_choice.function.name")
+
+
+def check_tool_turns(messages: tuple[Message, ...]) -> None:
+    """Tool calls in a conversation carry JSON object arguments, and a tool result with an id
+    answers a call made earlier in it."""
+    calls: set[str] = set()
+    for i, m in enumerate(messages):
+        for j, call in enumerate(m.tool_calls):
+            try:
+                args = json.loads(call.arguments or "{}")
+            except ValueError as e:
+                raise InvalidRequestError(
+                    f"message {i}: the arguments of tool call {call.name!r} are not JSON ({e})",
+                    f"messages[{i}].tool_calls[{j}].function.arguments") from e
+            if not isinstance(args, dict):
+                raise InvalidRequestError(
+                    f"message {i}: the arguments of tool call {call.name!r} must be a JSON "
+                    "object", f"messages[{i}].tool_calls[{j}].function.arguments")
+            if call.id:
+                calls.add(call.id)
+        if m.role == "tool" and m.tool_call_id and m.tool_call_id not in calls:
+            raise InvalidRequestError(
+                f"message {i}: tool result for call id {m.tool_call_id[:80]!r}, but no earlier "
+                "assistant message made a call with that id", f"messages[{i}].tool_call_id")
 
 
 @dataclass(frozen=True)
@@ -134,17 +262,42 @@ class Stats:
     cached_tokens: int = 0  # prompt tokens reused from the KV cache instead of recomputed
     draft_tokens: int = 0  # tokens proposed by speculative decoding
     accepted_tokens: int = 0  # of those, the ones the model accepted
+    reasoning_tokens: int = 0  # completion tokens spent thinking (part of completion_tokens)
+    # why speculative decoding was switched off for this request, if it was (e.g. a grammar)
+    speculation_off: str = ""
 
 
 @dataclass(frozen=True)
 class TokenEvent:
+    """A piece of the answer's text (content: no thinking, no tool-call markup)."""
     text: str
 
 
 @dataclass(frozen=True)
+class ReasoningEvent:
+    """A piece of the model's thinking."""
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallEvent:
+    """A piece of tool call number `index` (0, 1, ... within the answer): its first event
+    carries the call's `id` and `name`, every event may carry a piece of its `arguments`
+    (JSON text; the pieces concatenate to the call's arguments)."""
+    index: int
+    arguments: str = ""
+    id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class DoneEvent:
+    """The request's end: the whole answer, exactly what its events streamed (a tool call
+    cut off by max_tokens is left out of `tool_calls`)."""
     stats: Stats
-    text: str  # the whole answer
+    text: str  # the whole answer's content
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,7 +307,8 @@ class ErrorEvent:
     partial: str = ""  # the answer's text received before the failure (remote streams)
 
 
-Event = TokenEvent | DoneEvent | ErrorEvent
+Event = TokenEvent | ReasoningEvent | ToolCallEvent | DoneEvent | ErrorEvent
+OutputEvent = TokenEvent | ReasoningEvent | ToolCallEvent  # what an output parser produces
 
 
 @dataclass(frozen=True)
@@ -163,6 +317,7 @@ class Capabilities:
     batching: bool = False
     speculative: bool = False
     embeddings: bool = False
+    grammar: bool = False  # constrained decoding (JSON mode, schemas, forced tool calls)
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,14 @@ def compile_template(source: str) -> jinja2.Template:
 
 
 def render_chat(source: str, messages: list[dict], *, bos_token: str = "", eos_token: str = "",
-                add_generation_prompt: bool = True) -> str:
+                add_generation_prompt: bool = True, tools: list[dict] | None = None,
+                **variables: object) -> str:
+    """`variables`: what else the template reads (enable_thinking, reasoning_effort)."""
     template = compile_template(source)
     try:
         return template.render(messages=messages, bos_token=bos_token, eos_token=eos_token,
-                               add_generation_prompt=add_generation_prompt, tools=None)
+                               add_generation_prompt=add_generation_prompt, tools=tools,
+                               **variables)
     except SecurityError as e:
         raise TemplateError(f"chat template refused by the sandbox: {e}") from e
     except TemplateError:

@@ -13,7 +13,12 @@ class EmberError(Exception):
 
 
 class InvalidRequestError(EmberError):
-    pass
+    """The caller's mistake. `param` is where in the request it is, as a path
+    (`tools[0].function.parameters.properties.city`), when one place is to blame."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class ModelFileError(EmberError):

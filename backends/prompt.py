@@ -7,6 +7,8 @@ import random
 from collections.abc import Callable, Iterator
 
 from backends.base import Backend, CancelFlag, DoneEvent, ErrorEvent, Event, GenerationRequest
+from backends.chat_format.base import OutputParser
+from backends.chat_format.render import ChatTemplate
 from backends.errors import InvalidRequestError
 
 
@@ -36,6 +38,19 @@ def fit_prompt(request: GenerationRequest, n_ctx: int, encode: Callable[[str], l
                 "with a larger context")
         del messages[first]
         truncated = True
+
+
+def chat_prompt(request: GenerationRequest, n_ctx: int, encode: Callable[[str], list[int]],
+                chat: ChatTemplate) -> tuple[list[int], bool, OutputParser]:
+    """`fit_prompt` through the model's chat template, and the parser of the answer."""
+    rendered: list[str] = []
+
+    def render(messages: tuple) -> str:
+        rendered.append(chat.render(messages, request))
+        return rendered[-1]
+
+    tokens, truncated = fit_prompt(request, n_ctx, encode, render)
+    return tokens, truncated, chat.parser(request, rendered[-1] if rendered else None)
 
 
 def run_alone(backend: Backend, request: GenerationRequest,

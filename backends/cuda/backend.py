@@ -28,7 +28,8 @@ from backends.base import (
     ModelFiles,
     SpeculativeParams,
 )
-from backends.chat_template import render_chat
+from backends.chat_format.base import OutputParser
+from backends.chat_format.render import ChatTemplate
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import load_weights
 from backends.cuda.models import build_model
@@ -36,7 +37,7 @@ from backends.cuda.sequence import Sequence
 from backends.cuda.tokenizer import Tokenizer, load_tokenizer
 from backends.errors import BackendError, InvalidRequestError
 from backends.job import BaseJob
-from backends.prompt import fit_prompt, run_alone
+from backends.prompt import chat_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
@@ -65,6 +66,7 @@ class CudaBackend:
         self._adaptive = adaptive_speculation  # False: always max_draft (tests, benchmarks)
         self._context = 0
         self._jobs: dict[int, Job] = {}  # by id(sequence)
+        self.chat = ChatTemplate(None)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True)
@@ -80,6 +82,8 @@ class CudaBackend:
                   "(correct but slow: the llamacpp backend is faster here)", file=sys.stderr)
             torch.set_num_threads(max(1, plan.threads))
         self.tokenizer = load_tokenizer(path)
+        self.chat = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_text,
+                                 self.tokenizer.eos_text, Path(path).name)
         weights = load_weights(path, dtype, self.device, plan.quant)
         model = build_model(weights.config)
         model.load_weights(weights.tensors)
@@ -112,18 +116,14 @@ class CudaBackend:
                                   "model with the llamacpp backend for /v1/embeddings")
 
     # -- prompt ----------------------------------------------------------------------------
-    def render(self, messages: tuple[Message, ...]) -> str:
-        tok = self._loaded()[1]
-        if tok.chat_template is None:
-            raise InvalidRequestError("this model has no chat template (a base model): send "
-                                      "a plain prompt instead of a conversation")
-        return render_chat(tok.chat_template, [{"role": m.role, "content": m.content}
-                                               for m in messages],
-                           bos_token=tok.bos_text, eos_token=tok.eos_text)
+    def render(self, messages: tuple[Message, ...],
+               request: GenerationRequest | None = None) -> str:
+        self._loaded()
+        return self.chat.render(messages, request or GenerationRequest(messages=messages))
 
-    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool]:
+    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
         """As the llama.cpp backend (backends.prompt)."""
-        return fit_prompt(request, self._context, self._loaded()[1].encode, self.render)
+        return chat_prompt(request, self._context, self._loaded()[1].encode, self.chat)
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
@@ -132,7 +132,7 @@ class CudaBackend:
         if request.json_mode:
             raise InvalidRequestError("JSON mode needs a grammar; the cuda backend has none "
                                       "yet (use the llamacpp backend)")
-        prompt, truncated = self.prompt_tokens(request)
+        prompt, truncated, output = self.prompt_tokens(request)
         if request.speculative is not None and request.speculative.method == "draft":
             self._use_draft(request.speculative)
         budget = self._context - len(prompt)
@@ -140,7 +140,7 @@ class CudaBackend:
         seq = Sequence(prompt, request.sampling, max_new, speculative=request.speculative)
         engine.add(seq)
         self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated=truncated,
-                                  text=TextStream(request.sampling.stop))
+                                  text=TextStream(request.sampling.stop), output=output)
 
     def _use_draft(self, spec: SpeculativeParams) -> None:
         """The request's draft model, loaded unless it already is; its vocabulary must be

@@ -27,11 +27,12 @@ from backends.base import (
     Message,
     ModelFiles,
 )
-from backends.chat_template import render_chat
+from backends.chat_format.base import OutputParser
+from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.llamacpp.engine import BatchEngine, Job
 from backends.llamacpp.speculative import DraftModel
-from backends.prompt import fit_prompt, run_alone
+from backends.prompt import chat_prompt, run_alone
 from backends.speculation.policy import Speculation
 from backends.text import TextStream
 
@@ -48,9 +49,8 @@ class LlamaCppBackend:
         self._ctx: LlamaContext | None = None
         self.engine: BatchEngine | None = None
         self._installed: ModelFiles | None = None
-        self._template: str | None = None
+        self.chat = ChatTemplate(None)
         self._bos_text = ""
-        self._eos_text = ""
         self._add_bos = False
         self._n_ctx_seq = 0
         self._threads = 1
@@ -93,9 +93,9 @@ class LlamaCppBackend:
         self._parallel = plan.parallel
         meta = self._model.metadata()
         self._sliding_window = any(k.endswith(".attention.sliding_window") for k in meta)
-        self._template = meta.get("tokenizer.chat_template") or None
         self._bos_text = _token_text(self._model, self._model.token_bos())
-        self._eos_text = _token_text(self._model, self._model.token_eos())
+        self.chat = ChatTemplate(meta.get("tokenizer.chat_template") or None, self._bos_text,
+                                 _token_text(self._model, self._model.token_eos()), model.ref)
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") == "true"
         self.engine = BatchEngine(self._ctx, plan.parallel, plan.context, plan.batch,
                                   self._piece, self._is_eog)
@@ -163,22 +163,18 @@ class LlamaCppBackend:
         return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
 
     # -- prompt ----------------------------------------------------------------------------
-    def render(self, messages: tuple[Message, ...]) -> str:
-        if self._template is None:
-            raise InvalidRequestError(
-                f"{self._installed.ref if self._installed else 'this model'} has no chat template "
-                "(a base model): send a plain prompt instead of a conversation")
-        return render_chat(self._template, [{"role": m.role, "content": m.content}
-                                            for m in messages],
-                           bos_token=self._bos_text, eos_token=self._eos_text)
+    def render(self, messages: tuple[Message, ...],
+               request: GenerationRequest | None = None) -> str:
+        return self.chat.render(messages, request or GenerationRequest(messages=messages))
 
     def _encode(self, text: str) -> list[int]:
         add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
         return self._loaded().tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
-    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool]:
-        """The prompt as tokens, and whether something was dropped to fit (backends.prompt)."""
-        return fit_prompt(request, self._n_ctx_seq, self._encode, self.render)
+    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
+        """The prompt as tokens, whether something was dropped to fit, and the parser of the
+        answer (backends.prompt)."""
+        return chat_prompt(request, self._n_ctx_seq, self._encode, self.chat)
 
     @staticmethod
     def _grammar(request: GenerationRequest) -> LlamaGrammar | None:
@@ -219,7 +215,7 @@ class LlamaCppBackend:
     def submit(self, stream_id: str, request: GenerationRequest,
                cancelled: CancelFlag | None = None) -> None:
         """Queue a request in the engine; `step()` then yields its events."""
-        prompt, truncated = self.prompt_tokens(request)
+        prompt, truncated, output = self.prompt_tokens(request)
         budget = self._n_ctx_seq - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine
@@ -227,7 +223,7 @@ class LlamaCppBackend:
         spec, draft = self._speculation(request, prompt)
         engine.submit(Job(stream_id, request, cancelled, prompt, self._sampler(request),
                           max_new, truncated=truncated, text=TextStream(request.sampling.stop),
-                          spec=spec, draft=draft))
+                          output=output, spec=spec, draft=draft))
 
     def _speculation(self, request: GenerationRequest,
                      prompt: list[int]) -> tuple[Speculation | None, DraftModel | None]:

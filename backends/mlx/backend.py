@@ -32,14 +32,15 @@ from backends.base import (
     ModelFiles,
     SpeculativeParams,
 )
-from backends.chat_template import render_chat
+from backends.chat_format.base import OutputParser
+from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.mlx.engine import Job, MlxEngine
 from backends.mlx.sampler import make_processors, make_sampler
 from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
 from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
 from backends.mlx_dir import kv_bytes_per_token, read_config
-from backends.prompt import fit_prompt, run_alone
+from backends.prompt import chat_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
@@ -64,6 +65,7 @@ class MlxBackend:
         self._n_ctx = 0
         self._batch = 0
         self._draft: tuple[str, Any] | None = None  # (path, model) of the last draft model
+        self.chat = ChatTemplate(None)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("mlx",), batching=True, speculative=True)
@@ -83,6 +85,7 @@ class MlxBackend:
         if float32_activations():
             mlx_model.set_dtype(mx.float32)  # scales, norms, embeddings; packed weights stay
         self.tok, self._installed, self._n_ctx, self._batch = tok, model, plan.context, plan.batch
+        self.chat = ChatTemplate(tok.chat_template, tok.bos_text, tok.eos_text, model.ref)
         kv_per_token = kv_bytes_per_token(config, float32_activations())
         self.engine = MlxEngine(
             mlx_model, tok.pieces, tok.eog, parallel=max(1, plan.parallel),
@@ -111,20 +114,15 @@ class MlxBackend:
                                   "on the llamacpp backend")
 
     # -- prompt ----------------------------------------------------------------------------
-    def render(self, messages: tuple[Message, ...]) -> str:
-        tok = self._tokenizer()
-        if tok.chat_template is None:
-            raise InvalidRequestError(
-                f"{self._installed.ref if self._installed else 'this model'} has no chat template "
-                "(a base model): send a plain prompt instead of a conversation")
-        return render_chat(tok.chat_template, [{"role": m.role, "content": m.content}
-                                               for m in messages],
-                           bos_token=tok.bos_text, eos_token=tok.eos_text)
+    def render(self, messages: tuple[Message, ...],
+               request: GenerationRequest | None = None) -> str:
+        self._tokenizer()
+        return self.chat.render(messages, request or GenerationRequest(messages=messages))
 
-    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool]:
-        """The prompt as tokens, and whether something was dropped to fit (backends.prompt,
-        the llama.cpp backend's rule)."""
-        return fit_prompt(request, self._n_ctx, self._tokenizer().encode, self.render)
+    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
+        """The prompt as tokens, whether something was dropped to fit, and the parser of the
+        answer (backends.prompt, the llama.cpp backend's rule)."""
+        return chat_prompt(request, self._n_ctx, self._tokenizer().encode, self.chat)
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
@@ -132,7 +130,7 @@ class MlxBackend:
         if request.json_mode:
             raise InvalidRequestError("JSON mode and JSON schemas need the llama.cpp backend "
                                       "(the mlx backend has no grammar sampler)")
-        prompt, truncated = self.prompt_tokens(request)
+        prompt, truncated, output = self.prompt_tokens(request)
         budget = self._n_ctx - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine
@@ -141,7 +139,7 @@ class MlxBackend:
         engine.submit(Job(stream_id, request, cancelled, prompt, max_new,
                           make_sampler(request.sampling), make_processors(request.sampling),
                           truncated=truncated, text=TextStream(request.sampling.stop),
-                          proposer=self._proposer(spec) if spec else None,
+                          output=output, proposer=self._proposer(spec) if spec else None,
                           max_draft=spec.max_draft if spec else 0))
 
     # -- speculative decoding --------------------------------------------------------------
