@@ -14,6 +14,7 @@ import pytest
 
 from backends.base import ReasoningEvent, TokenEvent, ToolCallEvent
 from tests.support.fake_runtime import MODEL, ScriptedRuntime, served
+from tests.support.streams import openai_stream
 
 USER = [{"role": "user", "content": "Weather in Paris and the time?"}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -134,21 +135,13 @@ def test_openai_stream_sends_one_kind_per_delta_and_call_headers_once(fake):
 
 def test_openai_stream_equals_the_whole_answer_through_the_client(oai):
     whole = oai.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS).choices[0]
-    calls: dict[int, dict] = {}
-    reasoning, finish = "", None
-    for chunk in oai.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS,
-                                             stream=True):
-        delta = chunk.choices[0].delta
-        reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
-        for piece in delta.tool_calls or ():
-            call = calls.setdefault(piece.index, {"id": piece.id, "name": None, "args": ""})
-            call["name"] = call["name"] or piece.function.name
-            call["args"] += piece.function.arguments or ""
-        finish = chunk.choices[0].finish_reason or finish
-    assert finish == whole.finish_reason == "tool_calls"
-    assert reasoning == whole.message.model_extra["reasoning_content"]
-    assert [(c["id"], c["name"], c["args"]) for c in calls.values()] == [
-        (c.id, c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+    streamed = openai_stream(oai.chat.completions.create(model=MODEL, messages=USER,
+                                                         tools=TOOLS, stream=True))
+    assert streamed.finish_reason == whole.finish_reason == "tool_calls"
+    assert streamed.reasoning == whole.message.model_extra["reasoning_content"]
+    assert streamed.content == "" and whole.message.content is None
+    assert streamed.tool_calls() == [(c.id, c.function.name, c.function.arguments)
+                                     for c in whole.message.tool_calls]
 
 
 def test_calls_without_ids_get_call_ids(fake):
