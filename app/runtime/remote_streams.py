@@ -19,7 +19,7 @@ from app.errors import ModelNotFoundError
 from app.registry import suggest
 from app.runtime import endpoints
 from app.runtime.worker_handle import EventSink
-from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, TokenEvent
+from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
 from backends.errors import EmberError
 from backends.remote import Endpoint, Received, RemoteBackend, RemoteModel
 
@@ -66,8 +66,8 @@ class RemoteStreams:
         with self._lock:
             if stream.ended:
                 return False
-            if isinstance(event, TokenEvent):
-                stream.received.token(event.text)
+            # kept so that a cancel's DoneEvent has the text, thinking and calls so far
+            stream.received.record(event)
             stream.ended = isinstance(event, DoneEvent | ErrorEvent)
             stream.sink.put(event)
             return True
