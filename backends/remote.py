@@ -255,6 +255,34 @@ class RemoteBackend:
             raise RemoteError(f"{self.where}: /models did not answer with an OpenAI model list "
                               f"(got {_shown(response.text)!r})") from None
 
+    def describe(self, model: str) -> tuple[list[str] | None, str | None]:
+        """What the server says of `model` beyond the OpenAI API: its capabilities (Ollama's
+        and Ember's `POST /api/show`) and its chat template (those, or llama-server's
+        `GET /props`). (None, None) from a server that has neither (vLLM): never an error,
+        since this only decides which controls the window shows."""
+        root = self.endpoint.base.removesuffix("/v1")
+        timeout = httpx.Timeout(LIST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        capabilities: list[str] | None = None
+        template: str | None = None
+        try:
+            shown = self._client.post(f"{root}/api/show", json={"model": model},
+                                      timeout=timeout)
+            body = shown.json() if shown.status_code == 200 else {}
+            if isinstance(body, dict):
+                caps = body.get("capabilities")
+                capabilities = [str(c) for c in caps] if isinstance(caps, list) else None
+                template = body.get("template") if isinstance(body.get("template"), str) \
+                    else None
+            if not template:
+                props = self._client.get(f"{root}/props", params={"model": model},
+                                         timeout=timeout)
+                body = props.json() if props.status_code == 200 else {}
+                if isinstance(body, dict) and isinstance(body.get("chat_template"), str):
+                    template = body["chat_template"]
+        except (httpx.HTTPError, ValueError, UnicodeDecodeError):
+            pass
+        return capabilities, template or None
+
     # -- generation ------------------------------------------------------------------------
     def generate(self, model: str, request: GenerationRequest,
                  cancelled: CancelFlag | None = None, stream: bool = True) -> Iterator[Event]:

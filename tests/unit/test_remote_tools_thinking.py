@@ -13,6 +13,7 @@ import pytest
 
 from app.config import Paths
 from app.runtime import Runtime, endpoints
+from app.runtime.thinking import remote_support, support_of, thinking_for
 from app.store import Store
 from backends.base import (
     DoneEvent,
@@ -27,6 +28,7 @@ from backends.base import (
     ToolCallEvent,
     ToolChoice,
 )
+from backends.chat_format import ChatFormat, ThinkingMarkers
 from backends.remote import Endpoint, RemoteBackend
 from tests.support.fake_openai import ANSWER, CALLS, THINKING, fake_server
 
@@ -175,3 +177,51 @@ def test_cancelling_while_the_model_thinks_keeps_the_thinking_so_far(tmp_path: P
     done = rest[-1]
     assert isinstance(done, DoneEvent) and done.stats.finish_reason == "cancelled"
     assert done.reasoning == "".join(THINKING) and done.text == ""
+
+
+# -- what the window's Think control offers ------------------------------------------------
+def test_the_think_control_follows_the_models_chat_format():
+    markers = ThinkingMarkers("<think>", "</think>")
+    assert support_of(ChatFormat()).settings == ()  # Qwen2.5: no control
+    assert support_of(ChatFormat(thinking=markers)).settings == ("on",)  # R1-Distill
+    assert support_of(ChatFormat(thinking=markers, thinking_toggle=True)).settings == (
+        "on", "off")  # Qwen3, SmolLM3
+    assert support_of(ChatFormat(harmony=True, thinking_effort=True)).settings == (
+        "medium", "low", "high")  # gpt-oss: levels, never off
+    assert support_of(ChatFormat(thinking_toggle=True)).settings == ()  # nothing to mark it
+    assert thinking_for(None) == Thinking()
+    assert thinking_for("off") == Thinking(enabled=False)
+    assert thinking_for("on") == Thinking(enabled=True)
+    assert thinking_for("high") == Thinking(enabled=True, effort="high")
+
+
+def test_a_remote_models_thinking_comes_from_its_server_or_from_its_answers(tmp_path, fake):
+    paths = Paths(tmp_path / "home")
+    endpoints.add("fake", fake, paths=paths)
+    with Runtime(store=Store(paths)) as rt:
+        assert rt.thinking_support("fake/think").settings == ("on", "off")
+        assert rt.thinking_support("fake/ok").settings == ()
+    # a server that describes nothing (vLLM): known once it has streamed some thinking
+    assert remote_support(None, None, seen_thinking=False).settings == ()
+    assert remote_support(None, None, seen_thinking=True).settings == ("on", "off")
+    assert remote_support(["completion"], None, seen_thinking=False).settings == ()
+
+
+def test_a_local_models_think_control_comes_from_its_own_template(tmp_path, monkeypatch):
+    from app.runtime import thinking
+
+    folder = tmp_path / "qwen3-mlx"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "old"}))
+    assert thinking.template_of(folder, "mlx") == "old"
+    (folder / "chat_template.jinja").write_text("{% if enable_thinking %}<think>{% endif %}")
+    assert thinking.template_of(folder, "mlx").startswith("{% if enable_thinking")
+    seen: list[str | None] = []
+
+    def detect(template: str | None) -> ChatFormat:  # the formats branch's detection
+        seen.append(template)
+        return ChatFormat(thinking=ThinkingMarkers("<think>", "</think>"),
+                          thinking_toggle="enable_thinking" in (template or ""))
+    monkeypatch.setattr(thinking, "detect_format", detect)
+    assert thinking.local_support(folder, "mlx").settings == ("on", "off")
+    assert seen == [(folder / "chat_template.jinja").read_text()]
