@@ -8,7 +8,6 @@ once the answer starts; a click on its header opens or folds it again.
 from __future__ import annotations
 
 import json
-import math
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QFrame, QLabel, QToolButton, QVBoxLayout
@@ -19,10 +18,10 @@ RENDER_INTERVAL_MS = 100  # as the answer's text: ~10 updates a second, not one 
 
 
 def thought_for(seconds: float | None) -> str:
-    """The folded header. Whole seconds, at least 1: "Thought for 0 s" reads as a bug."""
+    """The folded header, in whole seconds, at least 1 ("Thought for 0 s" reads as a bug)."""
     if seconds is None:
-        return "Thoughts"  # an answer stored before its thinking was timed
-    return f"Thought for {max(1, math.ceil(seconds - 0.05))} s"
+        return "Thoughts"  # an answer cut off before its thinking was timed
+    return f"Thought for {max(1, round(seconds))} s"
 
 
 class ThinkingBlock(QFrame):

@@ -24,16 +24,26 @@ THOUGHT = "".join(THINKING)
 
 
 class Fake:
-    def __init__(self, url: str, gate: threading.Event, requests: list[dict]) -> None:
-        self.url, self.gate, self.requests = url, gate, requests
+    """The upstream, holding its answer back until `gate` (while the model thinks) and then
+    after the first piece until `answer_gate` (while it answers)."""
+
+    def __init__(self, url: str, requests: list[dict], gate: threading.Event,
+                 answer_gate: threading.Event) -> None:
+        self.url, self.requests, self.gate, self.answer_gate = url, requests, gate, answer_gate
+
+    def release(self) -> None:
+        self.gate.set()
+        self.answer_gate.set()
 
 
 @pytest.fixture
 def fake() -> Iterator[Fake]:
-    gate, requests = threading.Event(), []
-    with fake_server(requests=requests, gate=gate) as url:
-        yield Fake(url, gate, requests)
+    requests: list[dict] = []
+    gate, answer_gate = threading.Event(), threading.Event()
+    with fake_server(requests=requests, gate=gate, answer_gate=answer_gate) as url:
+        yield Fake(url, requests, gate, answer_gate)
     gate.set()
+    answer_gate.set()
 
 
 @pytest.fixture
@@ -47,7 +57,7 @@ def window(qtbot, fake: Fake, tmp_path: Path) -> Iterator[MainWindow]:
         qtbot.waitUntil(lambda: w.model_picker.findData("lab/think") >= 0, timeout=WAIT_MS)
         w.show_chat()  # a home without local models opens on "Your machine"
         yield w
-        fake.gate.set()
+        fake.release()
         w.controller.stop(wait=True)
 
 
@@ -80,10 +90,15 @@ def test_thinking_streams_open_then_folds_to_thought_for_n_seconds_when_the_answ
     assert window.controller.busy
     qtbot.wait(1100)  # think for a second
     fake.gate.set()
-    wait_idle(qtbot, window)
-    assert answer.text == "".join(ANSWER) and answer.body.isVisible()
+    # the answer's first piece has come, the rest is held back: the thinking has folded
+    qtbot.waitUntil(lambda: answer.text == ANSWER[0], timeout=WAIT_MS)
+    assert window.controller.busy and answer.body.isVisible()
     assert not block.expanded and re.fullmatch(r"Thought for [12] s", block.title)
     assert block.header.text() == block.title
+    fake.answer_gate.set()
+    wait_idle(qtbot, window)
+    assert answer.text == "".join(ANSWER) and block.title == block.header.text()
+    assert not block.expanded
     qtbot.mouseClick(block.header, Qt.MouseButton.LeftButton)  # open it again
     assert block.expanded and block.body.text() == THOUGHT
     qtbot.mouseClick(block.header, Qt.MouseButton.LeftButton)
@@ -97,7 +112,7 @@ def test_thinking_streams_open_then_folds_to_thought_for_n_seconds_when_the_answ
 
 def test_thinking_is_reshown_from_history_and_given_back_to_the_model(
         qtbot, window: MainWindow, fake: Fake):
-    fake.gate.set()
+    fake.release()
     pick(qtbot, window, "lab/think")
     send(qtbot, window, "Hi")
     wait_idle(qtbot, window)
@@ -121,7 +136,7 @@ def test_thinking_is_reshown_from_history_and_given_back_to_the_model(
 
 def test_the_think_control_shows_only_for_a_thinking_model_and_its_choice_is_the_chats(
         qtbot, window: MainWindow, fake: Fake):
-    fake.gate.set()
+    fake.release()
     pick(qtbot, window, "lab/ok")
     assert window.chat.think.isHidden()
     pick(qtbot, window, "lab/think")
@@ -153,7 +168,7 @@ def test_the_think_control_shows_only_for_a_thinking_model_and_its_choice_is_the
 
 def test_the_tool_calls_of_an_answer_are_shown_and_stored(qtbot, window: MainWindow,
                                                           fake: Fake):
-    fake.gate.set()
+    fake.release()
     pick(qtbot, window, "lab/tool")
     send(qtbot, window, "Weather and time in Paris?")
     wait_idle(qtbot, window)

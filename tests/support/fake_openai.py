@@ -18,7 +18,8 @@ The model a request names picks the misbehaviour:
 The well-behaved models answer `"stream": false` with the whole message their stream adds up
 to, and report usage (with reasoning_tokens) when asked. `requests` records every request
 body; with a `gate`, the thinking models wait for it between their thinking and their answer
-(a test looks at the window while the model is still thinking). `POST /api/show` answers
+(a test looks at the window while the model is still thinking), and with an `answer_gate`
+after the first piece of their answer (while it is answering). `POST /api/show` answers
 Ollama's (and Ember's) model capabilities, which is how Ember learns that a remote model
 thinks.
 """
@@ -102,6 +103,7 @@ class Handler(BaseHTTPRequestHandler):
     models_garbage = False
     requests: list[dict] = []  # every request body, in order (a list per fake_server)
     gate: threading.Event | None = None
+    answer_gate: threading.Event | None = None
 
     def log_message(self, *args: object) -> None:  # keep test output clean
         pass
@@ -178,12 +180,16 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self._chunked(_delta_chunk({"role": "assistant", "content": None}))
-        answered = False
+        answered = 0  # answer pieces sent
         for delta in deltas:
-            if self.gate is not None and not answered and "reasoning" not in delta \
-                    and "reasoning_content" not in delta:
-                answered = True
+            if "reasoning" in delta or "reasoning_content" in delta:
+                self._chunked(_delta_chunk(delta))
+                continue
+            if answered == 0 and self.gate is not None:
                 self.gate.wait(30)  # the test looks at the window while the model thinks
+            if answered == 1 and self.answer_gate is not None:
+                self.answer_gate.wait(30)  # ... and once it has started answering
+            answered += 1
             self._chunked(_delta_chunk(delta))
         self._chunked(_delta_chunk({}, finish))  # finish_reason in a chunk of its own
         if (request.get("stream_options") or {}).get("include_usage"):
@@ -202,13 +208,15 @@ class QuietServer(ThreadingHTTPServer):
 
 @contextmanager
 def fake_server(slow_s: float = 3.0, models_garbage: bool = False,
-                requests: list[dict] | None = None,
-                gate: threading.Event | None = None) -> Iterator[str]:
+                requests: list[dict] | None = None, gate: threading.Event | None = None,
+                answer_gate: threading.Event | None = None) -> Iterator[str]:
     """A running fake on a free loopback port; yields its base URL (with /v1). Request
-    bodies are appended to `requests`; the thinking models wait for `gate` before answering."""
+    bodies are appended to `requests`; the thinking models wait for `gate` before answering,
+    and for `answer_gate` after their answer's first piece."""
     handler = type("FakeHandler", (Handler,), {
         "slow_s": slow_s, "models_garbage": models_garbage,
-        "requests": requests if requests is not None else [], "gate": gate})
+        "requests": requests if requests is not None else [], "gate": gate,
+        "answer_gate": answer_gate})
     server = QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
