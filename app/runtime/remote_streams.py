@@ -157,15 +157,16 @@ class Remotes:
             self._seen_thinking.add(ref)
 
     def thinking_support(self, ref: str) -> ThinkingSupport:
-        """What the upstream says of the model (asked once per session; network), or that it
-        streamed thinking."""
+        """What the upstream says of the model (network; remembered once it has said
+        something), or that it streamed thinking."""
         endpoint, model = endpoints.resolve(ref, self.paths)
         with self._lock:
             described = self._described.get(ref)
         if described is None:
             described = self._client(endpoint).describe(model)
-            with self._lock:
-                self._described[ref] = described
+            if described != (None, None):  # nothing said may be a server down: ask again
+                with self._lock:
+                    self._described[ref] = described
         with self._lock:
             seen = ref in self._seen_thinking
         return remote_support(*described, seen_thinking=seen)
