@@ -7,6 +7,11 @@ by a crash or a kill, and is marked "interrupted" (kept, never dropped).
 
 Deleting a conversation only marks it deleted, so it can be undone; `purge_deleted` removes
 those marked a while ago.
+
+An assistant turn keeps its thinking (`reasoning`) and the tool calls it made apart from its
+answer, and a tool result its call's id and tool name, so the model is given them back the way
+its template expects (WIRE-FORMATS.md C.7). The schema's version is SQLite's user_version;
+opening an older file migrates it in one transaction (MIGRATIONS), keeping every row.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from backends.base import ToolCall
 from backends.errors import EmberError
 
-SCHEMA_VERSION = 1
-SCHEMA = """
+SCHEMA_VERSION = 2
+# Version 1, as every history.db before tool calls and thinking was created. A new file is
+# created as version 1 and migrated like an old one, so both end with the same schema.
+SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
     title TEXT NOT NULL,
@@ -43,6 +51,20 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
+# MIGRATIONS[n] takes a version-n file to version n+1. Only ADD COLUMN: the rows stay as they
+# are, byte for byte, and the new columns start empty.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE messages ADD COLUMN tool_calls TEXT",  # JSON [{id, name, arguments}]
+        "ALTER TABLE messages ADD COLUMN tool_call_id TEXT",  # a tool result's call
+        "ALTER TABLE messages ADD COLUMN tool_name TEXT",  # a tool result's tool
+        # the conversation's Think setting: NULL (the model's default), off, on, low,
+        # medium or high
+        "ALTER TABLE conversations ADD COLUMN thinking TEXT",
+    ),
+}
+THINKING_SETTINGS = ("off", "on", "low", "medium", "high")
 STATUSES = ("complete", "streaming", "interrupted", "stopped", "error")
 
 
@@ -59,6 +81,7 @@ class Conversation:
     created_at: float
     updated_at: float
     deleted_at: float | None = None
+    thinking: str | None = None  # one of THINKING_SETTINGS; None: the model's default
 
 
 @dataclass(frozen=True)
@@ -71,17 +94,45 @@ class StoredMessage:
     stats: dict | None
     model: str | None
     created_at: float
+    reasoning: str = ""  # an assistant turn's thinking
+    tool_calls: tuple[ToolCall, ...] = ()  # the calls an assistant turn made
+    tool_call_id: str | None = None  # a tool result: the call it answers
+    tool_name: str | None = None  # a tool result: the tool that was called
 
 
 def _conversation(row: sqlite3.Row) -> Conversation:
     return Conversation(row["id"], row["title"], row["model"], row["system_prompt"],
-                        row["created_at"], row["updated_at"], row["deleted_at"])
+                        row["created_at"], row["updated_at"], row["deleted_at"],
+                        row["thinking"])
+
+
+def _calls_json(calls: tuple[ToolCall, ...]) -> str | None:
+    return json.dumps([{"id": c.id, "name": c.name, "arguments": c.arguments}
+                       for c in calls]) if calls else None
 
 
 def _message(row: sqlite3.Row) -> StoredMessage:
     stats = json.loads(row["stats"]) if row["stats"] else None
+    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"])
+                  for c in json.loads(row["tool_calls"] or "[]"))
     return StoredMessage(row["id"], row["conversation_id"], row["role"], row["content"],
-                         row["status"], stats, row["model"], row["created_at"])
+                         row["status"], stats, row["model"], row["created_at"],
+                         row["reasoning"], calls, row["tool_call_id"], row["tool_name"])
+
+
+def migrate(db: sqlite3.Connection, version: int) -> None:
+    """Bring a version-`version` file to SCHEMA_VERSION in one transaction: a kill in the
+    middle leaves it as it was (SQLite's DDL and user_version are transactional)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for step in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[step]:
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 class History:
@@ -119,8 +170,12 @@ class History:
         if version > SCHEMA_VERSION:
             raise HistoryError(f"{path} was written by a newer Ember (schema {version}); "
                                "update Ember to open it")
-        db.executescript(SCHEMA)
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        if version == 0:
+            db.executescript(SCHEMA_V1)
+            db.execute("PRAGMA user_version=1")
+            version = 1
+        if version < SCHEMA_VERSION:
+            migrate(db, version)
         return db
 
     def _mark_interrupted(self) -> int:
@@ -187,6 +242,13 @@ class History:
     def set_system_prompt(self, conversation_id: int, system_prompt: str) -> None:
         self._update_conversation(conversation_id, system_prompt=system_prompt)
 
+    def set_thinking(self, conversation_id: int, thinking: str | None) -> None:
+        """The conversation's Think setting (THINKING_SETTINGS; None: the model's default)."""
+        if thinking is not None and thinking not in THINKING_SETTINGS:
+            raise HistoryError(f"unknown thinking setting {thinking!r} (use "
+                               f"{', '.join(THINKING_SETTINGS)})")
+        self._update_conversation(conversation_id, thinking=thinking)
+
     def delete(self, conversation_id: int) -> None:
         """Mark deleted (undo with `restore`)."""
         self._update_conversation(conversation_id, deleted_at=time.time())
@@ -210,7 +272,9 @@ class History:
 
     def add_message(self, conversation_id: int, role: str, content: str,
                     status: str = "complete", stats: dict | None = None,
-                    model: str | None = None) -> StoredMessage:
+                    model: str | None = None, reasoning: str = "",
+                    tool_calls: tuple[ToolCall, ...] = (), tool_call_id: str | None = None,
+                    tool_name: str | None = None) -> StoredMessage:
         if status not in STATUSES:
             raise HistoryError(f"unknown message status {status!r}")
         now = time.time()
@@ -219,9 +283,11 @@ class History:
             try:
                 cur = self._db.execute(
                     "INSERT INTO messages(conversation_id, role, content, status, stats, model,"
-                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " created_at, reasoning, tool_calls, tool_call_id, tool_name)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (conversation_id, role, content, status,
-                     json.dumps(stats) if stats else None, model, now))
+                     json.dumps(stats) if stats else None, model, now, reasoning,
+                     _calls_json(tool_calls), tool_call_id, tool_name))
                 self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?",
                                  (now, conversation_id))
                 self._db.execute("COMMIT")
@@ -233,14 +299,18 @@ class History:
         return _message(row)
 
     def update_message(self, message_id: int, content: str, status: str | None = None,
-                       stats: dict | None = None) -> None:
+                       stats: dict | None = None, reasoning: str | None = None,
+                       tool_calls: tuple[ToolCall, ...] | None = None) -> None:
+        """Save a streamed answer as it grows; None leaves a field as it is."""
         if status is not None and status not in STATUSES:
             raise HistoryError(f"unknown message status {status!r}")
         with self._lock:
             self._db.execute(
                 "UPDATE messages SET content=?, status=COALESCE(?, status),"
-                " stats=COALESCE(?, stats) WHERE id=?",
-                (content, status, json.dumps(stats) if stats else None, message_id))
+                " stats=COALESCE(?, stats), reasoning=COALESCE(?, reasoning),"
+                " tool_calls=CASE WHEN ? THEN ? ELSE tool_calls END WHERE id=?",
+                (content, status, json.dumps(stats) if stats else None, reasoning,
+                 tool_calls is not None, _calls_json(tool_calls or ()), message_id))
 
     def delete_messages_from(self, message_id: int) -> int:
         """Drop a message and every later one of its conversation (regenerate, edit)."""

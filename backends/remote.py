@@ -4,6 +4,10 @@ It lists the server's models, streams chat and completions over SSE, maps Ember'
 settings onto the request, and reports the same Stats as a local backend: token counts from
 the server's `usage` when it sends one, time to first token and decode speed timed by Ember
 as the stream arrives.
+Tools, tool choice and thinking settings go upstream as OpenAI fields (plus vLLM's and
+llama-server's `chat_template_kwargs`), the conversation's tool calls, tool results and
+reasoning with them; the server's `reasoning_content`/`reasoning` and `tool_calls` deltas come
+back as ReasoningEvent and ToolCallEvent (WIRE-FORMATS.md C.1-C.3).
 Every way a server or network can fail becomes a RemoteError (or an ErrorEvent) whose message
 names the endpoint and what went wrong; none escapes as an httpx traceback.
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -27,8 +32,12 @@ from backends.base import (
     Event,
     FinishReason,
     GenerationRequest,
+    Message,
+    ReasoningEvent,
     SamplingParams,
     TokenEvent,
+    ToolCall,
+    ToolCallEvent,
 )
 from backends.errors import RemoteError
 from backends.stats import request_stats
@@ -95,10 +104,66 @@ def request_body(model: str, request: GenerationRequest, stream: bool) -> dict:
     elif request.json_mode:
         body["response_format"] = {"type": "json_object"}
     if request.messages is not None:
-        body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+        body["messages"] = [wire_message(m) for m in request.messages]
+        body.update(tool_fields(request))
+        body.update(thinking_fields(request))
     else:
         body["prompt"] = request.prompt
     return body
+
+
+def wire_message(m: Message) -> dict:
+    """One turn in the OpenAI shape: an assistant's calls with their arguments as JSON text
+    (content null when it said nothing else), its thinking as `reasoning_content` (the name
+    llama-server, vLLM and LM Studio read back), a tool result with its call's id."""
+    d: dict = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        d["tool_calls"] = [{"id": c.id, "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+                           for c in m.tool_calls]
+        if not m.content:
+            d["content"] = None
+    if m.reasoning:
+        d["reasoning_content"] = m.reasoning
+    if m.tool_call_id:
+        d["tool_call_id"] = m.tool_call_id
+    elif m.name and m.role == "tool":
+        d["name"] = m.name  # a result without an id: the legacy form names its tool
+    return d
+
+
+def tool_fields(request: GenerationRequest) -> dict:
+    """tools, tool_choice and parallel_tool_calls, sent only when tools are offered (or
+    tool_choice says none), so a server without tool support sees the request it always did.
+    parallel_tool_calls is explicit: llama-server makes one call only unless asked."""
+    choice = request.tool_choice
+    if not request.tools:
+        return {}
+    fields: dict = {
+        "tools": [{"type": "function", "function": {"name": t.name,
+                                                    "description": t.description,
+                                                    "parameters": t.parameters}}
+                  for t in request.tools],
+        "tool_choice": ({"type": "function", "function": {"name": choice.name}}
+                        if choice.mode == "function" else choice.mode),
+    }
+    if choice.mode != "none":
+        fields["parallel_tool_calls"] = request.parallel_tool_calls
+    return fields
+
+
+def thinking_fields(request: GenerationRequest) -> dict:
+    """Thinking on or off as `chat_template_kwargs.enable_thinking` (vLLM, SGLang,
+    llama-server and LM Studio hand it to Qwen3-style templates), the effort as
+    `reasoning_effort` (OpenAI, vLLM and llama-server for gpt-oss, Ollama). Nothing when the
+    request keeps the model's default."""
+    thinking = request.thinking
+    fields: dict = {}
+    if thinking.enabled is not None:
+        fields["chat_template_kwargs"] = {"enable_thinking": thinking.enabled}
+    if thinking.effort is not None and thinking.enabled is not False:
+        fields["reasoning_effort"] = thinking.effort
+    return fields
 
 
 def _shown(text: str) -> str:
@@ -190,6 +255,34 @@ class RemoteBackend:
             raise RemoteError(f"{self.where}: /models did not answer with an OpenAI model list "
                               f"(got {_shown(response.text)!r})") from None
 
+    def describe(self, model: str) -> tuple[list[str] | None, str | None]:
+        """What the server says of `model` beyond the OpenAI API: its capabilities (Ollama's
+        and Ember's `POST /api/show`) and its chat template (those, or llama-server's
+        `GET /props`). (None, None) from a server that has neither (vLLM): never an error,
+        since this only decides which controls the window shows."""
+        root = self.endpoint.base.removesuffix("/v1")
+        timeout = httpx.Timeout(LIST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        capabilities: list[str] | None = None
+        template: str | None = None
+        try:
+            shown = self._client.post(f"{root}/api/show", json={"model": model},
+                                      timeout=timeout)
+            body = shown.json() if shown.status_code == 200 else {}
+            if isinstance(body, dict):
+                caps = body.get("capabilities")
+                capabilities = [str(c) for c in caps] if isinstance(caps, list) else None
+                template = body.get("template") if isinstance(body.get("template"), str) \
+                    else None
+            if not template:
+                props = self._client.get(f"{root}/props", params={"model": model},
+                                         timeout=timeout)
+                body = props.json() if props.status_code == 200 else {}
+                if isinstance(body, dict) and isinstance(body.get("chat_template"), str):
+                    template = body["chat_template"]
+        except (httpx.HTTPError, ValueError, UnicodeDecodeError):
+            pass
+        return capabilities, template or None
+
     # -- generation ------------------------------------------------------------------------
     def generate(self, model: str, request: GenerationRequest,
                  cancelled: CancelFlag | None = None, stream: bool = True) -> Iterator[Event]:
@@ -218,14 +311,15 @@ class RemoteBackend:
         try:
             body = response.json()
             choice = body["choices"][0]
-            text = choice["message"]["content"] if "message" in choice else choice["text"]
+            events = (message_events(choice["message"]) if "message" in choice
+                      else [TokenEvent(choice["text"])] if choice["text"] else [])
             run.finish = choice.get("finish_reason")
             run.usage = body.get("usage")
         except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError):
             raise self._garbage(response.text) from None
-        run.token(text or "")
-        if text:
-            yield TokenEvent(text)
+        for event in events:
+            run.record(event)
+            yield event
         yield run.done()
 
     def _garbage(self, text: str) -> RemoteError:
@@ -265,17 +359,54 @@ class RemoteBackend:
                     said = err.get("message", err) if isinstance(err, dict) else err
                     raise RemoteError(f"{self.where} failed in the middle of the answer: "
                                       f"{_shown(str(said))}")
-                text = run.chunk(chunk)
-                if text is None:
+                events = run.chunk(chunk)
+                if events is None:
                     raise self._garbage(data)
-                if text:
-                    yield TokenEvent(text)
+                yield from events
         if run.finish is None:
             got = sum(len(t) for t in run.text)
             raise RemoteError(f"{self.where}: the stream ended in the middle of the answer "
                               f"(after {got} characters, with no finish reason); the text "
                               "received so far is kept")
         yield run.done()  # no [DONE], but the server said why it finished: a complete answer
+
+
+def _reasoning_of(d: dict) -> str:
+    """A message's or delta's thinking: `reasoning_content` (llama-server, DeepSeek, vLLM's
+    older name) or `reasoning` (vLLM since PR #27752, Ollama's /v1, OpenRouter)."""
+    for key in ("reasoning_content", "reasoning"):
+        if isinstance(d.get(key), str) and d[key]:
+            return d[key]
+    return ""
+
+
+def message_events(message: dict) -> list[Event]:
+    """A non-streamed answer's message as the events a stream of it would have given."""
+    events: list[Event] = []
+    if reasoning := _reasoning_of(message):
+        events.append(ReasoningEvent(reasoning))
+    if isinstance(message.get("content"), str) and message["content"]:
+        events.append(TokenEvent(message["content"]))
+    for i, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        arguments = function.get("arguments") or ""
+        if not isinstance(arguments, str):  # Ollama-style object arguments
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        events.append(ToolCallEvent(i, arguments, call.get("id") or _call_id(),
+                                    function["name"]))
+    return events
+
+
+def _call_id() -> str:
+    # for a server that sends calls without ids: the result must name its call to go back
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass
+class _Call:
+    id: str
+    name: str
+    arguments: list[str]
 
 
 @dataclass
@@ -290,49 +421,127 @@ class Received:
 
     def __post_init__(self) -> None:
         self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, _Call] = {}  # by the server's index, in order of arrival
 
-    def token(self, text: str) -> None:
-        if not text:
-            return
+    def _arrived(self) -> None:
         now = time.monotonic()
         self.first = self.first or now
         self.last = now
         self.chunks += 1
+
+    def token(self, text: str) -> None:
+        if not text:
+            return
+        self._arrived()
         self.text.append(text)
 
-    def chunk(self, chunk: dict) -> str | None:
-        """The text of one stream chunk (chat delta or completion text); None if the chunk
+    def record(self, event: Event) -> None:
+        """Count an event of the answer (text, thinking or a piece of a call)."""
+        if isinstance(event, TokenEvent):
+            self.token(event.text)
+        elif isinstance(event, ReasoningEvent) and event.text:
+            self._arrived()
+            self.reasoning.append(event.text)
+        elif isinstance(event, ToolCallEvent):
+            self._arrived()
+            call = self.calls.setdefault(event.index, _Call(event.id, event.name, []))
+            call.arguments.append(event.arguments)
+
+    def chunk(self, chunk: dict) -> list[Event] | None:
+        """The events of one stream chunk (chat delta or completion text); None if the chunk
         is not a valid one."""
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         choices = chunk.get("choices")
         if choices is None and self.usage is not None:
-            return ""  # a usage-only chunk
+            return []  # a usage-only chunk
         if not isinstance(choices, list):
             return None
-        text = ""
+        events: list[Event] = []
         for choice in choices[:1]:
             if not isinstance(choice, dict):
                 return None
             delta = choice.get("delta")
-            piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-            text = piece if isinstance(piece, str) else ""
+            if isinstance(delta, dict):
+                delta_events = self._delta(delta)
+                if delta_events is None:
+                    return None
+                events += delta_events
+            elif isinstance(choice.get("text"), str) and choice["text"]:
+                events.append(TokenEvent(choice["text"]))
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
-        self.token(text)
-        return text
+        for event in events:
+            self.record(event)
+        return events
+
+    def _delta(self, delta: dict) -> list[Event] | None:
+        """One chat delta: thinking, then text, then pieces of calls (a server sends one kind
+        per delta, WIRE-FORMATS C.3, but one that mixes them loses nothing)."""
+        events: list[Event] = []
+        if reasoning := _reasoning_of(delta):
+            events.append(ReasoningEvent(reasoning))
+        if isinstance(delta.get("content"), str) and delta["content"]:
+            events.append(TokenEvent(delta["content"]))
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list):
+            return None
+        started: set[int] = set()  # calls whose first piece is in this very delta
+        for position, call in enumerate(calls):
+            if not isinstance(call, dict):
+                return None
+            index = call.get("index", position)
+            function = call.get("function") or {}
+            if not isinstance(index, int) or not isinstance(function, dict):
+                return None
+            arguments = function.get("arguments") or ""
+            if not isinstance(arguments, str):  # a whole call with object arguments
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            if index in self.calls or index in started:
+                events.append(ToolCallEvent(index, arguments))  # id and name came first
+            else:
+                name = function.get("name")
+                if not isinstance(name, str) or not name:
+                    return None  # a call's first piece must name its tool
+                started.add(index)
+                events.append(ToolCallEvent(index, arguments, str(call.get("id") or _call_id()),
+                                            name))
+        return events
+
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The calls received whole: after `length` or a cancel, a call whose arguments are
+        not yet a JSON object was cut off and is left out (backends.base.DoneEvent)."""
+        calls = []
+        for call in self.calls.values():
+            arguments = "".join(call.arguments) or "{}"
+            if self.finish in ("length", "cancelled"):
+                try:
+                    if not isinstance(json.loads(arguments), dict):
+                        continue
+                except ValueError:
+                    continue
+            calls.append(ToolCall(call.id, call.name, arguments))
+        return tuple(calls)
 
     def done(self) -> DoneEvent:
         usage = self.usage if isinstance(self.usage, dict) else {}
         # Without usage (a server that ignores stream_options) a chunk is about one token.
         completion = int(usage.get("completion_tokens") or self.chunks)
         details = usage.get("prompt_tokens_details") or {}
+        out_details = usage.get("completion_tokens_details") or {}
+        calls = self.tool_calls()
         finish: FinishReason = ("cancelled" if self.finish == "cancelled" else
-                                "length" if self.finish == "length" else "stop")
+                                "length" if self.finish == "length" else
+                                # like Ollama's OpenAI layer: an answer that called tools ended
+                                # for that, whatever a server says (some say "stop")
+                                "tool_calls" if calls else "stop")
         stats = request_stats(
             prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=completion,
             started=self.started, first_at=self.first, last_at=self.last,
             end=time.monotonic(), finish_reason=finish, truncated=False,
             cached_tokens=int(details.get("cached_tokens") or 0)
-            if isinstance(details, dict) else 0)
-        return DoneEvent(stats, "".join(self.text))
+            if isinstance(details, dict) else 0,
+            reasoning_tokens=int(out_details.get("reasoning_tokens") or 0)
+            if isinstance(out_details, dict) else 0)
+        return DoneEvent(stats, "".join(self.text), "".join(self.reasoning), calls)

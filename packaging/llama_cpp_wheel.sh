@@ -5,6 +5,10 @@
 # does not key on CMAKE_ARGS, so a wheel built once with other flags would be reused silently.
 # We key our cache on the version, the CMake flags, the Python tag and the CPU's flags.
 #
+# The source distribution is kept too ($CACHE/sdist): the tests read the real chat templates
+# and vocabularies vendored in it (tests/support/llama_sdist.py), and a rebuild needs no
+# download.
+#
 # Why AMX is off on x86-64 Linux: upstream llama.cpp segfaults in ggml_backend_amx_mul_mat on
 # the first decode on AMX CPUs (llama.cpp issue 20824). Set EMBER_LLAMA_AMX=1 to keep AMX.
 set -euo pipefail
@@ -26,11 +30,16 @@ cpu_flags=$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -
 key=$(printf '%s\n' "$VERSION" "$cmake_args" "$py_tag" "$cpu_flags" | sha256sum | cut -c1-16)
 dir="$CACHE/llama-cpp-python-$VERSION-$py_tag-$key"
 
+sdist="$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz"
 if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  if [ ! -f "$sdist" ]; then
+    mkdir -p "$CACHE/sdist"
+    "$PYTHON" -m pip download --no-deps --no-binary :all: -d "$CACHE/sdist" \
+      "llama-cpp-python==$VERSION" >&2
+  fi
   echo "ember: compiling llama-cpp-python $VERSION (about 9 minutes on 2 cores, once per machine)" >&2
   tmp=$(mktemp -d "$CACHE.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$CACHE"; mktemp -d "$CACHE/.tmp.XXXXXX"; })
-  CMAKE_ARGS="$cmake_args" "$PYTHON" -m pip wheel --no-deps --no-cache-dir \
-    --no-binary llama-cpp-python -w "$tmp" "llama-cpp-python==$VERSION" >&2
+  CMAKE_ARGS="$cmake_args" "$PYTHON" -m pip wheel --no-deps --no-cache-dir -w "$tmp" "$sdist" >&2
   printf 'version=%s\ncmake_args=%s\n' "$VERSION" "$cmake_args" > "$tmp/BUILD_INFO"
   mkdir -p "$CACHE"
   rm -rf "$dir"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import click
 
 from app.cli import cli
+from app.cli.answer_output import AnswerPrinter, calls_json
 from app.cli.common import installed_or_pull, sampling_from, sampling_options
 from app.config import DEFAULT_MODEL
 from app.runtime.backend_table import NAMES as BACKENDS
@@ -18,8 +19,10 @@ from backends.base import (
     ErrorEvent,
     GenerationRequest,
     Message,
+    ReasoningEvent,
     SpeculativeParams,
     Stats,
+    Thinking,
     TokenEvent,
 )
 from backends.errors import EmberError
@@ -28,6 +31,8 @@ from backends.errors import EmberError
 def _stats_line(stats: Stats) -> str:
     line = (f"{stats.completion_tokens} tokens, first token {stats.ttft_s:.2f} s, "
             f"{stats.decode_tokens_per_s:.1f} tokens/s, {stats.finish_reason}")
+    if stats.reasoning_tokens:
+        line += f" ({stats.reasoning_tokens} thinking)"
     if stats.draft_tokens:
         line += (f", {stats.accepted_tokens}/{stats.draft_tokens} speculative tokens "
                  "accepted")
@@ -81,6 +86,31 @@ def speculative_from(draft_model: str | None, lookup: bool,
     return None
 
 
+EFFORTS = ("low", "medium", "high")
+
+
+def thinking_options(f: Callable) -> Callable:
+    """--think/--no-think switch a reasoning model's thinking (by default it does as its
+    template says); --think-effort sets how hard (gpt-oss; implies --think)."""
+    f = click.option("--hide-thinking", is_flag=True,
+                     help="do not print the model's thinking (it still thinks)")(f)
+    f = click.option("--think-effort", type=click.Choice(EFFORTS), default=None,
+                     help="how hard a reasoning model thinks (models whose template takes "
+                          "an effort, such as gpt-oss); implies --think")(f)
+    return click.option("--think/--no-think", default=None,
+                        help="let a reasoning model think before it answers, or not "
+                             "(default: the model's own default)")(f)
+
+
+def thinking_from(think: bool | None, effort: str | None) -> Thinking:
+    if effort is not None and think is False:
+        raise click.UsageError("--think-effort sets how a model thinks, --no-think stops it "
+                               "thinking: pick one")
+    if effort is not None:
+        return Thinking(enabled=True, effort=effort)  # type: ignore[arg-type]
+    return Thinking(enabled=think)
+
+
 def backend_option(f: Callable) -> Callable:
     f = click.option("--quantize", "quant", type=click.Choice(("int8", "int4")), default=None,
                      help="cuda backend: pack the weights as int8 or int4 at load "
@@ -96,14 +126,19 @@ def backend_option(f: Callable) -> Callable:
 @sampling_options
 @backend_option
 @speculative_options
+@thinking_options
 @click.option("--system", default=None, help="system prompt")
 @click.option("--raw", is_flag=True, help="send PROMPT as-is, without the chat template")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object with the stats")
+@click.option("--json", "as_json", is_flag=True,
+              help="print one JSON object: the answer, its thinking, tool calls and stats")
 def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
         backend: str | None, quant: str | None, draft_model: str | None, lookup: bool,
-        max_draft: int, **kw) -> None:
+        max_draft: int, think: bool | None, think_effort: str | None, hide_thinking: bool,
+        **kw) -> None:
     """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin).
-    MODEL is an installed model or NAME/model on a remote endpoint (`ember remote`)."""
+    MODEL is an installed model or NAME/model on a remote endpoint (`ember remote`).
+    A reasoning model's thinking is shown dimmed before the answer (on stderr when stdout
+    is not a terminal)."""
     from app.runtime import Runtime
 
     if prompt == "-":
@@ -111,6 +146,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
     sampling = sampling_from(kw)
     sampling.validate()
     speculative = speculative_from(draft_model, lookup, max_draft)
+    thinking = thinking_from(think, think_effort)
     with Runtime() as rt:
         target = open_target(rt, model, kw["context"], backend, quant)
         if draft_model and not rt.is_remote(model):
@@ -124,18 +160,28 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
             messages = (((Message("system", system),) if system else ())
                         + (Message("user", prompt),))
             request = GenerationRequest(messages=messages, sampling=sampling,
-                                        speculative=speculative)
+                                        speculative=speculative, thinking=thinking)
         request.validate()
         generation = rt.generate(target.ref, request, backend=backend)
         done = None
+        printer = AnswerPrinter(hide=hide_thinking)
         try:
             for event in generation:
-                if isinstance(event, TokenEvent) and not as_json:
-                    click.echo(event.text, nl=False)
+                if as_json:
+                    if isinstance(event, DoneEvent):
+                        done = event
+                    elif isinstance(event, ErrorEvent):
+                        raise EmberError(event.message)
+                elif isinstance(event, TokenEvent):
+                    printer.token(event.text)
+                elif isinstance(event, ReasoningEvent):
+                    printer.reasoning(event.text)
                 elif isinstance(event, DoneEvent):
                     done = event
+                    printer.end(event.tool_calls)
                 elif isinstance(event, ErrorEvent):
-                    if event.partial and not as_json:
+                    printer.end()
+                    if event.partial:
                         click.echo()  # the partial answer stays on screen, the error below it
                     raise EmberError(event.message)
         except KeyboardInterrupt:
@@ -146,33 +192,43 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
     if as_json:
         st = done.stats
         click.echo(json.dumps({
-            "text": done.text, "model": target.model, "backend": target.backend,
+            "text": done.text, "reasoning": done.reasoning,
+            "tool_calls": calls_json(done.tool_calls), "model": target.model,
+            "backend": target.backend,
             "prompt_tokens": st.prompt_tokens, "completion_tokens": st.completion_tokens,
+            "reasoning_tokens": st.reasoning_tokens,
             "ttft_s": st.ttft_s, "decode_tokens_per_s": st.decode_tokens_per_s,
             "finish_reason": st.finish_reason, "truncated": st.truncated,
             "cached_tokens": st.cached_tokens, "draft_tokens": st.draft_tokens,
-            "accepted_tokens": st.accepted_tokens}))
+            "accepted_tokens": st.accepted_tokens}, ensure_ascii=False))
     else:
-        click.echo()
+        if printer.answered:
+            click.echo()
         click.echo(f"[{_stats_line(done.stats)}]", err=True)
 
 
-CHAT_HELP = "/reset clears the conversation, /system TEXT sets the system prompt, /bye leaves"
+CHAT_HELP = ("/reset clears the conversation, /system TEXT sets the system prompt, "
+             "/think on|off|low|medium|high|default sets thinking, /bye leaves")
+THINK_WORDS = {"on": Thinking(enabled=True), "off": Thinking(enabled=False),
+               "default": Thinking(), **{e: Thinking(enabled=True, effort=e)  # type: ignore
+                                         for e in EFFORTS}}
 
 
 @cli.command()
 @click.argument("model", default=DEFAULT_MODEL)
 @sampling_options
 @backend_option
+@thinking_options
 @click.option("--system", default=None, help="system prompt")
 def chat(model: str, system: str | None, backend: str | None, quant: str | None,
-         **kw) -> None:
+         think: bool | None, think_effort: str | None, hide_thinking: bool, **kw) -> None:
     """Chat with MODEL (installed, or NAME/model on a remote endpoint) in the terminal.
     Ctrl+C stops an answer; Ctrl+D or /bye leaves."""
     from app.runtime import Runtime
 
     sampling = sampling_from(kw)
     sampling.validate()
+    thinking = thinking_from(think, think_effort)
     history: list[Message] = []
     with Runtime() as rt:
         target = open_target(rt, model, kw["context"], backend, quant)
@@ -199,6 +255,14 @@ def chat(model: str, system: str | None, backend: str | None, quant: str | None,
                 history.clear()
                 click.echo("(conversation cleared)")
                 continue
+            if text.split()[0] == "/think":
+                word = text.removeprefix("/think").strip() or "on"
+                if word not in THINK_WORDS:
+                    click.echo(f"/think takes one of {', '.join(THINK_WORDS)}")
+                    continue
+                thinking = THINK_WORDS[word]
+                click.echo(f"(thinking: {word})")
+                continue
             if text.startswith("/system"):
                 system = text.removeprefix("/system").strip() or None
                 click.echo(f"(system prompt {'set' if system else 'cleared'})")
@@ -208,27 +272,35 @@ def chat(model: str, system: str | None, backend: str | None, quant: str | None,
                 continue
             history.append(Message("user", line))
             messages = ((Message("system", system),) if system else ()) + tuple(history)
-            generation = rt.generate(target.ref, GenerationRequest(messages=messages,
-                                                                    sampling=sampling),
-                                     backend=backend)
-            answer = ""
+            generation = rt.generate(target.ref, GenerationRequest(
+                messages=messages, sampling=sampling, thinking=thinking), backend=backend)
+            answer = reasoning = ""
+            printer = AnswerPrinter(hide=hide_thinking)
             try:
                 for event in generation:
                     if isinstance(event, TokenEvent):
                         answer += event.text
-                        click.echo(event.text, nl=False)
+                        printer.token(event.text)
+                    elif isinstance(event, ReasoningEvent):
+                        reasoning += event.text
+                        printer.reasoning(event.text)
                     elif isinstance(event, DoneEvent):
-                        click.echo()
+                        printer.end(event.tool_calls)
+                        if printer.answered:
+                            click.echo()
                         click.echo(f"[{_stats_line(event.stats)}]", err=True)
                     elif isinstance(event, ErrorEvent):
+                        printer.end()
                         click.echo(f"\nerror: {event.message}", err=True)
             except KeyboardInterrupt:
                 generation.cancel()
                 for _ in generation:  # drain to the final event so the worker is free
                     pass
+                printer.end()
                 click.echo("\n[stopped]", err=True)
             if answer:
-                history.append(Message("assistant", answer))
+                # with its thinking: the model's template decides whether to show it again
+                history.append(Message("assistant", answer, reasoning=reasoning))
             else:
                 history.pop()  # nothing came back: keep the history a valid alternation
 

@@ -2,35 +2,53 @@
 Runtime on a background task, the view updated from the task's signals.
 
 Every message is in the history before anything is generated, and a streamed answer is saved
-as it grows, so a kill at any moment keeps all earlier messages and the partial answer.
+as it grows (its thinking too), so a kill at any moment keeps all earlier messages and the
+partial answer.
+
+The Think control follows the model: what it offers comes from the Runtime
+(ThinkingSupportTask, off the UI thread), and the choice is the conversation's, in the history.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 
 from PySide6.QtCore import QObject, Signal
 
 from app.gui.chat_view import ChatView, MessageWidget
-from app.gui.tasks import GenerationTask
+from app.gui.tasks import GenerationTask, ThinkingSupportTask
 from app.history import History
 from app.preferences import Settings
 from app.runtime import Runtime
+from app.runtime.thinking import LEVELS, ThinkingSupport, thinking_for
 from backends.base import (
+    DoneEvent,
     GenerationRequest,
     Message,
     SamplingParams,
     SpeculativeParams,
-    Stats,
+    ToolCallEvent,
 )
 
 KEPT_STATUSES = ("complete", "stopped", "interrupted")  # what the model sees of the past
+CONTEXT_ROLES = ("user", "assistant", "tool")
 TITLE_CHARS = 48
 
 
 def title_from(text: str) -> str:
     first = " ".join(text.split())
     return first if len(first) <= TITLE_CHARS else first[:TITLE_CHARS - 1] + "…"
+
+
+def think_setting(stored: str | None, support: ThinkingSupport) -> str | None:
+    """The conversation's Think choice as this model can take it: None (its default) for a
+    model without the choice; an effort level is "on" for a model without levels."""
+    if stored in support.settings:
+        return stored
+    if stored in LEVELS and "on" in support.settings:
+        return "on"
+    return None
 
 
 class ChatController(QObject):
@@ -43,17 +61,66 @@ class ChatController(QObject):
         super().__init__()
         self.view, self.history, self.runtime, self.settings = view, history, runtime, settings
         self.conversation_id: int | None = None
-        self.model: str | None = None
+        self._model: str | None = None
         self.task: GenerationTask | None = None
         self._answer_id: int | None = None
         self._answer: MessageWidget | None = None
         self._text = ""
+        self._reasoning = ""
+        self._thinking_since: float | None = None  # when the answer's thinking began
+        self._thinking_s: float | None = None  # how long it thought (ended by the answer)
         self.context_size = 0
+        self.support = ThinkingSupport()  # what the current model's Think control offers
+        self._support_task: ThinkingSupportTask | None = None
+        self._pending_think: str | None = None  # chosen before the chat has a conversation
         view.send_clicked.connect(self.send)
         view.stop_clicked.connect(self.stop)
         view.regenerate_clicked.connect(self.regenerate)
         view.edit_clicked.connect(self.edit_last)
         view.banner_action.connect(self._banner_action)
+        view.think_changed.connect(self.set_think)
+
+    @property
+    def model(self) -> str | None:
+        return self._model
+
+    @model.setter
+    def model(self, ref: str | None) -> None:
+        if ref != self._model:
+            self._model = ref
+            self.support = ThinkingSupport()
+            self._show_think()
+            self.refresh_support()
+
+    def refresh_support(self) -> None:
+        """Ask what the model's Think control offers; the answer arrives in _support_found."""
+        if self._model is None:
+            return
+        task = ThinkingSupportTask(self.runtime, self._model)
+        task.found.connect(self._support_found)
+        self._support_task = task
+        task.start()
+
+    def _support_found(self, ref: str, support: ThinkingSupport) -> None:
+        if ref == self._model:  # not an answer about a model picked before this one
+            self.support = support
+            self._show_think()
+
+    def _stored_think(self) -> str | None:
+        if self.conversation_id is None:
+            return self._pending_think
+        return self.history.get(self.conversation_id).thinking
+
+    def _show_think(self) -> None:
+        self.view.set_think_options(self.support.settings,
+                                    think_setting(self._stored_think(), self.support))
+
+    def set_think(self, setting: str) -> None:
+        """The user picked a Think setting for this chat."""
+        if self.conversation_id is None:
+            self._pending_think = setting
+        else:
+            self.history.set_thinking(self.conversation_id, setting)
 
     @property
     def busy(self) -> bool:
@@ -68,18 +135,23 @@ class ChatController(QObject):
         self.view.title.setText(conv.title)
         last_stats = None
         for m in self.history.messages(conv.id):
-            self.view.add_message(m.role, m.content, m.status, m.stats)
+            self.view.add_message(m.role, m.content, m.status, m.stats, m.reasoning,
+                                  m.tool_calls)
             if m.stats:
                 last_stats = m.stats
         used = (last_stats["prompt_tokens"] + last_stats["completion_tokens"]
                 if last_stats else 0)
         self.view.set_context_use(used, self.context_size or max(used, 1))
         self.view.set_streaming(False)
+        self._show_think()
 
     def new_conversation(self) -> int:
         if self.busy:
             self.stop(wait=True)
         conv = self.history.create(model=self.model, system_prompt=self.settings.system_prompt)
+        if self._pending_think is not None:
+            self.history.set_thinking(conv.id, self._pending_think)
+            self._pending_think = None
         self.open(conv.id)
         self.conversation_changed.emit()
         return conv.id
@@ -138,10 +210,15 @@ class ChatController(QObject):
                 self.task.wait(30)
 
     def request(self) -> GenerationRequest:
+        """The conversation as the model is given it: each turn with its thinking and tool
+        calls (the model's template decides what of them to keep), tool results with their
+        call, and the chat's Think setting."""
         conv = self.history.get(self.conversation_id)
-        history = [Message(m.role, m.content) for m in self.history.messages(conv.id)
-                   if m.role in ("user", "assistant") and m.status in KEPT_STATUSES
-                   and m.content.strip()]
+        history = [Message(m.role, m.content, m.reasoning, m.tool_calls, m.tool_call_id,
+                           m.tool_name)
+                   for m in self.history.messages(conv.id)
+                   if m.role in CONTEXT_ROLES and m.status in KEPT_STATUSES
+                   and (m.content.strip() or m.tool_calls or m.role == "tool")]
         system = (Message("system", conv.system_prompt),) if conv.system_prompt.strip() else ()
         s = self.settings
         sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p,
@@ -150,15 +227,17 @@ class ChatController(QObject):
         if s.speculative and not self.runtime.is_remote(self.model or ""):
             speculative = (SpeculativeParams(method="draft", draft_model=s.draft_model)
                            if s.draft_model else SpeculativeParams(method="lookup"))
+        thinking = thinking_for(think_setting(conv.thinking, self.support))
         return GenerationRequest(messages=system + tuple(history), sampling=sampling,
-                                 speculative=speculative)
+                                 speculative=speculative, thinking=thinking)
 
     def _generate(self) -> None:
         self.view.show_banner("")
         request = self.request()
         answer = self.history.add_message(self.conversation_id, "assistant", "",
                                           status="streaming", model=self.model)
-        self._answer_id, self._text = answer.id, ""
+        self._answer_id, self._text, self._reasoning = answer.id, "", ""
+        self._thinking_since = self._thinking_s = None
         self._answer = self.view.add_message("assistant", "", "streaming")
         self._answer.set_status("streaming", note="Loading the model…"
                                 if not self._is_loaded() else "")
@@ -168,6 +247,8 @@ class ChatController(QObject):
                                    self.settings.context or None, backend, gpu_layers)
         self.task.loaded.connect(self._loaded)
         self.task.token.connect(self._token)
+        self.task.reasoning.connect(self._reasoning_piece)
+        self.task.tool_call.connect(self._tool_call)
         self.task.finished.connect(self._finished)
         self.task.failed.connect(self._failed)
         self.view.set_streaming(True)
@@ -183,20 +264,48 @@ class ChatController(QObject):
         if self._answer is not None:
             self._answer.set_status("streaming")
 
+    def _reasoning_piece(self, piece: str) -> None:
+        if self._thinking_since is None:
+            self._thinking_since = time.monotonic()
+        self._reasoning += piece
+        self.history.update_message(self._answer_id, self._text, reasoning=self._reasoning)
+        if self._answer is not None:
+            self._answer.append_reasoning(piece)
+            self.view.follow()
+
+    def _end_thinking(self, stopped: bool = False) -> None:
+        """The answer (or a call, or the end) came: the thinking block folds, timed."""
+        if self._thinking_since is not None and self._thinking_s is None:
+            self._thinking_s = time.monotonic() - self._thinking_since
+            if self._answer is not None:
+                self._answer.end_thinking(self._thinking_s, stopped)
+
     def _token(self, piece: str) -> None:
+        self._end_thinking()
         self._text += piece
         self.history.update_message(self._answer_id, self._text)
         if self._answer is not None:
             self._answer.append(piece)
             self.view.follow()
 
-    def _finished(self, stats: Stats, text: str) -> None:
+    def _tool_call(self, _event: ToolCallEvent) -> None:
+        self._end_thinking()  # the calls themselves are shown whole, when the answer ends
+
+    def _finished(self, done: DoneEvent) -> None:
+        stats, text = done.stats, done.text
         status = "stopped" if stats.finish_reason == "cancelled" else "complete"
+        self._end_thinking(stopped=status == "stopped")
         data = asdict(stats)
-        self.history.update_message(self._answer_id, text, status, data)
+        if done.reasoning:
+            data["thinking_s"] = round(self._thinking_s or 0.0, 2)
+        self.history.update_message(self._answer_id, text, status, data,
+                                    reasoning=done.reasoning, tool_calls=done.tool_calls)
         if self._answer is not None:
             self._answer.set_text(text)
+            self._answer.set_tool_calls(done.tool_calls)
             self._answer.set_status(status, data)
+        if done.reasoning and not self.support.thinks:
+            self.refresh_support()  # a remote server that said nothing: now it is known
         self.view.set_context_use(stats.prompt_tokens + stats.completion_tokens,
                                   self.context_size or stats.prompt_tokens)
         if stats.truncated:
@@ -207,7 +316,8 @@ class ChatController(QObject):
 
     def _failed(self, message: str, kind: str, text: str) -> None:
         model = self.task.model if self.task is not None else self.model
-        self.history.update_message(self._answer_id, text, "error")
+        self._end_thinking(stopped=True)
+        self.history.update_message(self._answer_id, text, "error", reasoning=self._reasoning)
         if self._answer is not None:
             self._answer.set_text(text)
             self._answer.set_status("error", note=message)

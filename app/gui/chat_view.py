@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent
 from PySide6.QtWidgets import (
+    QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -19,6 +20,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.markdown import render_markdown
+from app.gui.thinking_block import ThinkingBlock, ToolCallsBlock
+from backends.base import ToolCall
 
 STATUS_NOTE = {
     "interrupted": "Interrupted: Ember stopped while this answer was streaming.",
@@ -31,9 +34,16 @@ RENDER_INTERVAL_MS = 100
 BANNER_ACTIONS = ("Retry", "Pick a smaller quantization", "Dismiss")
 
 
+THINK_LABELS = {"on": "Think: on", "off": "Think: off", "low": "Think: low effort",
+                "medium": "Think: medium effort", "high": "Think: high effort"}
+ROLE_NAMES = {"user": "You", "assistant": "Ember", "system": "System", "tool": "Tool result"}
+
+
 def stats_text(stats: dict) -> str:
     line = (f"{stats.get('completion_tokens', 0)} tokens · first token "
             f"{stats.get('ttft_s', 0):.2f} s · {stats.get('decode_tokens_per_s', 0):.1f} tokens/s")
+    if stats.get("reasoning_tokens"):
+        line += f" · {stats['reasoning_tokens']} of them thinking"
     if stats.get("cached_tokens"):
         line += f" · {stats['cached_tokens']} prompt tokens from cache"
     if stats.get("draft_tokens"):
@@ -82,19 +92,30 @@ class MessageText(QTextBrowser):
 
 
 class MessageWidget(QFrame):
+    """One turn: who, the thinking (folded), the answer, the tools it called, a note, stats.
+    `stats["thinking_s"]` is how long the model thought (the window times it)."""
+
     def __init__(self, role: str, text: str, dark: bool, status: str = "complete",
-                 stats: dict | None = None) -> None:
+                 stats: dict | None = None, reasoning: str = "",
+                 tool_calls: tuple[ToolCall, ...] = ()) -> None:
         super().__init__()
         self.role = role
         self.text = text
         self.setObjectName("message-" + role)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
-        who = QLabel({"user": "You", "assistant": "Ember", "system": "System"}.get(role, role))
+        who = QLabel(ROLE_NAMES.get(role, role))
         who.setObjectName("role")
         layout.addWidget(who)
+        self.thinking = ThinkingBlock()
+        layout.addWidget(self.thinking)
+        self.thinking.set_stored(reasoning, (stats or {}).get("thinking_s"),
+                                 stopped=status not in ("complete", "streaming"))
         self.body = MessageText(dark)
         layout.addWidget(self.body)
+        self.tool_calls = ToolCallsBlock()
+        layout.addWidget(self.tool_calls)
+        self.tool_calls.set_calls(tool_calls)
         self.note = QLabel()
         self.note.setObjectName("note")
         self.note.setWordWrap(True)
@@ -103,16 +124,35 @@ class MessageWidget(QFrame):
         self.stats.setObjectName("stats")
         layout.addWidget(self.stats)
         self.body.set_markdown(text)
+        self._show_body()
         self.set_status(status, stats)
         self._render_timer = QTimer(self, singleShot=True, interval=RENDER_INTERVAL_MS)
         self._render_timer.timeout.connect(self._render)
+
+    def _show_body(self) -> None:
+        # an answer that so far only thinks or calls tools has no empty text box under it
+        self.body.setVisible(bool(self.text) or not (self.thinking.text
+                                                      or self.tool_calls.calls))
 
     def append(self, piece: str) -> None:
         """Add streamed text; re-rendering waits for the next frame (RENDER_INTERVAL_MS), so a
         fast model costs the UI thread ~10 renders a second, not one per token."""
         self.text += piece
+        self._show_body()
         if not self._render_timer.isActive():
             self._render_timer.start()
+
+    def append_reasoning(self, piece: str) -> None:
+        self.thinking.append(piece)
+        self._show_body()
+
+    def end_thinking(self, seconds: float | None, stopped: bool = False) -> None:
+        if self.thinking.thinking:
+            self.thinking.finish(seconds, stopped)
+
+    def set_tool_calls(self, calls: tuple[ToolCall, ...]) -> None:
+        self.tool_calls.set_calls(calls)
+        self._show_body()
 
     def _render(self) -> None:
         self.body.set_markdown(self.text)
@@ -121,6 +161,7 @@ class MessageWidget(QFrame):
         self._render_timer.stop()
         self.text = text
         self.body.set_markdown(text)
+        self._show_body()
 
     def set_status(self, status: str, stats: dict | None = None, note: str = "") -> None:
         note = note or STATUS_NOTE.get(status, "")
@@ -156,6 +197,7 @@ class ChatView(QWidget):
     regenerate_clicked = Signal()
     edit_clicked = Signal()
     banner_action = Signal(str)  # one of BANNER_ACTIONS
+    think_changed = Signal(str)  # a Think setting (app.history.THINKING_SETTINGS)
 
     def __init__(self, dark: bool = False) -> None:
         super().__init__()
@@ -207,6 +249,15 @@ class ChatView(QWidget):
         row = QHBoxLayout()
         self.composer = Composer()
         row.addWidget(self.composer, 1)
+        # Shown only for a model that thinks, with the settings its template takes
+        # (app.runtime.thinking.ThinkingSupport).
+        self.think = QComboBox()
+        self.think.setObjectName("think")
+        self.think.setToolTip("Whether the model thinks before it answers, in this chat")
+        self.think.hide()
+        self.think.activated.connect(
+            lambda i: self.think_changed.emit(self.think.itemData(i)))
+        row.addWidget(self.think, 0, Qt.AlignmentFlag.AlignBottom)
         self.send = QPushButton("Send")
         self.send.setObjectName("send")
         row.addWidget(self.send)
@@ -218,6 +269,20 @@ class ChatView(QWidget):
         self.streaming = False
         self._scroll_timer = QTimer(self, singleShot=True, interval=0)
         self._scroll_timer.timeout.connect(self._scroll_to_end)
+
+    def set_think_options(self, settings: tuple[str, ...], current: str | None) -> None:
+        """The Think control's choices (none: hidden) and the chat's choice (None: the
+        model's default, the first). A model that always thinks shows it, disabled."""
+        self.think.clear()
+        for setting in settings:
+            self.think.addItem(THINK_LABELS[setting], setting)
+        index = self.think.findData(current) if current is not None else 0
+        self.think.setCurrentIndex(max(index, 0))
+        self.think.setEnabled(len(settings) > 1)
+        self.think.setToolTip("This model always thinks before it answers" if
+                              len(settings) == 1 else
+                              "Whether the model thinks before it answers, in this chat")
+        self.think.setVisible(bool(settings))
 
     def _submit(self) -> None:
         if not self.streaming:
@@ -241,8 +306,9 @@ class ChatView(QWidget):
         self.set_streaming(False)
 
     def add_message(self, role: str, text: str, status: str = "complete",
-                    stats: dict | None = None) -> MessageWidget:
-        widget = MessageWidget(role, text, self.dark, status, stats)
+                    stats: dict | None = None, reasoning: str = "",
+                    tool_calls: tuple[ToolCall, ...] = ()) -> MessageWidget:
+        widget = MessageWidget(role, text, self.dark, status, stats, reasoning, tool_calls)
         self.column.insertWidget(self.column.count() - 1, widget)
         self.messages.append(widget)
         self._scroll_timer.start()

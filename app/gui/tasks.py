@@ -14,16 +14,26 @@ from PySide6.QtCore import QObject, Signal
 
 from app.pull.progress import Cancelled, Progress
 from app.runtime import Runtime
+from app.runtime.thinking import ThinkingSupport
 from app.store import Store
-from backends.base import DoneEvent, ErrorEvent, GenerationRequest, TokenEvent
+from backends.base import (
+    DoneEvent,
+    ErrorEvent,
+    GenerationRequest,
+    ReasoningEvent,
+    TokenEvent,
+    ToolCallEvent,
+)
 from backends.errors import EmberError
 
 
 class GenerationTask(QObject):
     """Load `model` (if needed), then stream one answer."""
     loaded = Signal(object)  # app.runtime.LoadedModel
-    token = Signal(str)
-    finished = Signal(object, str)  # Stats, the whole text
+    token = Signal(str)  # a piece of the answer
+    reasoning = Signal(str)  # a piece of the thinking
+    tool_call = Signal(object)  # backends.base.ToolCallEvent
+    finished = Signal(object)  # backends.base.DoneEvent: the whole answer and its Stats
     failed = Signal(str, str, str)  # message, kind (load | crash | invalid | backend), text so far
 
     def __init__(self, runtime: Runtime, model: str, request: GenerationRequest,
@@ -71,8 +81,12 @@ class GenerationTask(QObject):
                 if isinstance(event, TokenEvent):
                     text += event.text
                     self.token.emit(event.text)
+                elif isinstance(event, ReasoningEvent):
+                    self.reasoning.emit(event.text)
+                elif isinstance(event, ToolCallEvent):
+                    self.tool_call.emit(event)
                 elif isinstance(event, DoneEvent):
-                    self.finished.emit(event.stats, event.text)
+                    self.finished.emit(event)
                     return
                 elif isinstance(event, ErrorEvent):
                     self.failed.emit(event.message, event.kind, text)
@@ -82,6 +96,30 @@ class GenerationTask(QObject):
             self.failed.emit(str(e), "backend", text)
         except Exception as e:
             self.failed.emit(f"{type(e).__name__}: {e}", "backend", text)
+
+
+class ThinkingSupportTask(QObject):
+    """What the Think control offers for a model: reads its template, or asks its server."""
+    found = Signal(str, object)  # model ref, app.runtime.thinking.ThinkingSupport
+
+    def __init__(self, runtime: Runtime, model: str) -> None:
+        super().__init__()
+        self.runtime, self.model = runtime, model
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-think")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            support = self.runtime.thinking_support(self.model)
+        except EmberError:  # an unknown or unreachable model: no control, the answer says why
+            support = ThinkingSupport()
+        self.found.emit(self.model, support)
 
 
 class RemoteModelsTask(QObject):

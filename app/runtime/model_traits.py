@@ -9,11 +9,11 @@ projector model, which Ember does not run yet, so no model has it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.gguf_file import read_gguf
+from app.runtime.thinking import template_of
 from app.store import InstalledModel
 from backends.chat_format import detect_format
 from backends.mlx_dir import read_config
@@ -60,21 +60,6 @@ def model_traits(model: InstalledModel) -> ModelTraits:
 def _mlx_traits(folder: Path) -> ModelTraits:
     config = read_config(folder)
     metadata = {k: v for k, v in config.items() if isinstance(v, str | int | float | bool)}
-    return ModelTraits(_mlx_template(folder), metadata,
+    # the template as the window's Think control reads it, so the two cannot disagree
+    return ModelTraits(template_of(folder, "mlx"), metadata,
                        str(config.get("model_type", "")).lower() in ENCODERS)
-
-
-def _mlx_template(folder: Path) -> str | None:
-    """tokenizer_config.json's chat template, or chat_template.jinja (newer repos), as the
-    MLX backend reads it (backends.mlx.tokenizer)."""
-    if (folder / "chat_template.jinja").is_file():
-        return (folder / "chat_template.jinja").read_text(encoding="utf-8")
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    template = config.get("chat_template") if isinstance(config, dict) else None
-    if isinstance(template, list):  # several named templates: the default one
-        template = next((t.get("template") for t in template
-                         if isinstance(t, dict) and t.get("name") == "default"), None)
-    return template if isinstance(template, str) and template else None

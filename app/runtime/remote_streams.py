@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app import config
 from app.errors import ModelNotFoundError
 from app.registry import suggest
 from app.runtime import endpoints
+from app.runtime.thinking import ThinkingSupport, remote_support
 from app.runtime.worker_handle import EventSink
-from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, TokenEvent
+from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, ReasoningEvent
 from backends.errors import EmberError
 from backends.remote import Endpoint, Received, RemoteBackend, RemoteModel
 
@@ -38,8 +40,10 @@ class RemoteStreams:
     """The host of one remote model's generations (the counterpart of a Worker)."""
     running = True  # nothing to die: a failure is an ErrorEvent on its own stream
 
-    def __init__(self, backend: RemoteBackend, model: str) -> None:
+    def __init__(self, backend: RemoteBackend, model: str,
+                 on_thinking: Callable[[], None] | None = None) -> None:
         self.backend, self.model = backend, model
+        self.on_thinking = on_thinking  # called at a stream's first thinking
         self.label = f"{backend.endpoint.name}/{model}"
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()
@@ -66,8 +70,11 @@ class RemoteStreams:
         with self._lock:
             if stream.ended:
                 return False
-            if isinstance(event, TokenEvent):
-                stream.received.token(event.text)
+            if isinstance(event, ReasoningEvent) and not stream.received.reasoning \
+                    and self.on_thinking is not None:
+                self.on_thinking()
+            # kept so that a cancel's DoneEvent has the text, thinking and calls so far
+            stream.received.record(event)
             stream.ended = isinstance(event, DoneEvent | ErrorEvent)
             stream.sink.put(event)
             return True
@@ -96,6 +103,8 @@ class Remotes:
         self.paths = paths
         self._clients: dict[str, RemoteBackend] = {}
         self._listed: dict[str, tuple[float, list[str]]] = {}  # endpoint -> (when, ids)
+        self._described: dict[str, tuple[list[str] | None, str | None]] = {}  # ref ->
+        self._seen_thinking: set[str] = set()  # refs that streamed thinking
         self._lock = threading.Lock()
 
     def _client(self, endpoint: Endpoint) -> RemoteBackend:
@@ -140,7 +149,27 @@ class Remotes:
 
     def host(self, ref: str) -> RemoteStreams:
         endpoint, model = endpoints.resolve(ref, self.paths)
-        return RemoteStreams(self._client(endpoint), model)
+        return RemoteStreams(self._client(endpoint), model,
+                             on_thinking=lambda: self._saw_thinking(ref))
+
+    def _saw_thinking(self, ref: str) -> None:
+        with self._lock:
+            self._seen_thinking.add(ref)
+
+    def thinking_support(self, ref: str) -> ThinkingSupport:
+        """What the upstream says of the model (network; remembered once it has said
+        something), or that it streamed thinking."""
+        endpoint, model = endpoints.resolve(ref, self.paths)
+        with self._lock:
+            described = self._described.get(ref)
+        if described is None:
+            described = self._client(endpoint).describe(model)
+            if described != (None, None):  # nothing said may be a server down: ask again
+                with self._lock:
+                    self._described[ref] = described
+        with self._lock:
+            seen = ref in self._seen_thinking
+        return remote_support(*described, seen_thinking=seen)
 
     def close(self) -> None:
         with self._lock:

@@ -33,10 +33,11 @@ from app.runtime.backend_table import capabilities, check_backend
 from app.runtime.generation import Generation
 from app.runtime.protocol import Embed, Tokenize
 from app.runtime.remote_streams import Remotes
+from app.runtime.thinking import ThinkingSupport, local_support
 from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
 from backends.base import Capabilities, GenerationRequest, LoadPlan
-from backends.errors import InvalidRequestError
+from backends.errors import EmberError, InvalidRequestError
 from backends.remote import RemoteModel
 
 QUANTS = ("int8", "int4")  # weight formats the cuda backend packs at load (kernels/quant.py)
@@ -72,6 +73,7 @@ class Runtime:
         self.idle_ttl_s = idle_ttl_s  # None: models stay loaded until unloaded
         self._workers: dict[str, Worker] = {}
         self.remotes = Remotes(self.store.paths)
+        self._thinking: dict[str, ThinkingSupport] = {}  # model ref -> from its template
         self._lock = threading.Lock()
 
     @property
@@ -99,6 +101,25 @@ class Runtime:
             self.store.get(name)
             return
         self.remotes.check(name)
+
+    def thinking_support(self, name: str) -> ThinkingSupport:
+        """What the Think control of model `name` offers (from its chat template, or for a
+        remote model what its server says). Reads a file or asks a server: call it off the UI
+        thread. A model whose template cannot be read offers none."""
+        if self.is_remote(name):
+            return self.remotes.thinking_support(name)
+        model = self._installed(name)
+        with self._lock:
+            known = self._thinking.get(model.ref)
+        if known is None:
+            try:
+                known = local_support(model.path, model.format)
+            except EmberError as e:
+                log.warning("no thinking support for %s: %s", model.ref, e)
+                known = ThinkingSupport()
+            with self._lock:
+                self._thinking[model.ref] = known
+        return known
 
     # -- local models ----------------------------------------------------------------------
     def _installed(self, name: str) -> InstalledModel:

@@ -1,9 +1,11 @@
-"""One parser per output format (placeholder: plain text is all answer)."""
+"""One streaming parser per output format, behind `make_parser`."""
 
 from __future__ import annotations
 
 from backends.base import OutputEvent, TokenEvent
 from backends.chat_format.base import ChatFormat, OutputParser
+from backends.chat_format.harmony import HarmonyParser
+from backends.chat_format.tagged import SYNTAX, TaggedParser
 
 
 class PlainParser:
@@ -18,9 +20,17 @@ class PlainParser:
         return []
 
 
-def make_parser(fmt: ChatFormat, *, thinking_open: bool = False,
-                tools_offered: bool = False) -> OutputParser:
+def make_parser(fmt: ChatFormat, *, thinking_open: bool = False, tools_offered: bool = False,
+                tool_names: frozenset[str] | None = None) -> OutputParser:
     """The parser of one answer. `thinking_open`: the prompt ended inside thinking (the
     template opened it, DeepSeek-R1-Distill's forced `<think>`), so the output starts there.
-    `tools_offered`: tool calls are looked for only when tools were offered."""
-    return PlainParser()
+    `tools_offered`: tool calls are looked for only when tools were offered (otherwise a
+    call-shaped text is the answer's). `tool_names`: the offered tools, which a call written
+    without its markers (a bare JSON object) must name to count as one (None: any name)."""
+    if fmt.harmony:
+        return HarmonyParser(tools_offered=tools_offered)
+    syntax = SYNTAX.get(fmt.tools) if tools_offered else None
+    if syntax is None and fmt.thinking is None:
+        return PlainParser()
+    return TaggedParser(syntax, fmt.thinking, thinking_open=thinking_open,
+                        tool_names=tool_names)

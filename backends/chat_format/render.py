@@ -1,7 +1,7 @@
 """A model's chat template with what Ember adds around it: the conversation's tool calls,
-tool results and reasoning in the shape templates read, the offered tools and thinking
-switches as template variables, and the parser for the answer that follows the prompt.
-Every local backend renders through one `ChatTemplate`."""
+tool results and reasoning in the shape templates read (backends.chat_format.turns), the
+offered tools and thinking switches as template variables, and the parser for the answer
+that follows the prompt. Every local backend renders through one `ChatTemplate`."""
 
 from __future__ import annotations
 
@@ -11,44 +11,45 @@ from dataclasses import dataclass, field
 from backends.base import GenerationRequest, Message
 from backends.chat_format.base import ChatFormat, OutputParser
 from backends.chat_format.detect import detect_format
+from backends.chat_format.generic import plain_turns
 from backends.chat_format.parsers import PlainParser, make_parser
+from backends.chat_format.turns import named_results, template_messages
 from backends.chat_template import render_chat
-from backends.errors import InvalidRequestError
+from backends.errors import InvalidRequestError, TemplateError
+
+__all__ = ["ChatTemplate", "template_messages", "template_variables"]
 
 
-def template_messages(messages: tuple[Message, ...], fmt: ChatFormat) -> list[dict]:
-    """Messages as Hugging Face chat templates read them: tool calls with their arguments as
-    an object, reasoning as `reasoning_content` (and `thinking`, gpt-oss's name)."""
-    out: list[dict] = []
-    for m in messages:
-        d: dict = {"role": m.role, "content": m.content}
-        if m.reasoning:
-            d["reasoning_content"] = d["thinking"] = m.reasoning
-        if m.tool_calls:
-            d["tool_calls"] = [{"id": c.id, "type": "function",
-                                "function": {"name": c.name,
-                                             "arguments": json.loads(c.arguments or "{}")}}
-                               for c in m.tool_calls]
-        if m.tool_call_id:
-            d["tool_call_id"] = m.tool_call_id
-        if m.name:
-            d["name"] = m.name
-        out.append(d)
-    return out
+def offers_tools(request: GenerationRequest) -> bool:
+    return bool(request.tools) and request.tool_choice.mode != "none"
+
+
+def tool_dicts(request: GenerationRequest) -> list[dict]:
+    return [{"type": "function",
+             "function": {"name": t.name, "description": t.description,
+                          "parameters": t.parameters}}
+            for t in request.tools]
 
 
 def template_variables(fmt: ChatFormat, request: GenerationRequest) -> dict:
-    """tools (unless tool_choice is none), enable_thinking and reasoning_effort."""
+    """tools (unless tool_choice is none, or the template has no tool support: then they are
+    in the system prompt), enable_thinking and reasoning_effort.
+
+    One thinking setting reaches every template: an effort turns thinking on where the
+    template only has a switch (Qwen3); "off" is the lowest effort where it only has an
+    effort (gpt-oss cannot stop thinking)."""
     variables: dict = {}
-    if request.tools and request.tool_choice.mode != "none":
-        variables["tools"] = [{"type": "function",
-                               "function": {"name": t.name, "description": t.description,
-                                            "parameters": t.parameters}}
-                              for t in request.tools]
-    if request.thinking.enabled is not None:
-        variables["enable_thinking"] = request.thinking.enabled
-    if request.thinking.effort is not None:
-        variables["reasoning_effort"] = request.thinking.effort
+    if offers_tools(request) and fmt.native_tools and fmt.tools != "phi4":
+        variables["tools"] = tool_dicts(request)
+    enabled, effort = request.thinking.enabled, request.thinking.effort
+    if enabled is None and effort is not None and not fmt.thinking_effort:
+        enabled = True
+    if enabled is not None:
+        variables["enable_thinking"] = enabled
+    if effort is None and enabled is False and fmt.thinking_effort:
+        effort = "low"
+    if effort is not None:
+        variables["reasoning_effort"] = effort
     return variables
 
 
@@ -68,9 +69,37 @@ class ChatTemplate:
             raise InvalidRequestError(
                 f"{self.model_ref} has no chat template (a base model): send a plain prompt "
                 "instead of a conversation")
-        return render_chat(self.source, template_messages(messages, self.fmt),
-                           bos_token=self.bos_text, eos_token=self.eos_text,
-                           **template_variables(self.fmt, request))
+        if self.fmt.tools == "generic":
+            messages = plain_turns(named_results(messages),
+                                   request.tools if offers_tools(request) else ())
+        dicts = template_messages(messages, self.fmt)
+        if self.fmt.tools == "phi4" and offers_tools(request):
+            dicts = _phi4_tools(dicts, tool_dicts(request))
+        variables = template_variables(self.fmt, request)
+        try:
+            prompt = self._render(dicts, variables)
+        except TemplateError:
+            if not dicts or dicts[0]["role"] != "system" or len(dicts) < 2:
+                raise
+            # a template that refuses a system turn (Gemma 2): it opens the first user turn
+            system, first = dicts[0], dicts[1]
+            first = {**first, "content": f"{system['content']}\n\n{first['content']}"}
+            prompt = self._render([first, *dicts[2:]], variables)
+        return self._thinking_closed(prompt, request)
+
+    def _render(self, dicts: list[dict], variables: dict) -> str:
+        return render_chat(self.source or "", dicts, bos_token=self.bos_text,
+                           eos_token=self.eos_text, **variables)
+
+    def _thinking_closed(self, prompt: str, request: GenerationRequest) -> str:
+        """Thinking off for a template that opens it with no switch to say otherwise
+        (DeepSeek-R1-Distill ends its prompt with `<think>\\n`): Ember closes it right there,
+        as Qwen3's template does for enable_thinking=false, so the model answers at once."""
+        markers = self.fmt.thinking
+        if (request.thinking.enabled is False and markers is not None
+                and prompt.rstrip().endswith(markers.open)):
+            return f"{prompt.rstrip()}\n\n{markers.close}\n\n"
+        return prompt
 
     def parser(self, request: GenerationRequest, prompt: str | None) -> OutputParser:
         """The parser of the answer to `prompt` (the rendered conversation; None for a raw
@@ -79,6 +108,14 @@ class ChatTemplate:
             return PlainParser()
         opens = (self.fmt.thinking is not None
                  and prompt.rstrip().endswith(self.fmt.thinking.open))
-        return make_parser(self.fmt, thinking_open=opens,
-                           tools_offered=bool(request.tools)
-                           and request.tool_choice.mode != "none")
+        return make_parser(self.fmt, thinking_open=opens, tools_offered=offers_tools(request),
+                           tool_names=frozenset(t.name for t in request.tools))
+
+
+def _phi4_tools(dicts: list[dict], tools: list[dict]) -> list[dict]:
+    """Phi-4-mini reads the tools from the system message's own `tools` field, as JSON text
+    (its template: `'<|tool|>' + message['tools'] + '<|/tool|>'`)."""
+    listed = json.dumps([t["function"] for t in tools], ensure_ascii=False)
+    if dicts and dicts[0]["role"] == "system":
+        return [{**dicts[0], "tools": listed}, *dicts[1:]]
+    return [{"role": "system", "content": "", "tools": listed}, *dicts]

@@ -29,6 +29,7 @@ from backends.base import (
     SpeculativeParams,
 )
 from backends.chat_format.base import OutputParser
+from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import load_weights
@@ -67,6 +68,7 @@ class CudaBackend:
         self._context = 0
         self._jobs: dict[int, Job] = {}  # by id(sequence)
         self.chat = ChatTemplate(None)
+        self._markers: dict[int, bytes] = {}  # the format's marker tokens, shown as text
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True)
@@ -84,6 +86,7 @@ class CudaBackend:
         self.tokenizer = load_tokenizer(path)
         self.chat = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_text,
                                  self.tokenizer.eos_text, Path(path).name)
+        self._markers = marker_pieces(self.chat.fmt.special_markers, self.tokenizer.tokenize)
         weights = load_weights(path, dtype, self.device, plan.quant)
         model = build_model(weights.config)
         model.load_weights(weights.tensors)
@@ -196,7 +199,8 @@ class CudaBackend:
                 # the end-of-generation token is not part of the answer
                 del seq.tokens[first + i:]
                 return out + self._finish(job, "stop")
-            out += job.emitted(tok.piece(token))
+            marker = self._markers.get(token)
+            out += job.emitted(marker if marker is not None else tok.piece(token))
             if job.text.stopped or first + i + 1 - seq.num_prompt >= seq.max_new:
                 del seq.tokens[first + i + 1:]
                 return out + self._finish(job, "stop" if job.text.stopped else "length")

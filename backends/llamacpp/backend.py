@@ -28,6 +28,7 @@ from backends.base import (
     ModelFiles,
 )
 from backends.chat_format.base import OutputParser
+from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.llamacpp.engine import BatchEngine, Job
@@ -59,6 +60,7 @@ class LlamaCppBackend:
         self._parallel = 1
         self._drafts: dict[str, DraftModel] = {}  # draft models by path, loaded on first use
         self._sliding_window = False
+        self._markers: dict[int, bytes] = {}  # the format's marker tokens, shown as text
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf",), batching=True, speculative=True,
@@ -97,6 +99,7 @@ class LlamaCppBackend:
         self.chat = ChatTemplate(meta.get("tokenizer.chat_template") or None, self._bos_text,
                                  _token_text(self._model, self._model.token_eos()), model.ref)
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") == "true"
+        self._markers = marker_pieces(self.chat.fmt.special_markers, self.tokenize_special)
         self.engine = BatchEngine(self._ctx, plan.parallel, plan.context, plan.batch,
                                   self._piece, self._is_eog)
 
@@ -155,9 +158,14 @@ class LlamaCppBackend:
     def tokenize(self, text: str) -> list[int]:
         return self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
+    def tokenize_special(self, text: str) -> list[int]:
+        return self._model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
     # Called for every token by the engine, which exists only while a model is loaded.
+    # Control tokens stay hidden, except the markers the output parser reads.
     def _piece(self, token: int) -> bytes:
-        return self._model.detokenize([token], special=False)
+        marker = self._markers.get(token)
+        return marker if marker is not None else self._model.detokenize([token], special=False)
 
     def _is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))

@@ -33,6 +33,7 @@ from backends.base import (
     SpeculativeParams,
 )
 from backends.chat_format.base import OutputParser
+from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.mlx.engine import Job, MlxEngine
@@ -86,9 +87,14 @@ class MlxBackend:
             mlx_model.set_dtype(mx.float32)  # scales, norms, embeddings; packed weights stay
         self.tok, self._installed, self._n_ctx, self._batch = tok, model, plan.context, plan.batch
         self.chat = ChatTemplate(tok.chat_template, tok.bos_text, tok.eos_text, model.ref)
+        # the format's marker tokens are shown as text (special tokens are b"" pieces)
+        pieces = list(tok.pieces)
+        for token, text in marker_pieces(self.chat.fmt.special_markers, tok.tokenize).items():
+            if 0 <= token < len(pieces):
+                pieces[token] = text
         kv_per_token = kv_bytes_per_token(config, float32_activations())
         self.engine = MlxEngine(
-            mlx_model, tok.pieces, tok.eog, parallel=max(1, plan.parallel),
+            mlx_model, pieces, tok.eog, parallel=max(1, plan.parallel),
             prefill_step=plan.batch, cache_entries=CACHE_ENTRIES_PER_SEQUENCE * plan.parallel,
             cache_bytes=CACHE_ENTRIES_PER_SEQUENCE * plan.parallel * plan.context * kv_per_token)
 

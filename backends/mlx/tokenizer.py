@@ -48,6 +48,10 @@ class ModelTokenizer:
     add_bos: bool
     chat_template: str | None
 
+    def tokenize(self, text: str) -> list[int]:
+        """Text as tokens, special-token text as those tokens, no BOS."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
     def encode(self, text: str) -> list[int]:
         """Special-token text in `text` (from the chat template) becomes those tokens."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -1,6 +1,7 @@
 """The unit tier stays honest: a test here fails if it starts a process through
-multiprocessing (the Runtime's workers are spawned that way), has llama.cpp load a model file,
-or asks for a real model's fixture. A violation is recorded as well as raised (pytest's
+multiprocessing (the Runtime's workers are spawned that way), has llama.cpp load a model file
+(a vocabulary alone, `vocab_only`, is fine: milliseconds, no weights), or asks for a real
+model's fixture. A violation is recorded as well as raised (pytest's
 Failed, which `except Exception` does not catch), so code that swallows the error still
 fails the test at teardown."""
 
@@ -32,11 +33,20 @@ def tier_guard(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             pytest.fail(f"a unit test {what}: it belongs in tests/integration", pytrace=False)
         return guard
 
+    def vocab_only(load: Callable[..., object]) -> Callable[..., object]:
+        refused = refuse("had llama.cpp load a model")
+
+        def guard(path: object, params: object, *rest: object) -> object:
+            if getattr(params, "vocab_only", False):
+                return load(path, params, *rest)
+            return refused()
+        return guard
+
     monkeypatch.setattr(BaseProcess, "start", refuse("started a process"))
     for name in LLAMA_LOADS:
         for module in (llama_cpp, llama_cpp.llama_cpp):
             if hasattr(module, name):
-                monkeypatch.setattr(module, name, refuse("had llama.cpp load a model"))
+                monkeypatch.setattr(module, name, vocab_only(getattr(module, name)))
     yield violations
     if violations:
         pytest.fail(f"a unit test {violations[0]}: it belongs in tests/integration",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from app.history import History, HistoryError
+from app.history import MIGRATIONS, SCHEMA_VERSION, History, HistoryError
+from backends.base import ToolCall
 
 
 @pytest.fixture
@@ -88,3 +92,115 @@ def test_a_damaged_file_is_kept_aside_and_a_new_history_started(tmp_path: Path):
     assert h.recovered_from is not None and h.recovered_from.read_bytes().startswith(b"this")
     conv = h.create()
     assert h.get(conv.id).title == "New chat"
+
+
+# -- the schema-2 migration: thinking and tool calls in their own columns -----------------
+# history-v1.db was written by app/history.py as it was at commit 10eb161 (schema 1, before
+# tool calls and thinking) by tests/unit/data/make_history_v1.py; one of its answers was still
+# "streaming" when that app stopped.
+V1_FILE = Path(__file__).parent / "data" / "history-v1.db"
+
+
+def raw_rows(path: Path, table: str) -> list[tuple]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
+
+
+def columns(path: Path, table: str) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+
+
+@pytest.fixture
+def v1_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "history.db"
+    shutil.copyfile(V1_FILE, path)
+    return path
+
+
+def test_a_schema_1_history_opens_keeping_every_message_byte_for_byte(v1_copy: Path):
+    assert sqlite3.connect(v1_copy).execute("PRAGMA user_version").fetchone()[0] == 1
+    assert "reasoning" not in columns(v1_copy, "messages")
+    before = raw_rows(v1_copy, "messages")
+    conversations_before = raw_rows(v1_copy, "conversations")
+    assert len(before) == 8 and any("🔥" in r[3] for r in before)
+
+    h = History(v1_copy)
+    assert h.interrupted_on_open == 1  # the answer cut off when the old app stopped
+    h.close()
+    with contextlib.closing(sqlite3.connect(v1_copy)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert columns(v1_copy, "messages")[:8] == ["id", "conversation_id", "role", "content",
+                                                "status", "stats", "model", "created_at"]
+    assert columns(v1_copy, "messages")[8:] == ["reasoning", "tool_calls", "tool_call_id",
+                                                "tool_name"]
+    assert columns(v1_copy, "conversations")[-1] == "thinking"
+    after = raw_rows(v1_copy, "messages")
+    for old, new in zip(before, after, strict=True):
+        # every old column as it was, except the one status the reopening changes on purpose
+        expected = old[:4] + (("interrupted",) if old[4] == "streaming" else old[4:5]) + old[5:]
+        assert new[:8] == expected
+        assert new[8:] == ("", None, None, None)
+    assert [r + (None,) for r in conversations_before] == raw_rows(v1_copy, "conversations")
+
+
+def test_a_migrated_history_reads_old_messages_and_stores_thinking_and_tool_calls(
+        v1_copy: Path):
+    h = History(v1_copy)
+    convs = sorted(h.conversations(), key=lambda c: c.id)
+    assert [c.title for c in convs] == ["Reverse a string (renamed)", "Cut off by a crash"]
+    first = h.messages(convs[0].id)
+    assert first[1].content == "```python\ndef rev(s: str) -> str:\n    return s[::-1]\n```\n"
+    assert first[1].stats["completion_tokens"] == 22
+    assert first[2].content.startswith("Unicode: 日本語 — émojis 🔥🧠, tabs\tand\r\nCRLF")
+    assert (first[1].reasoning, first[1].tool_calls) == ("", ())
+    crashed = h.messages(convs[1].id)[-1]
+    assert (crashed.content, crashed.status) == ("Roses are red,\nviolets", "interrupted")
+    assert convs[0].thinking is None
+    # the new columns work on the migrated file
+    call = ToolCall("call_1", "get_weather", '{"city": "Paris"}')
+    answer = h.add_message(convs[0].id, "assistant", "", status="streaming",
+                           reasoning="The user wants")
+    h.update_message(answer.id, "", reasoning="The user wants the weather.")
+    h.update_message(answer.id, "", "complete", tool_calls=(call,))
+    h.add_message(convs[0].id, "tool", "18°C", tool_call_id="call_1", tool_name="get_weather")
+    h.set_thinking(convs[0].id, "low")
+    h.close()
+    again = History(v1_copy)
+    stored = again.messages(convs[0].id)
+    assert (stored[-2].reasoning, stored[-2].tool_calls, stored[-2].status) == (
+        "The user wants the weather.", (call,), "complete")
+    assert (stored[-1].role, stored[-1].tool_call_id, stored[-1].tool_name) == (
+        "tool", "call_1", "get_weather")
+    assert again.get(convs[0].id).thinking == "low"
+    with pytest.raises(HistoryError, match="unknown thinking setting 'max'"):
+        again.set_thinking(convs[0].id, "max")
+
+
+def test_a_crash_while_thinking_keeps_the_thinking_marked_interrupted(tmp_path: Path):
+    h = History(tmp_path / "h.db")
+    conv = h.create()
+    h.add_message(conv.id, "user", "think hard")
+    answer = h.add_message(conv.id, "assistant", "", status="streaming")
+    h.update_message(answer.id, "", reasoning="Let me consider")
+    again = History(tmp_path / "h.db")  # no close(): the process is gone
+    last = again.messages(conv.id)[-1]
+    assert (last.reasoning, last.content, last.status) == ("Let me consider", "",
+                                                           "interrupted")
+
+
+def test_a_new_history_is_created_at_the_current_schema(tmp_path: Path):
+    History(tmp_path / "new.db").close()
+    assert columns(tmp_path / "new.db", "messages")[8:] == ["reasoning", "tool_calls",
+                                                            "tool_call_id", "tool_name"]
+    with contextlib.closing(sqlite3.connect(tmp_path / "new.db")) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_failed_migration_leaves_the_file_at_its_old_version(v1_copy: Path, monkeypatch):
+    monkeypatch.setitem(MIGRATIONS, 1, MIGRATIONS[1] + ("ALTER TABLE nowhere ADD COLUMN x",))
+    with pytest.raises(sqlite3.OperationalError):
+        History(v1_copy)
+    with contextlib.closing(sqlite3.connect(v1_copy)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert "reasoning" not in columns(v1_copy, "messages")

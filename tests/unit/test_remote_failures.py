@@ -191,7 +191,8 @@ def test_one_unreachable_endpoint_does_not_hide_the_others_models(tmp_path, fake
     with Runtime(store=Store(paths)) as rt:
         models, failed = rt.remote_models()
     assert {m.ref for m in models} == {f"fake/{m}" for m in
-                                       ("ok", "slow", "stall", "drop", "garbage", "html", "fail")}
+                                       ("ok", "slow", "stall", "drop", "garbage", "html", "fail",
+                                        "think", "reason", "tool")}
     assert list(failed) == ["down"] and "cannot connect" in failed["down"]
 
 

@@ -35,6 +35,19 @@ def test_a_unit_test_cannot_have_llama_cpp_load_a_model(tier_guard: list[str]):
     tier_guard.clear()
 
 
+def test_a_unit_test_may_load_a_vocabulary_alone(tier_guard: list[str]):
+    from llama_cpp._internals import LlamaModel
+
+    from tests.support.llama_sdist import vocab
+
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = LlamaModel(path_model=str(vocab("qwen2")), params=params, verbose=False)
+    assert model.tokenize(b"hello", add_bos=False, special=True) == [14990]
+    model.close()
+    assert tier_guard == []
+
+
 @pytest.mark.parametrize("fixture", ["qwen", "gemma", "runtime", "store", "qwen_mlx"])
 def test_a_unit_test_cannot_take_a_real_model(request: pytest.FixtureRequest, fixture: str):
     with pytest.raises(pytest.fail.Exception, match=f"real model fixture `{fixture}`"):
