@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.errors import ModelNotFoundError
@@ -92,7 +92,7 @@ class Guard:
                 413, f"request body over {limit} bytes", code="request_too_large"))
         seen = 0
 
-        async def bounded() -> dict:
+        async def bounded() -> Message:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":

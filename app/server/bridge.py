@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import anyio
+from starlette.datastructures import State
+from starlette.requests import Request
 
 from app.runtime import Runtime
 from app.runtime.backend_table import check_backend
@@ -142,7 +144,7 @@ async def _events(runtime: Runtime, admission: Admission, metrics: Metrics, mode
         admission.leave()
 
 
-async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
+async def embed(request: Request, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
     """Embeddings through the Runtime (in a thread: loading and decoding block)."""
     state = request.app.state
     if len(texts) > MAX_EMBED_INPUTS:
@@ -157,7 +159,7 @@ async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]
     return vectors, tokens
 
 
-async def open_events(state, model: str, request: GenerationRequest, endpoint: str,
+async def open_events(state: State, model: str, request: GenerationRequest, endpoint: str,
                       keep_alive_s: float | None = None, backend: str | None = None, *,
                       context: int | None = None,
                       max_tokens_param: str = "max_tokens") -> AsyncIterator[Event]:

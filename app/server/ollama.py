@@ -46,7 +46,7 @@ from app.server.ollama_schemas import (
     OllamaPullRequest,
 )
 from app.store import InstalledModel
-from backends.base import DoneEvent, ErrorEvent, GenerationRequest
+from backends.base import DoneEvent, ErrorEvent, GenerationRequest, SamplingParams, Stats
 from backends.errors import EmberError
 
 router = APIRouter(prefix="/api", tags=["ollama"])
@@ -129,8 +129,8 @@ def delete(body: OllamaModelRequest, request: Request) -> dict:
     return {}
 
 
-@router.post("/pull")
-async def pull(body: OllamaPullRequest, request: Request):
+@router.post("/pull", response_model=None)
+async def pull(body: OllamaPullRequest, request: Request) -> StreamingResponse | dict:
     name = _name(body.ref)
     store = request.app.state.runtime.store
     send, receive = anyio.create_memory_object_stream[dict](max_buffer_size=1024)
@@ -139,7 +139,7 @@ async def pull(body: OllamaPullRequest, request: Request):
     def on_progress(p: Progress) -> None:
         status = {"download": f"pulling {p.model}", "verify": "verifying sha256 digest",
                   "install": "writing manifest", "done": "success"}[p.phase]
-        event = {"status": status}
+        event: dict[str, str | int] = {"status": status}
         if p.phase in ("download", "verify"):
             event |= {"digest": p.model, "total": p.total_bytes, "completed": p.done_bytes}
         if p.message and p.phase != "done":
@@ -174,7 +174,7 @@ async def pull(body: OllamaPullRequest, request: Request):
     return last
 
 
-def _params(body: OllamaBase):
+def _params(body: OllamaBase) -> SamplingParams:
     o = body.options
     if o is None:
         return sampling()
@@ -194,7 +194,7 @@ def _format(body: OllamaBase) -> tuple[bool, dict | None]:
     raise ApiError(400, f"invalid format {body.format!r}: use \"json\" or a JSON schema")
 
 
-def _final(model: str, stats, started: float, field: str) -> dict:
+def _final(model: str, stats: Stats, started: float, field: str) -> dict:
     total = time.monotonic() - started
     body = {"model": model, "created_at": _now(), "done": True,
             "done_reason": ollama_wire.done_reason(stats.finish_reason),
@@ -208,7 +208,7 @@ def _final(model: str, stats, started: float, field: str) -> dict:
 
 
 async def _respond(request: Request, body: OllamaBase, model: str,
-                   gen_request: GenerationRequest, field: str):
+                   gen_request: GenerationRequest, field: str) -> StreamingResponse | dict:
     state = request.app.state
     keep_alive = parse_keep_alive(body.keep_alive)
     backend = body.options.backend if body.options else None
@@ -274,8 +274,8 @@ async def embeddings_legacy(body: OllamaLegacyEmbeddingRequest, request: Request
     return {"embedding": vectors[0]}
 
 
-@router.post("/chat")
-async def chat(body: OllamaChatRequest, request: Request):
+@router.post("/chat", response_model=None)
+async def chat(body: OllamaChatRequest, request: Request) -> StreamingResponse | dict:
     model = _name(body.model)
     if not body.messages:  # Ollama: an empty chat loads (or with keep_alive 0 unloads)
         return await _load_or_unload(request, body, model, "message")
@@ -286,8 +286,8 @@ async def chat(body: OllamaChatRequest, request: Request):
     return await _respond(request, body, model, gen_request, "message")
 
 
-@router.post("/generate")
-async def generate(body: OllamaGenerateRequest, request: Request):
+@router.post("/generate", response_model=None)
+async def generate(body: OllamaGenerateRequest, request: Request) -> StreamingResponse | dict:
     model = _name(body.model)
     if not body.prompt:
         return await _load_or_unload(request, body, model, "response")

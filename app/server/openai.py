@@ -11,7 +11,7 @@ from array import array
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.server import openai_wire
 from app.server.bridge import check_model_name, collect, embed, open_events
@@ -74,7 +74,7 @@ def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
 
 @router.post("/chat/completions", response_model=ChatCompletion,
              responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
-async def chat_completions(body: ChatCompletionRequest, request: Request):
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     model = check_model_name(body.model)
     json_mode, schema = _json_settings(body)
     max_tokens_param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
@@ -155,7 +155,8 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingRespo
 
 @router.post("/completions", response_model=Completion,
              responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
-async def completions(body: CompletionRequest, request: Request):
+async def completions(body: CompletionRequest,
+                      request: Request) -> Completion | StreamingResponse:
     model = check_model_name(body.model)
     prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,

@@ -60,8 +60,11 @@ def _reasoning(text: str, field: ReasoningField) -> dict[str, str]:
 def message(done: DoneEvent, field: ReasoningField) -> AssistantMessage:
     """A whole answer: content null when the model only called tools."""
     calls = [_tool_call(c) for c in done.tool_calls]
+    thinking = _reasoning(done.reasoning, field)
     return AssistantMessage(content=done.text if done.text or not calls else None,
-                            tool_calls=calls or None, **_reasoning(done.reasoning, field))
+                            tool_calls=calls or None,
+                            reasoning_content=thinking.get("reasoning_content"),
+                            reasoning=thinking.get("reasoning"))
 
 
 def _tool_call(call: ToolCall) -> ToolCallOut:
