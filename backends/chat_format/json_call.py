@@ -140,7 +140,8 @@ class CallReader:
 
     def _string_closed(self, at: int) -> None:
         if self.expect == "key":
-            self.key = _loads(self.text_at(self.key_start, at + 1)) or ""
+            key = _loads(self.text_at(self.key_start, at + 1))
+            self.key = key if isinstance(key, str) else ""
             self.expect = "colon"
         elif self.value_start >= 0:
             self._value_ends(at + 1)
