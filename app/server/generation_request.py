@@ -107,7 +107,7 @@ def _named_results(messages: tuple[Message, ...]) -> tuple[Message, ...]:
 
 
 # ---------------------------------------------------------------------------- tools
-def tools(defs: list[ToolDef] | None) -> tuple[Tool, ...]:
+def offered_tools(defs: list[ToolDef] | None) -> tuple[Tool, ...]:
     """Offered tools; a function without `parameters` takes no arguments. Names and schemas
     are checked by GenerationRequest.validate (backends.base.check_tools)."""
     return tuple(Tool(name=d.function.name, description=d.function.description or "",

@@ -29,11 +29,11 @@ from app.server.errors import ApiError
 from app.server.generation_request import (
     chat_request,
     completion_request,
+    offered_tools,
     ollama_messages,
     ollama_thinking,
     plain_messages,
     sampling,
-    tools,
     with_speculative,
 )
 from app.server.ollama_schemas import (
@@ -282,7 +282,8 @@ async def chat(body: OllamaChatRequest, request: Request) -> StreamingResponse |
     json_mode, schema = _format(body)
     gen_request = with_speculative(chat_request(
         ollama_messages(body.messages), _params(body), json_mode, schema,
-        offered=tools(body.tools), thinking=ollama_thinking(body.think)), body.speculative)
+        offered=offered_tools(body.tools), thinking=ollama_thinking(body.think)),
+        body.speculative)
     return await _respond(request, body, model, gen_request, "message")
 
 

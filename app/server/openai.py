@@ -19,11 +19,11 @@ from app.server.errors import ApiError, error_for_event
 from app.server.generation_request import (
     chat_request,
     completion_request,
+    offered_tools,
     openai_messages,
     openai_thinking,
     openai_tool_choice,
     sampling,
-    tools,
     with_speculative,
 )
 from app.server.schemas import (
@@ -82,7 +82,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
                       stop=body.stop, max_tokens=body.max_completion_tokens or body.max_tokens)
     gen_request = with_speculative(chat_request(
         openai_messages(body.messages), params, json_mode, schema,
-        offered=tools(body.tools), tool_choice=openai_tool_choice(body.tool_choice),
+        offered=offered_tools(body.tools), tool_choice=openai_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
         thinking=openai_thinking(body)), body.speculative)
     events = await open_events(request.app.state, model, gen_request, "chat",
