@@ -78,9 +78,30 @@ def lit(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def closed(schema: object) -> object:
+    """`schema` with objects that list their properties and say nothing of others closed to
+    others (additionalProperties false), as llama.cpp's schema-to-grammar converter reads
+    them: a small model otherwise invents arguments the schema permits but no tool reads.
+    Branches of allOf stay open (closing them would reject each other's properties)."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (v if k in ("allOf", "const", "enum", "default", "examples")
+               else {n: closed(s) for n, s in v.items()}
+               if k in ("properties", "$defs", "definitions") and isinstance(v, dict)
+               else closed(v)) for k, v in schema.items()}
+    if "properties" in out and not any(k in out for k in (
+            "additionalProperties", "patternProperties", "unevaluatedProperties", "allOf")):
+        out["additionalProperties"] = False
+    return out
+
+
 def json_rule(schema: dict, options: dict) -> str:
-    """`%json` of a schema, written with the given llguidance options (x-guidance)."""
-    merged = dict(schema)
+    """`%json` of a schema (closed, see `closed`), written with the given llguidance options
+    (x-guidance)."""
+    shut = closed(schema)
+    merged = dict(shut) if isinstance(shut, dict) else {}
     merged["x-guidance"] = {**options, **schema.get("x-guidance", {})}
     return "%json " + json.dumps(merged, ensure_ascii=False)
 
@@ -155,7 +176,7 @@ def answer_grammar(answer: Answer, fmt: ChatFormat, m: Markers) -> list[str]:
                                                    m)
         rules += call_rules_
         choices.append("calls")
-    free = answer.tools and answer.choice == "auto" and not answer.json
+    free = bool(answer.tools) and answer.choice == "auto" and not answer.json
     if tool_fmt == "harmony":
         return rules + harmony_answer(choices, free, m)
     if not free:

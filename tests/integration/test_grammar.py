@@ -218,3 +218,12 @@ def test_free_requests_get_no_constraint_and_bad_schemas_a_400(vocab):
     with pytest.raises(InvalidRequestError) as e:
         request_constraint(bad, ChatFormat(), vocab)
     assert e.value.param == "response_format"
+
+
+def test_listed_properties_are_the_only_ones_unless_the_schema_opens_it(vocab):
+    fmt = ChatFormat()
+    listed = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    extra = tokens(vocab, '{"a": 1, "b": 2}')
+    assert not takes_whole(constraint(vocab, Answer(json=True, schema=listed), fmt), extra)
+    opened = {**listed, "additionalProperties": True}
+    assert takes_whole(constraint(vocab, Answer(json=True, schema=opened), fmt), extra)
