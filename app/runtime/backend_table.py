@@ -29,14 +29,14 @@ class BackendEntry:
 BACKENDS: dict[str, BackendEntry] = {e.name: e for e in (
     BackendEntry("llamacpp", "backends.llamacpp.backend", "LlamaCppBackend", "pip install -e .",
                  Capabilities(formats=("gguf",), batching=True, speculative=True,
-                              embeddings=True)),
+                              embeddings=True, grammar=True)),
     BackendEntry("cuda", "backends.cuda.backend", "CudaBackend",
                  "pip install -e '.[cuda]' on a machine with an NVIDIA GPU",
                  Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
-                              embeddings=False)),
+                              embeddings=False, grammar=True)),
     BackendEntry("mlx", "backends.mlx.backend", "MlxBackend", "pip install -e '.[mlx]'",
                  Capabilities(formats=("mlx",), batching=True, speculative=True,
-                              embeddings=False)),
+                              embeddings=False, grammar=True)),
 )}
 NAMES = tuple(BACKENDS)  # ("llamacpp", "cuda", "mlx"): the choices users see
 SPECULATIVE = tuple(n for n, e in BACKENDS.items() if e.capabilities.speculative)

@@ -37,6 +37,7 @@ from backends.cuda.models import build_model
 from backends.cuda.sequence import Sequence
 from backends.cuda.tokenizer import Tokenizer, load_tokenizer
 from backends.errors import BackendError, InvalidRequestError
+from backends.grammar import Constraint, GrammarVocab, request_constraint
 from backends.job import BaseJob
 from backends.prompt import chat_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
@@ -69,9 +70,12 @@ class CudaBackend:
         self._jobs: dict[int, Job] = {}  # by id(sequence)
         self.chat = ChatTemplate(None)
         self._markers: dict[int, bytes] = {}  # the format's marker tokens, shown as text
+        self._vocab_size = 0  # the model's logits width
+        self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True)
+        return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
+                            grammar=True)
 
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)
@@ -92,6 +96,8 @@ class CudaBackend:
         model.load_weights(weights.tensors)
         model.eval()
         self._context = min(plan.context, weights.config.max_position)
+        self._vocab_size = weights.config.vocab_size
+        self._grammar_vocab = None
         config = EngineConfig(context=self._context,
                               max_seqs=self._max_seqs or max(1, plan.parallel),
                               max_tokens=max(plan.batch, 64),
@@ -104,6 +110,7 @@ class CudaBackend:
         if self.engine is not None:
             self.engine.use_draft(None)
         self.engine = self.tokenizer = None
+        self._grammar_vocab = None
         self._jobs.clear()
 
     def _loaded(self) -> tuple[Engine, Tokenizer]:
@@ -132,18 +139,29 @@ class CudaBackend:
     def submit(self, stream_id: str, request: GenerationRequest,
                cancelled: CancelFlag | None = None) -> None:
         engine, _ = self._loaded()
-        if request.json_mode:
-            raise InvalidRequestError("JSON mode needs a grammar; the cuda backend has none "
-                                      "yet (use the llamacpp backend)")
         prompt, truncated, output = self.prompt_tokens(request)
+        grammar = self._constraint(request, prompt)
         if request.speculative is not None and request.speculative.method == "draft":
             self._use_draft(request.speculative)
         budget = self._context - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
-        seq = Sequence(prompt, request.sampling, max_new, speculative=request.speculative)
+        seq = Sequence(prompt, request.sampling, max_new, speculative=request.speculative,
+                       grammar=grammar)
         engine.add(seq)
         self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated=truncated,
                                   text=TextStream(request.sampling.stop), output=output)
+
+    def _constraint(self, request: GenerationRequest, prompt: list[int]) -> Constraint | None:
+        """The request's grammar (backends.grammar), if it has one; the vocabulary is read
+        once per loaded model."""
+        tok = self._loaded()[1]
+        if self._grammar_vocab is None and (request.json_mode or request.json_schema
+                                            or request.tools):
+            self._grammar_vocab = tok.grammar_vocab(self._vocab_size)
+        if self._grammar_vocab is None:
+            return None
+        tail = b"".join(tok.piece(t) for t in prompt[-8:]).decode("utf-8", "replace")
+        return request_constraint(request, self.chat.fmt, self._grammar_vocab, tail)
 
     def _use_draft(self, spec: SpeculativeParams) -> None:
         """The request's draft model, loaded unless it already is; its vocabulary must be

@@ -126,9 +126,12 @@ class Engine:
         self.scheduler.postprocess(scheduled)
         if plain:
             tokens = self.sampler(logits[plain_rows], [s.sampling for s in plain],
-                                  [s.tokens for s in plain], [id(s) for s in plain])
+                                  [s.tokens for s in plain], [id(s) for s in plain],
+                                  [s.grammar for s in plain])
             for seq, token in zip(plain, tokens, strict=True):
                 seq.append(token)
+                if seq.grammar is not None and not self.is_eog(token):
+                    seq.grammar.accept(token)
                 self.speculator.decoded_plainly(seq, token)
                 out.append((seq, token))
         return out

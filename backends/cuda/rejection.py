@@ -16,16 +16,19 @@ from __future__ import annotations
 import torch
 
 from backends.base import SamplingParams
-from backends.cuda.sampler import PENALTY_LAST_N, filtered_probs, repetition_penalty
+from backends.cuda.sampler import PENALTY_LAST_N, filtered_probs, masked, repetition_penalty
 
 
 def processed_rows(logits: torch.Tensor, params: SamplingParams, history: list[int],
-                   proposals: list[int]) -> torch.Tensor:
-    """The rows as the sampler sees them: each one penalized over the tokens before it
-    (`history`, then the proposals it follows), then turned into probabilities unless the
-    request is greedy (then the penalized logits)."""
+                   proposals: list[int], allowed: list | None = None) -> torch.Tensor:
+    """The rows as the sampler sees them: each one masked by the grammar's state after the
+    proposals it follows (`allowed`, one boolean row per position, when the request has a
+    grammar), penalized over the tokens before it (`history`, then those proposals), then
+    turned into probabilities unless the request is greedy (then the penalized logits)."""
     rows = []
     for i, row in enumerate(logits.float().cpu()):
+        if allowed is not None:
+            row = masked(row, allowed[i])
         if params.repeat_penalty != 1.0:
             recent = (history + proposals[:i])[-PENALTY_LAST_N:]
             if recent:

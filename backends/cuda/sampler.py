@@ -1,8 +1,9 @@
 """Choosing each sequence's next token from its logits: batched where the rows agree.
 
-Order as in llama.cpp's chain (and llama-cpp-python's Llama.generate): repetition penalty
-over the last 64 tokens, then greedy, or top-k, top-p, min-p, temperature and a draw from a
-per-request generator (a seed gives the same text every run, alone or in a batch).
+Order as in llama.cpp's chain (and llama-cpp-python's Llama.generate): the request's grammar
+mask (backends.grammar), if it has one, then repetition penalty over the last 64 tokens,
+then greedy, or top-k, top-p, min-p, temperature and a draw from a per-request generator (a
+seed gives the same text every run, alone or in a batch).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import random
 import torch
 
 from backends.base import SamplingParams
+from backends.grammar import Constraint
 
 PENALTY_LAST_N = 64  # llama.cpp's default repeat-penalty window
 
@@ -32,15 +34,22 @@ class Sampler:
         return self._generators[key]
 
     def __call__(self, logits: torch.Tensor, params: list[SamplingParams],
-                 histories: list[list[int]], keys: list[int]) -> list[int]:
-        """One token per row of `logits` (rows, vocab); `keys` name each row's request."""
+                 histories: list[list[int]], keys: list[int],
+                 grammars: list[Constraint | None] | None = None) -> list[int]:
+        """One token per row of `logits` (rows, vocab); `keys` name each row's request,
+        `grammars` its grammar state (None: unconstrained)."""
         # greedy rows stay on the device (one argmax for the batch); only rows that need a
-        # penalty or a draw come to the CPU, where the per-request generators live
+        # mask, a penalty or a draw come to the CPU, where the grammars and the per-request
+        # generators live
+        grammars = grammars or [None] * len(params)
         out = logits.argmax(dim=-1).tolist()
         for i, p in enumerate(params):
-            if p.temperature == 0.0 and p.repeat_penalty == 1.0:
+            grammar = grammars[i]
+            if p.temperature == 0.0 and p.repeat_penalty == 1.0 and grammar is None:
                 continue
             row = logits[i].float().cpu()
+            if grammar is not None:
+                row = masked(row, grammar.allowed())
             if p.repeat_penalty != 1.0 and histories[i]:
                 row = repetition_penalty(row, histories[i][-PENALTY_LAST_N:], p.repeat_penalty)
             if p.temperature == 0.0:
@@ -49,6 +58,15 @@ class Sampler:
                 out[i] = int(torch.multinomial(filtered_probs(row, p), 1,
                                                generator=self.generator(keys[i], p.seed)))
         return out
+
+
+def masked(row: torch.Tensor, allowed) -> torch.Tensor:
+    """`row` with the logits of tokens outside `allowed` (a boolean numpy row, the
+    grammar's) at -inf; columns past the grammar's vocabulary are forbidden too."""
+    ok = torch.zeros(row.shape[-1], dtype=torch.bool)
+    n = min(len(allowed), row.shape[-1])
+    ok[:n] = torch.from_numpy(allowed[:n])
+    return row.masked_fill(~ok, float("-inf"))
 
 
 def repetition_penalty(logits: torch.Tensor, recent: list[int], penalty: float) -> torch.Tensor:

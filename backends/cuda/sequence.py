@@ -8,6 +8,7 @@ from enum import Enum
 
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.kv_layout import BLOCK_SIZE
+from backends.grammar import Constraint
 
 _arrival = itertools.count()
 
@@ -34,6 +35,7 @@ class Sequence:
     speculative: SpeculativeParams | None = None  # None: one token per step
     num_drafted: int = 0  # tokens proposed to the model by speculative decoding
     num_accepted: int = 0  # of those, the ones it accepted
+    grammar: Constraint | None = None  # constrained decoding: masks each sampled row
 
     def __post_init__(self) -> None:
         if not self.tokens:

@@ -8,6 +8,10 @@ inside those rows, so one forward pass scores every proposal. rejection.py decid
 accepted; the K/V of the rejected positions is rolled back (their blocks freed, nothing
 hashed for the prefix cache but blocks full of accepted tokens).
 
+Under a grammar (Sequence.grammar) proposals are cut at the first token it rejects, each
+verified row is masked by the grammar's state after the proposals before it, and the tokens
+the sequence keeps move the grammar on: the output is the constrained model's own.
+
 How many tokens to propose, and when to stop and try again, is backends.speculation's (the
 cost model and policy every backend uses), over this engine's step times measured by their
 number of query rows.
@@ -106,6 +110,11 @@ class Speculator:
             self.proposals.update(self.draft.propose(drafted, self._generator))
             share = (time.perf_counter() - start) / len(drafted)
             self.propose_s.update((id(seq), share) for seq, _ in drafted)
+        for key, (tokens, q) in list(self.proposals.items()):
+            grammar = next((seq.grammar for seq, _ in wants if id(seq) == key), None)
+            if grammar is not None:
+                n = grammar.valid_prefix(tokens)
+                self.proposals[key] = (tokens[:n], q[:n] if q is not None else None)
         out = []
         for s in scheduled:
             tokens, _ = self.proposals.get(id(s.seq), ([], None))
@@ -146,7 +155,8 @@ class Speculator:
         proposals = seq.tokens[len(seq) - k:]
         _, q = self.proposals.get(id(seq), (None, None))
         history = seq.tokens[:len(seq) - k]
-        rows = processed_rows(logits, seq.sampling, history, proposals)
+        allowed = seq.grammar.allowed_along(proposals) if seq.grammar is not None else None
+        rows = processed_rows(logits, seq.sampling, history, proposals, allowed)
         if seq.sampling.temperature == 0.0:
             out = verify_greedy(rows.argmax(-1).tolist(), proposals)
         else:
@@ -156,6 +166,8 @@ class Speculator:
             if is_eog(token):
                 del out[i + 1:]
                 break
+            if seq.grammar is not None:
+                seq.grammar.accept(token)
         accepted = len(out) - 1
         seq.num_drafted += k
         seq.num_accepted += accepted

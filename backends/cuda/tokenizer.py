@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from backends.errors import ModelFileError
+from backends.grammar.vocab import GrammarVocab, vocab_from_llama, vocab_from_pieces
 
 
 class Tokenizer(Protocol):
@@ -21,6 +22,7 @@ class Tokenizer(Protocol):
     def piece(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
     def vocabulary(self) -> list[str]: ...  # every token's text, by id
+    def grammar_vocab(self, n_vocab: int) -> GrammarVocab: ...  # for constrained decoding
     def close(self) -> None: ...  # frees a GGUF vocabulary's llama.cpp model
 
 
@@ -68,6 +70,10 @@ class GGUFTokenizer:
 
     def vocabulary(self) -> list[str]:
         return [self._model.token_get_text(i) for i in range(self._model.n_vocab())]
+
+    def grammar_vocab(self, n_vocab: int) -> GrammarVocab:
+        """llama.cpp's vocabulary, as the llama.cpp backend builds it (valid until close)."""
+        return vocab_from_llama(self._model.vocab, n_vocab)
 
     def close(self) -> None:
         self._model.close()
@@ -133,6 +139,13 @@ class HFTokenizer:
     def vocabulary(self) -> list[str]:
         by_id = {i: t for t, i in self._tok.get_vocab(with_added_tokens=True).items()}
         return [by_id.get(i, "") for i in range(self._tok.get_vocab_size(with_added_tokens=True))]
+
+    def grammar_vocab(self, n_vocab: int) -> GrammarVocab:
+        special = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()
+                   if t.special}
+        pieces = [b"" if i in special else self.piece(i)
+                  for i in range(self._tok.get_vocab_size(with_added_tokens=True))]
+        return vocab_from_pieces(pieces, special, self._eos, self.tokenize, n_vocab)
 
     def close(self) -> None:
         pass

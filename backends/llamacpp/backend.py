@@ -8,7 +8,6 @@ stop strings and UTF-8-safe streaming (text.TextStream), and stats.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Iterator
@@ -16,7 +15,6 @@ from collections.abc import Iterator
 import llama_cpp
 from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel, LlamaSampler
 from llama_cpp._logger import set_verbose
-from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
 from backends.base import (
     CancelFlag,
@@ -31,6 +29,7 @@ from backends.chat_format.base import OutputParser
 from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
+from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_llama
 from backends.llamacpp.engine import BatchEngine, Job
 from backends.llamacpp.speculative import DraftModel
 from backends.prompt import chat_prompt, run_alone
@@ -61,10 +60,11 @@ class LlamaCppBackend:
         self._drafts: dict[str, DraftModel] = {}  # draft models by path, loaded on first use
         self._sliding_window = False
         self._markers: dict[int, bytes] = {}  # the format's marker tokens, shown as text
+        self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf",), batching=True, speculative=True,
-                            embeddings=True)
+                            embeddings=True, grammar=True)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
@@ -110,6 +110,7 @@ class LlamaCppBackend:
         for draft in self._drafts.values():
             draft.close()
         self._drafts.clear()
+        self._grammar_vocab = None  # it tokenizes through the model's vocabulary
         for part in (self._embed_batch, self._embed_ctx, self._ctx, self._model):
             if part is not None:
                 part.close()
@@ -184,30 +185,28 @@ class LlamaCppBackend:
         answer (backends.prompt)."""
         return chat_prompt(request, self._n_ctx_seq, self._encode, self.chat)
 
-    @staticmethod
-    def _grammar(request: GenerationRequest) -> LlamaGrammar | None:
-        """JSON mode and JSON schemas become a llama.cpp grammar that constrains sampling."""
-        if not request.json_mode:
+    def _constraint(self, request: GenerationRequest, prompt: list[int]) -> Constraint | None:
+        """The request's grammar (JSON mode, a schema, tool calls), if it has one. The
+        vocabulary is read once per loaded model (about a second for 150k tokens)."""
+        model = self._loaded()
+        if self._grammar_vocab is None and (request.json_mode or request.json_schema
+                                            or request.tools):
+            self._grammar_vocab = vocab_from_llama(model.vocab, model.n_vocab())
+        if self._grammar_vocab is None:
             return None
-        try:
-            if request.json_schema is not None:
-                return LlamaGrammar.from_json_schema(json.dumps(request.json_schema),
-                                                     verbose=False)
-            return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-        except (ValueError, TypeError, KeyError, RuntimeError) as e:
-            raise InvalidRequestError(f"unsupported JSON schema: {e}") from e
+        tail = model.detokenize(prompt[-8:], special=True).decode("utf-8", "replace")
+        return request_constraint(request, self.chat.fmt, self._grammar_vocab, tail)
 
     def _sampler(self, request: GenerationRequest) -> LlamaSampler:
-        """The same chain as llama-cpp-python's Llama.generate: penalties, grammar, then
-        greedy, or top-k, typical (off), top-p, min-p, temperature and a seeded draw."""
+        """The same chain as llama-cpp-python's Llama.generate: penalties, then greedy, or
+        top-k, typical (off), top-p, min-p, temperature and a seeded draw. A grammar masks
+        the logits row before the chain (BatchEngine._sample), where llama.cpp's own grammar
+        sampler would have removed the same tokens inside it."""
         s = request.sampling
         sampler = LlamaSampler()
         sampler.add_penalties(n_vocab=self._loaded().n_vocab(), penalty_last_n=PENALTY_LAST_N,
                               penalty_repeat=s.repeat_penalty, penalty_freq=0.0,
                               penalty_present=0.0)
-        grammar = self._grammar(request)
-        if grammar is not None:
-            sampler.add_grammar(self._loaded(), grammar)
         if s.temperature == 0.0:
             sampler.add_greedy()
         else:
@@ -228,10 +227,11 @@ class LlamaCppBackend:
         max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine
         assert engine is not None
+        grammar = self._constraint(request, prompt)
         spec, draft = self._speculation(request, prompt)
         engine.submit(Job(stream_id, request, cancelled, prompt, self._sampler(request),
                           max_new, truncated=truncated, text=TextStream(request.sampling.stop),
-                          output=output, spec=spec, draft=draft))
+                          output=output, spec=spec, draft=draft, grammar=grammar))
 
     def _speculation(self, request: GenerationRequest,
                      prompt: list[int]) -> tuple[Speculation | None, DraftModel | None]:

@@ -23,6 +23,7 @@ import llama_cpp
 import numpy as np
 
 from backends.base import ErrorEvent, Event, FinishReason
+from backends.grammar import Constraint
 from backends.job import BaseJob
 from backends.llamacpp.speculative import DraftModel, common_prefix, logits_row
 from backends.speculation.cost import DraftCost, StepTimes
@@ -138,6 +139,7 @@ class Job(BaseJob):
     draft: DraftModel | None = None  # its draft model, if it has one
     propose_s: float = 0.0  # this step's share of the draft model's proposing time
     stored_logits: np.ndarray | None = None  # the whole prompt was cached with its logits
+    grammar: Constraint | None = None  # constrained decoding (backends.grammar)
 
 
 @dataclass
@@ -236,7 +238,7 @@ class BatchEngine:
                 out += self._finish(slot, "cancelled")
             elif slot.job.stored_logits is not None:  # a prompt seen whole before
                 logits, slot.job.stored_logits = slot.job.stored_logits, None
-                out += self._accept(slot, self._sample_from(slot.job.sampler, logits))
+                out += self._accept(slot, self._sample_from(slot.job, logits))
         running = [s for s in self.slots if s.job is not None]
         if not running:
             return out
@@ -307,7 +309,7 @@ class BatchEngine:
             else:
                 job.next_token = None
             if not proposal:
-                token = job.sampler.sample(self.ctx, start + len(tokens) - 1)
+                token = self._sample(job, start + len(tokens) - 1)
                 if job.spec is not None:
                     job.spec.decoded_plainly(token)
                 out += self._accept(slot, token)
@@ -336,7 +338,7 @@ class BatchEngine:
             if k <= 0:
                 continue
             if job.spec.lookup is not None:
-                proposal = job.spec.lookup.propose(k)
+                proposal = self._grammatical(job, job.spec.lookup.propose(k))
                 if proposal:
                     out[slot.seq_id] = proposal
                     spare -= len(proposal)
@@ -349,12 +351,22 @@ class BatchEngine:
             made = draft.propose([(slot.seq_id, history, k) for slot, k, history in wants])
             share = (time.perf_counter() - started) / len(wants)
             for (slot, _, _), proposal in zip(wants, made, strict=True):
-                out[slot.seq_id] = proposal
+                proposal = self._grammatical(slot.job, proposal)
+                if proposal:
+                    out[slot.seq_id] = proposal
                 slot.job.propose_s = share
         for slot in decoding:
             if slot.seq_id in out:
                 slot.job.spec.proposed += len(out[slot.seq_id])
         return out
+
+    @staticmethod
+    def _grammatical(job: Job, proposal: list[int]) -> list[int]:
+        """The proposal up to the first token the request's grammar rejects (its state is
+        after the pending token, which `_accept` consumed)."""
+        if job.grammar is None:
+            return proposal
+        return proposal[:job.grammar.valid_prefix(proposal)]
 
     def _verify(self, slot: Slot, start: int, base: int, proposal: list[int],
                 step_s: float) -> list[tuple[str, Event]]:
@@ -366,7 +378,7 @@ class BatchEngine:
         out: list[tuple[str, Event]] = []
         matched = 0
         for i in range(len(proposal) + 1):
-            token = job.sampler.sample(self.ctx, start + i)
+            token = self._sample(job, start + i)
             hit = i < len(proposal) and token == proposal[i]
             if hit:
                 matched += 1
@@ -388,8 +400,21 @@ class BatchEngine:
     def _logits(self, row: int) -> np.ndarray:
         return logits_row(self.ctx.ctx, row, self.n_vocab).copy()
 
-    def _sample_from(self, sampler: Any, logits: np.ndarray) -> int:
-        """What `sampler.sample(ctx, row)` does (llama_sampler_sample), on stored logits."""
+    def _sample(self, job: Job, row: int) -> int:
+        """The job's next token from batch row `row`: its grammar masks the row in llama.cpp's
+        own buffer (only this row: other sequences' rows are untouched), then its sampler
+        chain samples there as it would without one."""
+        if job.grammar is not None:
+            job.grammar.mask(logits_row(self.ctx.ctx, row, self.n_vocab))
+        return job.sampler.sample(self.ctx, row)
+
+    def _sample_from(self, job: Job, logits: np.ndarray) -> int:
+        """What `_sample` does (llama_sampler_sample), on stored logits (which stay
+        unmasked: the next request with this prompt may have another grammar)."""
+        sampler = job.sampler
+        if job.grammar is not None:
+            logits = logits.copy()
+            job.grammar.mask(logits)
         data = (llama_cpp.llama_token_data * self.n_vocab)()
         view = np.ctypeslib.as_array(data)
         view["id"], view["logit"], view["p"] = np.arange(self.n_vocab), logits, 0.0
@@ -404,6 +429,8 @@ class BatchEngine:
         job = slot.job
         if self.is_eog(token):
             return self._finish(slot, "stop")
+        if job.grammar is not None:
+            job.grammar.accept(token)
         job.n_out += 1
         if job.spec is not None and job.spec.lookup is not None:
             job.spec.lookup.extend([token])

@@ -36,6 +36,7 @@ from backends.chat_format.base import OutputParser
 from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
+from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_pieces
 from backends.mlx.engine import Job, MlxEngine
 from backends.mlx.sampler import make_processors, make_sampler
 from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
@@ -67,9 +68,11 @@ class MlxBackend:
         self._batch = 0
         self._draft: tuple[str, Any] | None = None  # (path, model) of the last draft model
         self.chat = ChatTemplate(None)
+        self._vocab_size = 0  # the model's logits width
+        self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("mlx",), batching=True, speculative=True)
+        return Capabilities(formats=("mlx",), batching=True, speculative=True, grammar=True)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
@@ -86,6 +89,8 @@ class MlxBackend:
         if float32_activations():
             mlx_model.set_dtype(mx.float32)  # scales, norms, embeddings; packed weights stay
         self.tok, self._installed, self._n_ctx, self._batch = tok, model, plan.context, plan.batch
+        self._vocab_size = int(config.get("vocab_size") or len(tok.pieces))
+        self._grammar_vocab = None
         self.chat = ChatTemplate(tok.chat_template, tok.bos_text, tok.eos_text, model.ref)
         # the format's marker tokens are shown as text (special tokens are b"" pieces)
         pieces = list(tok.pieces)
@@ -103,6 +108,7 @@ class MlxBackend:
             self.engine.close()
             self.engine = None
         self.tok = None
+        self._grammar_vocab = None
         self._draft = None
         mx.clear_cache()
 
@@ -133,10 +139,8 @@ class MlxBackend:
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
                cancelled: CancelFlag | None = None) -> None:
-        if request.json_mode:
-            raise InvalidRequestError("JSON mode and JSON schemas need the llama.cpp backend "
-                                      "(the mlx backend has no grammar sampler)")
         prompt, truncated, output = self.prompt_tokens(request)
+        grammar = self._constraint(request, prompt)
         budget = self._n_ctx - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine
@@ -146,7 +150,23 @@ class MlxBackend:
                           make_sampler(request.sampling), make_processors(request.sampling),
                           truncated=truncated, text=TextStream(request.sampling.stop),
                           output=output, proposer=self._proposer(spec) if spec else None,
-                          max_draft=spec.max_draft if spec else 0))
+                          max_draft=spec.max_draft if spec else 0, grammar=grammar))
+
+    def _constraint(self, request: GenerationRequest, prompt: list[int]) -> Constraint | None:
+        """The request's grammar (backends.grammar), if it has one; the vocabulary is read
+        once per loaded model."""
+        tok = self._tokenizer()
+        if self._grammar_vocab is None and (request.json_mode or request.json_schema
+                                            or request.tools):
+            special = {i: tok.tokenizer.id_to_token(i) or "" for i in tok.special}
+            self._grammar_vocab = vocab_from_pieces(
+                tok.pieces, special, tok.eog,
+                lambda text: tok.tokenizer.encode(text, add_special_tokens=False).ids,
+                self._vocab_size)
+        if self._grammar_vocab is None:
+            return None
+        tail = tok.tokenizer.decode(prompt[-8:], skip_special_tokens=False)
+        return request_constraint(request, self.chat.fmt, self._grammar_vocab, tail)
 
     # -- speculative decoding --------------------------------------------------------------
     def _proposer(self, spec: SpeculativeParams) -> Proposer:

@@ -26,7 +26,9 @@ from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import LRUPromptCache, trim_prompt_cache
 
 from backends.base import ErrorEvent, Event, FinishReason
+from backends.grammar import Constraint
 from backends.job import BaseJob
+from backends.mlx.sampler import GrammarProcessor
 from backends.mlx.speculative import Proposer, SpeculativeRun
 
 MODEL_KEY = "model"  # LRUPromptCache keys entries by model too; a backend holds one
@@ -45,6 +47,7 @@ class Job(BaseJob):
     proposer: Proposer | None = None  # speculative decoding: who proposes tokens
     max_draft: int = 0
     run: SpeculativeRun | None = None
+    grammar: Constraint | None = None  # constrained decoding (a processor in the batch)
 
 
 class MlxEngine:
@@ -80,7 +83,8 @@ class MlxEngine:
         job.reused = len(job.prompt) - len(rest)
         if job.proposer is not None:
             job.run = SpeculativeRun(self.model, job.proposer, job.prompt, cache, job.sampler,
-                                     job.processors, job.max_draft, self.prefill_step)
+                                     job.processors, job.max_draft, self.prefill_step,
+                                     job.grammar, self.eog)
             job.uid, self._next_solo_uid = self._next_solo_uid, self._next_solo_uid - 1
             self.jobs[job.uid] = job
             return
@@ -88,7 +92,9 @@ class MlxEngine:
             [rest], max_tokens=[job.max_new],
             caches=[cache] if cache is not None else None,
             all_tokens=[job.prompt[:job.reused]],
-            samplers=[job.sampler], logits_processors=[job.processors],
+            samplers=[job.sampler],
+            logits_processors=[job.processors + ([GrammarProcessor(job.grammar)]
+                                                 if job.grammar is not None else [])],
             stop_sequences=[StopSequences([[t] for t in sorted(self.eog)])])
         self.jobs[job.uid] = job
 

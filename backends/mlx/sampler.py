@@ -14,6 +14,7 @@ import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
 
 from backends.base import SamplingParams
+from backends.grammar import Constraint
 
 PENALTY_LAST_N = 64  # the llama.cpp backend's repeat-penalty window
 
@@ -49,3 +50,31 @@ def make_processors(s: SamplingParams) -> list:
         return []
     return make_logits_processors(repetition_penalty=s.repeat_penalty,
                                   repetition_context_size=PENALTY_LAST_N)
+
+
+class GrammarProcessor:
+    """A logits processor (mlx-lm's `(tokens, logits) -> logits`) that masks one request's
+    row with its grammar. BatchGenerator calls it once per step with the sequence's tokens,
+    whose last one is the token sampled in the step before (the prompt's last token on the
+    first call), so from the second call on that token moves the grammar on first."""
+
+    def __init__(self, grammar: Constraint) -> None:
+        self.grammar = grammar
+        self.calls = 0
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        if self.calls:
+            self.grammar.accept(int(tokens[-1].item()))
+        self.calls += 1
+        return apply_mask(self.grammar, logits)
+
+
+def apply_mask(grammar: Constraint, logits: mx.array) -> mx.array:
+    """`logits` (1, vocab) with the tokens `grammar` forbids at -inf."""
+    allowed = grammar.allowed()
+    width = logits.shape[-1]
+    if len(allowed) < width:  # columns past the grammar's vocabulary are never allowed
+        allowed = mx.concatenate([mx.array(allowed), mx.zeros(width - len(allowed), mx.bool_)])
+    else:
+        allowed = mx.array(allowed[:width])
+    return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))

@@ -20,6 +20,10 @@ Proposers:
   the tokens that followed the latest earlier occurrence of the answer's last few tokens in
   the prompt or answer. No second model; wins when the answer repeats its input (code edits).
 
+Under a grammar (`SpeculativeRun.grammar`), proposals are cut at the first token it rejects,
+and each verified position is masked by the grammar's state after the tokens accepted before
+it (the grammar consumes each kept token as it is picked).
+
 Every round proposes `max_draft` tokens (or what the request may still produce): the cost
 model the other backends share (backends.speculation) is not used here yet, as it has not
 been measured on Apple Silicon, where an extra verified row costs little.
@@ -33,6 +37,8 @@ import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from backends.errors import InvalidRequestError
+from backends.grammar import Constraint
+from backends.mlx.sampler import apply_mask
 from backends.speculation.ngram import NgramIndex
 
 PENALTY_LAST_N = 64  # tokens the logits processors see (backends.mlx.sampler's window)
@@ -98,8 +104,10 @@ class SpeculativeRun:
     tokens it produced (1 to k+1). `cache` may hold the first tokens of `prompt` already."""
 
     def __init__(self, model: Any, proposer: Proposer, prompt: list[int], cache: list | None,
-                 sampler: Any, processors: list, max_draft: int, prefill_step: int) -> None:
+                 sampler: Any, processors: list, max_draft: int, prefill_step: int,
+                 grammar: Constraint | None = None, eog: frozenset[int] = frozenset()) -> None:
         self.model, self.proposer = model, proposer
+        self.grammar, self.eog = grammar, eog
         self.sampler, self.processors = sampler, processors
         self.max_draft, self.prefill_step = max_draft, prefill_step
         self.cache = cache if cache is not None else make_prompt_cache(model)
@@ -115,6 +123,8 @@ class SpeculativeRun:
             self.cached = len(self.tokens) - 1
         k = min(self.max_draft, budget - 1)
         proposals = self.proposer.propose(self.tokens, k)[:k] if k > 0 else []
+        if self.grammar is not None:
+            proposals = proposals[:self.grammar.valid_prefix(proposals)]
         logits = self.model(mx.array([self.tokens[-1], *proposals])[None], cache=self.cache)[0]
         out = self._verify(logits, proposals)
         accepted = len(out) - 1
@@ -128,7 +138,8 @@ class SpeculativeRun:
     def _verify(self, logits: mx.array, proposals: list[int]) -> list[int]:
         """The model's own tokens at each position, up to and including the first that
         differs from the proposal there (or one past the last proposal)."""
-        if self.sampler is None and not self.processors:  # greedy: every position at once
+        if self.sampler is None and not self.processors and self.grammar is None:
+            # greedy: every position at once
             picks = mx.argmax(logits, axis=-1).tolist()
             n = 0
             while n < len(proposals) and picks[n] == proposals[n]:
@@ -140,10 +151,14 @@ class SpeculativeRun:
             context = mx.array((self.tokens + out)[-PENALTY_LAST_N:])
             for process in self.processors:
                 row = process(context, row)
+            if self.grammar is not None:
+                row = apply_mask(self.grammar, row)
             logprobs = row - mx.logsumexp(row, axis=-1, keepdims=True)
             pick = mx.argmax(logprobs, axis=-1) if self.sampler is None else self.sampler(
                 logprobs)
             out.append(int(pick.item()))
+            if self.grammar is not None and out[-1] not in self.eog:
+                self.grammar.accept(out[-1])
             if i == len(proposals) or out[-1] != proposals[i]:
                 break
         return out

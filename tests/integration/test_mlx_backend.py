@@ -17,7 +17,7 @@ from app.runtime import Runtime
 from app.runtime.convert_to_mlx import convert_to_mlx
 from app.store import InstalledModel
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
-from backends.errors import EmberError, InvalidRequestError, ModelFileError
+from backends.errors import EmberError, ModelFileError
 from backends.mlx.backend import MlxBackend
 from tests.support import REPO
 
@@ -150,11 +150,6 @@ def test_fail_all_ends_every_request_with_an_error(backend):
     events = backend.fail_all("boom")
     assert sorted(sid for sid, _ in events) == ["a", "b"]
     assert all(e.message == "boom" for _, e in events) and not backend.has_work()
-
-
-def test_json_mode_is_refused_with_a_clear_error(backend):
-    with pytest.raises(InvalidRequestError, match="llama.cpp backend"):
-        backend.submit("j", GenerationRequest(prompt="{", json_mode=True))
 
 
 @pytest.mark.parametrize("damage, message", [
