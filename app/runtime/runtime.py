@@ -36,7 +36,7 @@ from app.runtime.remote_streams import Remotes
 from app.runtime.thinking import ThinkingSupport, local_support
 from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
-from backends.base import GenerationRequest, LoadPlan
+from backends.base import Capabilities, GenerationRequest, LoadPlan
 from backends.errors import EmberError, InvalidRequestError
 from backends.remote import RemoteModel
 
@@ -50,6 +50,16 @@ class LoadedModel:
     plan: LoadPlan
     backend: str
     pid: int | None
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How a local model runs a request: on which backend, what that backend can do, and
+    the context it has (`loaded`) or will have when this request loads it."""
+    backend: str
+    capabilities: Capabilities
+    context: int
+    loaded: bool
 
 
 class Runtime:
@@ -122,6 +132,22 @@ class Runtime:
             return BackendChoice(check_backend(self.backend), "set for this Runtime")
         return choose_backend(self.hardware, formats=(model.format,), requested=requested,
                               configured=configured_backend(model.id, self.store.paths))
+
+    def serving(self, name: str, backend: str | None = None,
+                context: int | None = None) -> Serving:
+        """How the local model `name` would run a request now (`backend` and `context` as the
+        request asks), without loading it: what its worker has when one runs it as asked, else
+        the backend choice and the load plan a load would make. Front ends check a request
+        against it before anything starts (a context too small, a grammar it cannot run)."""
+        model = self._installed(name)
+        with self._lock:
+            worker = self._workers.get(model.ref)
+        if worker is not None and worker.alive and backend in (None, worker.backend) and (
+                context in (None, worker.plan.context)):
+            return Serving(worker.backend, worker.capabilities, worker.plan.context, True)
+        chosen = self.choose(model, backend).name
+        return Serving(chosen, capabilities(chosen), self._plan(model, context, chosen).context,
+                       False)
 
     def loaded(self) -> list[LoadedModel]:
         with self._lock:
@@ -345,4 +371,4 @@ def _changes(worker: Worker, backend: str, context: int | None, gpu_layers: int 
                      if v != had[k] and (v is not None or k == "quant"))
 
 
-__all__ = ["Generation", "LoadedModel", "Runtime"]
+__all__ = ["Generation", "LoadedModel", "Runtime", "Serving"]

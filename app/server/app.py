@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.errors import ModelNotFoundError
@@ -24,6 +24,7 @@ from app.server.access_log import AccessLog
 from app.server.bridge import Admission, ServerBusyError
 from app.server.errors import ApiError
 from app.server.metrics import Metrics
+from app.server.schemas import ReasoningField
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 
 IDLE_SWEEP_S = 5.0
@@ -42,6 +43,8 @@ class ServerSettings:
     idle_ttl_s: float = 600.0
     open_paths: tuple[str, ...] = field(default=("/health",))
     owns_runtime: bool = True  # False when the window shares its Runtime with the server
+    # where OpenAI answers carry thinking unless a request says (its `reasoning_field`)
+    reasoning_field: ReasoningField = "reasoning_content"
 
 
 def is_loopback(host: str) -> bool:
@@ -89,7 +92,7 @@ class Guard:
                 413, f"request body over {limit} bytes", code="request_too_large"))
         seen = 0
 
-        async def bounded() -> dict:
+        async def bounded() -> Message:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
@@ -115,6 +118,24 @@ async def _no_receive() -> dict:
 def _error_response(request: Request, err: ApiError) -> JSONResponse:
     body = err.ollama() if request.url.path.startswith("/api/") else err.openai()
     return JSONResponse(body, status_code=err.status, headers=err.headers)
+
+
+def wire_path(loc: tuple | list, body: object, missing: bool = False) -> str | None:
+    """A validation error's place as a path into the request (`messages[2].tool_calls[0].id`).
+    pydantic's `loc` also names the union member it tried (`str`, `list[ContentPart]`...):
+    only the keys and indexes the body really has are kept, and a missing field's name."""
+    parts: list[str] = []
+    node = body
+    for i, key in enumerate(loc):
+        if isinstance(key, int) and isinstance(node, list) and 0 <= key < len(node):
+            parts.append(f"[{key}]")
+            node = node[key]
+        elif isinstance(key, str) and isinstance(node, dict) and key in node:
+            parts.append(f".{key}")
+            node = node[key]
+        elif missing and i == len(loc) - 1:
+            parts.append(f".{key}")
+    return "".join(parts).lstrip(".") or None
 
 
 def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> FastAPI:
@@ -165,7 +186,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         first = err.errors()[0] if err.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        where = wire_path(first.get("loc", ())[1:], err.body,
+                          missing=first.get("type") == "missing")
         if first.get("type") == "json_invalid":
             message = "request body is not valid JSON"
         else:
@@ -178,7 +200,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
 
     @app.exception_handler(InvalidRequestError)
     async def bad_request(request: Request, err: InvalidRequestError) -> JSONResponse:
-        return _error_response(request, ApiError(400, str(err)))
+        return _error_response(request, ApiError(400, str(err), param=err.param))
 
     @app.exception_handler(ServerBusyError)
     async def busy(request: Request, err: ServerBusyError) -> JSONResponse:

@@ -12,11 +12,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import anyio
+from starlette.datastructures import State
+from starlette.requests import Request
 
 from app.runtime import Runtime
 from app.runtime.backend_table import check_backend
 from app.server import access_log
 from app.server.metrics import Metrics
+from app.server.serving import check_serving
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
 from backends.errors import InvalidRequestError
 
@@ -141,7 +144,7 @@ async def _events(runtime: Runtime, admission: Admission, metrics: Metrics, mode
         admission.leave()
 
 
-async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
+async def embed(request: Request, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
     """Embeddings through the Runtime (in a thread: loading and decoding block)."""
     state = request.app.state
     if len(texts) > MAX_EMBED_INPUTS:
@@ -156,30 +159,37 @@ async def embed(request, model: str, texts: list[str]) -> tuple[list[list[float]
     return vectors, tokens
 
 
-async def open_events(state, model: str, request: GenerationRequest, endpoint: str,
-                      keep_alive_s: float | None = None,
-                      backend: str | None = None) -> AsyncIterator[Event]:
+async def open_events(state: State, model: str, request: GenerationRequest, endpoint: str,
+                      keep_alive_s: float | None = None, backend: str | None = None, *,
+                      context: int | None = None,
+                      max_tokens_param: str = "max_tokens") -> AsyncIterator[Event]:
     """Check the request and the model (400, 404 and 429 come here, before any response has
     started), then the generation's events. `backend` is the request's choice of backend
-    for a local model. The model check runs in a thread: for a remote model it asks the
-    remote server."""
+    for a local model, `context` the context it asks to load it with (Ollama's num_ctx);
+    a local model's request must fit what that backend and context can do
+    (app.server.serving). The model checks run in a thread: for a remote model it asks the
+    remote server, for a local one that is not loaded it reads the model's file."""
     request.validate()
     if backend is not None:
         check_backend(backend)
-    await anyio.to_thread.run_sync(state.runtime.check_model, model)
-    return stream_events(state.runtime, state.admission, state.metrics, model, request,
+    runtime = state.runtime
+    await anyio.to_thread.run_sync(runtime.check_model, model)
+    if not runtime.is_remote(model):  # a remote server checks its own limits
+        serving = await anyio.to_thread.run_sync(runtime.serving, model, backend, context)
+        check_serving(request, serving, model, max_tokens_param)
+    return stream_events(runtime, state.admission, state.metrics, model, request,
                          keep_alive_s, endpoint, backend)
 
 
-async def collect(events: AsyncIterator[Event]) -> tuple[str, DoneEvent]:
-    """The whole answer of a non-streaming request; an error event becomes its ApiError."""
+async def collect(events: AsyncIterator[Event]) -> DoneEvent:
+    """The whole answer of a non-streaming request: its DoneEvent, which carries the answer's
+    text, thinking and tool calls (the sum of the events streamed); an error event becomes
+    its ApiError."""
     from app.server.errors import error_for_event
 
-    text = []
     async for event in events:
         if isinstance(event, ErrorEvent):
             raise error_for_event(event)
         if isinstance(event, DoneEvent):
-            return "".join(text), event
-        text.append(event.text)
+            return event
     raise RuntimeError("stream ended without a final event")

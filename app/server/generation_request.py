@@ -1,11 +1,34 @@
-"""API fields -> Ember's GenerationRequest, for both API dialects."""
+"""API fields -> Ember's GenerationRequest, for both API dialects: sampling, the conversation
+(with its tool calls, tool results and thinking), the offered tools, the tool choice and the
+thinking setting. Every route maps its wire here and nowhere else; the answer goes back
+through app.server.openai_wire and app.server.ollama_wire. Problems are InvalidRequestErrors
+whose `param` is the wire path (`messages[2].tool_calls[0].function.arguments`)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
-from app.server.schemas import MAX_TOKENS_LIMIT, SpeculativeOptions
-from backends.base import GenerationRequest, Message, SamplingParams, SpeculativeParams
+from app.server.ollama_schemas import OllamaMessage, Think
+from app.server.schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    NamedToolChoice,
+    SpeculativeOptions,
+    ToolDef,
+)
+from backends.base import (
+    GenerationRequest,
+    Message,
+    ReasoningEffort,
+    SamplingParams,
+    SpeculativeParams,
+    Thinking,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
+from backends.errors import InvalidRequestError
 
 DEFAULTS = SamplingParams()
 
@@ -14,6 +37,8 @@ def sampling(*, temperature: float | None = None, top_p: float | None = None,
              top_k: int | None = None, min_p: float | None = None,
              repeat_penalty: float | None = None, seed: int | None = None,
              stop: str | list[str] | None = None, max_tokens: int | None = None) -> SamplingParams:
+    """`max_tokens` None: until the context is full. Its bound is the model's context, known
+    once the model is (app.server.serving)."""
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     return SamplingParams(
         temperature=DEFAULTS.temperature if temperature is None else temperature,
@@ -21,17 +46,176 @@ def sampling(*, temperature: float | None = None, top_p: float | None = None,
         top_k=DEFAULTS.top_k if top_k is None else top_k,
         min_p=DEFAULTS.min_p if min_p is None else min_p,
         repeat_penalty=DEFAULTS.repeat_penalty if repeat_penalty is None else repeat_penalty,
-        seed=seed, stop=stops,
-        # bounded: a request never asks for more than MAX_TOKENS_LIMIT tokens
-        max_tokens=min(max_tokens or MAX_TOKENS_LIMIT, MAX_TOKENS_LIMIT))
+        seed=seed, stop=stops, max_tokens=max_tokens)
 
 
-def chat_request(messages: list[tuple[str, str]], params: SamplingParams,
-                 json_mode: bool = False, json_schema: dict | None = None) -> GenerationRequest:
+# ---------------------------------------------------------------------------- messages
+def _arguments_text(arguments: str | dict) -> str:
+    """JSON text, as Message carries it (an object from Ollama's wire is dumped as is)."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments,
+                                                                   ensure_ascii=False)
+
+
+def openai_messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
+    out = []
+    for i, m in enumerate(messages):
+        if m.tool_calls and m.role != "assistant":
+            raise InvalidRequestError(f"message {i}: only assistant messages carry tool_calls "
+                                      f"(this one is {m.role!r})", f"messages[{i}].tool_calls")
+        if m.role == "tool" and not (m.tool_call_id or m.name):
+            raise InvalidRequestError(f"message {i}: a tool message needs the tool_call_id of "
+                                      "the call it answers", f"messages[{i}].tool_call_id")
+        out.append(Message(
+            role="system" if m.role == "developer" else m.role,
+            content=m.text(),
+            reasoning=m.reasoning_content or m.reasoning or "",
+            tool_calls=tuple(ToolCall(id=c.id, name=c.function.name,
+                                      arguments=_arguments_text(c.function.arguments))
+                             for c in m.tool_calls or ()),
+            tool_call_id=m.tool_call_id if m.role == "tool" else None,
+            name=m.name if m.role == "tool" else None))
+    return _named_results(tuple(out))
+
+
+def ollama_messages(messages: list[OllamaMessage]) -> tuple[Message, ...]:
+    out = []
+    for i, m in enumerate(messages):
+        if m.tool_calls and m.role != "assistant":
+            raise InvalidRequestError(f"message {i}: only assistant messages carry tool_calls "
+                                      f"(this one is {m.role!r})", f"messages[{i}].tool_calls")
+        out.append(Message(
+            role=m.role, content=m.content or "", reasoning=m.thinking or "",
+            tool_calls=tuple(ToolCall(id=c.id or "", name=c.function.name,
+                                      arguments=_arguments_text(c.function.arguments))
+                             for c in m.tool_calls or ()),
+            tool_call_id=(m.tool_call_id or None) if m.role == "tool" else None,
+            name=m.tool_name if m.role == "tool" else None))
+    return _named_results(tuple(out))
+
+
+def _named_results(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """A tool result that names only its call gets the call's tool name too: some templates
+    (Llama 3, gpt-oss) render results under the tool's name, and OpenAI clients send ids."""
+    names: dict[str, str] = {}
+    out = []
+    for m in messages:
+        names.update((c.id, c.name) for c in m.tool_calls if c.id)
+        if m.role == "tool" and m.name is None and m.tool_call_id in names:
+            m = replace(m, name=names[m.tool_call_id])
+        out.append(m)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- tools
+def offered_tools(defs: list[ToolDef] | None) -> tuple[Tool, ...]:
+    """Offered tools; a function without `parameters` takes no arguments. Names and schemas
+    are checked by GenerationRequest.validate (backends.base.check_tools)."""
+    return tuple(Tool(name=d.function.name, description=d.function.description or "",
+                      parameters=({"type": "object", "properties": {}}
+                                  if d.function.parameters is None else d.function.parameters))
+                 for d in defs or ())
+
+
+def openai_tool_choice(choice: str | NamedToolChoice | None) -> ToolChoice:
+    """OpenAI's default is auto (none without tools, which offers nothing either way)."""
+    if choice is None:
+        return ToolChoice("auto")
+    if isinstance(choice, NamedToolChoice):
+        return ToolChoice("function", choice.function.name)
+    return ToolChoice(choice)  # type: ignore[arg-type]  # the schema allows only the modes
+
+
+# ---------------------------------------------------------------------------- thinking
+EFFORTS: dict[str, tuple[bool, ReasoningEffort | None]] = {
+    "none": (False, None),  # LM Studio's and Ollama's way to switch thinking off
+    "minimal": (True, "low"),  # OpenAI's lowest level; Ember's scale starts at low
+    "low": (True, "low"), "medium": (True, "medium"), "high": (True, "high"),
+    "max": (True, "high"),  # Ollama's newest level
+}
+
+
+class _ThinkingKnobs:
+    """The knobs a request sets, merged into one Thinking; two knobs that disagree (thinking
+    off in one, on in another) are the client's mistake, named by the second one's path."""
+
+    def __init__(self) -> None:
+        self.enabled: bool | None = None
+        self.effort: ReasoningEffort | None = None
+        self._enabled_by = self._effort_by = ""
+
+    def set(self, param: str, enabled: bool | None, effort: ReasoningEffort | None = None
+            ) -> None:
+        if enabled is not None:
+            if self.enabled is not None and self.enabled != enabled:
+                raise InvalidRequestError(
+                    f"{param} turns thinking {'on' if enabled else 'off'}, but "
+                    f"{self._enabled_by} turns it {'on' if self.enabled else 'off'}", param)
+            self.enabled, self._enabled_by = enabled, param
+        if effort is not None:
+            if self.effort is not None and self.effort != effort:
+                raise InvalidRequestError(f"{param} asks for {effort} reasoning effort, but "
+                                          f"{self._effort_by} for {self.effort}", param)
+            self.effort, self._effort_by = effort, param
+
+    def level(self, param: str, value: str) -> None:
+        if value not in EFFORTS:
+            raise InvalidRequestError(f"{param} must be one of none, low, medium, high "
+                                      f"(got {str(value)[:40]!r})", param)
+        self.set(param, *EFFORTS[value])
+
+    def thinking(self) -> Thinking:
+        return Thinking(enabled=self.enabled, effort=self.effort)
+
+
+def openai_thinking(body: ChatCompletionRequest) -> Thinking:
+    """reasoning_effort, reasoning.{effort,enabled} and chat_template_kwargs.{enable_thinking,
+    reasoning_effort}: what OpenAI, OpenRouter, LM Studio, vLLM and mlx-lm clients send."""
+    knobs = _ThinkingKnobs()
+    if body.reasoning_effort is not None:
+        knobs.level("reasoning_effort", body.reasoning_effort)
+    if body.reasoning is not None:
+        if body.reasoning.effort is not None:
+            knobs.level("reasoning.effort", body.reasoning.effort)
+        knobs.set("reasoning.enabled", body.reasoning.enabled)
+    kwargs = body.chat_template_kwargs or {}
+    if "enable_thinking" in kwargs:
+        if not isinstance(kwargs["enable_thinking"], bool):
+            raise InvalidRequestError("chat_template_kwargs.enable_thinking must be true or "
+                                      "false", "chat_template_kwargs.enable_thinking")
+        knobs.set("chat_template_kwargs.enable_thinking", kwargs["enable_thinking"])
+    if kwargs.get("reasoning_effort") is not None:
+        knobs.level("chat_template_kwargs.reasoning_effort", kwargs["reasoning_effort"])
+    return knobs.thinking()
+
+
+def ollama_thinking(think: Think | None) -> Thinking:
+    """Ollama's `think`: true, false, or a level (which also turns thinking on)."""
+    knobs = _ThinkingKnobs()
+    if isinstance(think, bool):
+        knobs.set("think", think)
+    elif think is not None:
+        knobs.level("think", think)
+    return knobs.thinking()
+
+
+# ---------------------------------------------------------------------------- requests
+def chat_request(messages: tuple[Message, ...], params: SamplingParams,
+                 json_mode: bool = False, json_schema: dict | None = None, *,
+                 offered: tuple[Tool, ...] = (), tool_choice: ToolChoice | None = None,
+                 parallel_tool_calls: bool = True,
+                 thinking: Thinking | None = None) -> GenerationRequest:
+    """With a thinking model, json_mode and json_schema apply to the answer after the
+    thinking (the backends' grammar starts there)."""
     return GenerationRequest(
-        messages=tuple(Message("system" if role == "developer" else role, text)
-                       for role, text in messages),
-        sampling=params, json_mode=json_mode or json_schema is not None, json_schema=json_schema)
+        messages=messages, sampling=params,
+        json_mode=json_mode or json_schema is not None, json_schema=json_schema,
+        tools=offered, tool_choice=tool_choice or ToolChoice(),
+        parallel_tool_calls=parallel_tool_calls, thinking=thinking or Thinking())
+
+
+def plain_messages(*turns: tuple[str, str]) -> tuple[Message, ...]:
+    """(role, text) turns, for /api/generate's system prompt and prompt."""
+    return tuple(Message(role, text) for role, text in turns)
 
 
 def completion_request(prompt: str, params: SamplingParams, json_mode: bool = False,

@@ -13,10 +13,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from app import __version__
-from app.gguf_file import read_gguf
 from app.pull.install import pull as download
 from app.pull.progress import Progress
+from app.runtime.model_traits import model_traits
 from app.runtime.remote_streams import RemoteModel
+from app.server import ollama_wire
 from app.server.bridge import (
     check_model_name,
     collect,
@@ -28,10 +29,14 @@ from app.server.errors import ApiError
 from app.server.generation_request import (
     chat_request,
     completion_request,
+    offered_tools,
+    ollama_messages,
+    ollama_thinking,
+    plain_messages,
     sampling,
     with_speculative,
 )
-from app.server.schemas import (
+from app.server.ollama_schemas import (
     OllamaBase,
     OllamaChatRequest,
     OllamaEmbedRequest,
@@ -41,7 +46,7 @@ from app.server.schemas import (
     OllamaPullRequest,
 )
 from app.store import InstalledModel
-from backends.base import DoneEvent, ErrorEvent, GenerationRequest
+from backends.base import DoneEvent, ErrorEvent, GenerationRequest, SamplingParams, Stats
 from backends.errors import EmberError
 
 router = APIRouter(prefix="/api", tags=["ollama"])
@@ -101,13 +106,10 @@ def show(body: OllamaModelRequest, request: Request) -> dict:
                             "parent_model": name.partition("/")[0]},
                 "capabilities": ["completion", "chat"]}
     model = runtime.store.get(name)
-    info = read_gguf(model.path)
-    model_info = {k: v for k, v in info.metadata.items()
-                  if isinstance(v, str | int | float | bool) and not k.startswith("tokenizer.")}
+    traits = model_traits(model)
     return {"modelfile": f"FROM {model.path}\n", "parameters": "",
-            "template": info.chat_template or "", "details": _details(model),
-            "model_info": model_info,
-            "capabilities": ["completion"] + (["chat"] if model.chat else [])}
+            "template": traits.template or "", "details": _details(model),
+            "model_info": traits.metadata, "capabilities": traits.capabilities}
 
 
 @router.get("/ps")
@@ -127,8 +129,8 @@ def delete(body: OllamaModelRequest, request: Request) -> dict:
     return {}
 
 
-@router.post("/pull")
-async def pull(body: OllamaPullRequest, request: Request):
+@router.post("/pull", response_model=None)
+async def pull(body: OllamaPullRequest, request: Request) -> StreamingResponse | dict:
     name = _name(body.ref)
     store = request.app.state.runtime.store
     send, receive = anyio.create_memory_object_stream[dict](max_buffer_size=1024)
@@ -137,7 +139,7 @@ async def pull(body: OllamaPullRequest, request: Request):
     def on_progress(p: Progress) -> None:
         status = {"download": f"pulling {p.model}", "verify": "verifying sha256 digest",
                   "install": "writing manifest", "done": "success"}[p.phase]
-        event = {"status": status}
+        event: dict[str, str | int] = {"status": status}
         if p.phase in ("download", "verify"):
             event |= {"digest": p.model, "total": p.total_bytes, "completed": p.done_bytes}
         if p.message and p.phase != "done":
@@ -172,14 +174,14 @@ async def pull(body: OllamaPullRequest, request: Request):
     return last
 
 
-def _params(body: OllamaBase):
+def _params(body: OllamaBase) -> SamplingParams:
     o = body.options
     if o is None:
         return sampling()
     max_tokens = None if o.num_predict is None or o.num_predict < 0 else max(o.num_predict, 1)
     return sampling(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
-                            min_p=o.min_p, repeat_penalty=o.repeat_penalty, seed=o.seed,
-                            stop=o.stop, max_tokens=max_tokens)
+                    min_p=o.min_p, repeat_penalty=o.repeat_penalty, seed=o.seed,
+                    stop=o.stop, max_tokens=max_tokens)
 
 
 def _format(body: OllamaBase) -> tuple[bool, dict | None]:
@@ -192,10 +194,10 @@ def _format(body: OllamaBase) -> tuple[bool, dict | None]:
     raise ApiError(400, f"invalid format {body.format!r}: use \"json\" or a JSON schema")
 
 
-def _final(model: str, stats, started: float, field: str) -> dict:
+def _final(model: str, stats: Stats, started: float, field: str) -> dict:
     total = time.monotonic() - started
     body = {"model": model, "created_at": _now(), "done": True,
-            "done_reason": "length" if stats.finish_reason == "length" else "stop",
+            "done_reason": ollama_wire.done_reason(stats.finish_reason),
             "total_duration": int(total * NS), "load_duration": 0,
             "prompt_eval_count": stats.prompt_tokens,
             "prompt_eval_duration": int(stats.ttft_s * NS),
@@ -206,38 +208,52 @@ def _final(model: str, stats, started: float, field: str) -> dict:
 
 
 async def _respond(request: Request, body: OllamaBase, model: str,
-                   gen_request: GenerationRequest, field: str):
+                   gen_request: GenerationRequest, field: str) -> StreamingResponse | dict:
     state = request.app.state
     keep_alive = parse_keep_alive(body.keep_alive)
     backend = body.options.backend if body.options else None
-    events = await open_events(state, model, gen_request, field, keep_alive, backend)
-    if body.options and body.options.num_ctx and not state.runtime.is_remote(model):
-        await anyio.to_thread.run_sync(state.runtime.load, model, body.options.num_ctx,
-                                       backend)
+    num_ctx = body.options.num_ctx if body.options else None
+    events = await open_events(state, model, gen_request, field, keep_alive, backend,
+                               context=num_ctx, max_tokens_param="options.num_predict")
+    if num_ctx and not state.runtime.is_remote(model):
+        await anyio.to_thread.run_sync(state.runtime.load, model, num_ctx, backend)
     started = time.monotonic()
 
-    def piece(text: str) -> dict:
-        content = {"message": {"role": "assistant", "content": text}} if field == "message" \
-            else {"response": text}
-        return {"model": body.model, "created_at": _now(), **content, "done": False}
+    def line(part: dict) -> str:
+        """One NDJSON line of the answer: /api/chat's message part, or /api/generate's
+        `response` (and `thinking`) at the top level."""
+        if field == "message":
+            content = {"message": {"role": "assistant", **part}}
+        else:
+            content = {"response": part.get("content", "")} | (
+                {"thinking": part["thinking"]} if "thinking" in part else {})
+        return json.dumps({"model": body.model, "created_at": _now(), **content,
+                           "done": False}) + "\n"
 
     if not body.stream:
-        text, final = await collect(events)
+        final = await collect(events)
         out = _final(body.model, final.stats, started, field)
+        message = ollama_wire.message(final)
         if field == "message":
-            out["message"]["content"] = text
+            out["message"] = message
         else:
-            out["response"] = text
+            out["response"] = final.text
+            if final.reasoning:
+                out["thinking"] = final.reasoning
         return out
 
     async def ndjson() -> AsyncIterator[str]:
+        pieces = ollama_wire.Pieces()
         async for event in events:
             if isinstance(event, DoneEvent):
+                for part in pieces.end(event):
+                    yield line(part)
                 yield json.dumps(_final(body.model, event.stats, started, field)) + "\n"
             elif isinstance(event, ErrorEvent):
                 yield json.dumps({"error": event.message}) + "\n"
             else:
-                yield json.dumps(piece(event.text)) + "\n"
+                for part in pieces.of(event):
+                    yield line(part)
 
     return StreamingResponse(ndjson(), media_type="application/x-ndjson")
 
@@ -258,20 +274,21 @@ async def embeddings_legacy(body: OllamaLegacyEmbeddingRequest, request: Request
     return {"embedding": vectors[0]}
 
 
-@router.post("/chat")
-async def chat(body: OllamaChatRequest, request: Request):
+@router.post("/chat", response_model=None)
+async def chat(body: OllamaChatRequest, request: Request) -> StreamingResponse | dict:
     model = _name(body.model)
     if not body.messages:  # Ollama: an empty chat loads (or with keep_alive 0 unloads)
         return await _load_or_unload(request, body, model, "message")
     json_mode, schema = _format(body)
     gen_request = with_speculative(chat_request(
-        [(m.role, m.content) for m in body.messages], _params(body), json_mode, schema),
+        ollama_messages(body.messages), _params(body), json_mode, schema,
+        offered=offered_tools(body.tools), thinking=ollama_thinking(body.think)),
         body.speculative)
     return await _respond(request, body, model, gen_request, "message")
 
 
-@router.post("/generate")
-async def generate(body: OllamaGenerateRequest, request: Request):
+@router.post("/generate", response_model=None)
+async def generate(body: OllamaGenerateRequest, request: Request) -> StreamingResponse | dict:
     model = _name(body.model)
     if not body.prompt:
         return await _load_or_unload(request, body, model, "response")
@@ -282,8 +299,9 @@ async def generate(body: OllamaGenerateRequest, request: Request):
     if body.raw or not chat:
         gen_request = completion_request(body.prompt, _params(body), json_mode, schema)
     else:
-        messages = ([("system", body.system)] if body.system else []) + [("user", body.prompt)]
-        gen_request = chat_request(messages, _params(body), json_mode, schema)
+        turns = ([("system", body.system)] if body.system else []) + [("user", body.prompt)]
+        gen_request = chat_request(plain_messages(*turns), _params(body), json_mode, schema,
+                                   thinking=ollama_thinking(body.think))
     gen_request = with_speculative(gen_request, body.speculative)
     return await _respond(request, body, model, gen_request, "response")
 

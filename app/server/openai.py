@@ -11,51 +11,38 @@ from array import array
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from app.server import openai_wire
 from app.server.bridge import check_model_name, collect, embed, open_events
 from app.server.errors import ApiError, error_for_event
 from app.server.generation_request import (
     chat_request,
     completion_request,
+    offered_tools,
+    openai_messages,
+    openai_thinking,
+    openai_tool_choice,
     sampling,
     with_speculative,
 )
 from app.server.schemas import (
-    AssistantMessage,
     ChatChoice,
     ChatCompletion,
     ChatCompletionRequest,
     Completion,
     CompletionChoice,
     CompletionRequest,
-    CompletionTokensDetails,
     EmbeddingData,
     EmbeddingRequest,
     EmbeddingResponse,
     EmbeddingUsage,
     ModelCard,
     ModelList,
-    Usage,
 )
-from backends.base import DoneEvent, ErrorEvent, Stats
+from backends.base import DoneEvent, ErrorEvent, TokenEvent
 
 router = APIRouter(prefix="/v1", tags=["openai"])
-
-
-def _usage(stats: Stats) -> Usage:
-    details = None
-    if stats.draft_tokens:  # speculative decoding's proposals, as OpenAI counts predictions
-        details = CompletionTokensDetails(
-            accepted_prediction_tokens=stats.accepted_tokens,
-            rejected_prediction_tokens=stats.draft_tokens - stats.accepted_tokens)
-    return Usage(prompt_tokens=stats.prompt_tokens, completion_tokens=stats.completion_tokens,
-                 total_tokens=stats.prompt_tokens + stats.completion_tokens,
-                 completion_tokens_details=details)
-
-
-def _finish(stats: Stats) -> str:
-    return "length" if stats.finish_reason == "length" else "stop"
 
 
 def _sse(data: dict | str) -> str:
@@ -87,27 +74,36 @@ def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
 
 @router.post("/chat/completions", response_model=ChatCompletion,
              responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
-async def chat_completions(body: ChatCompletionRequest, request: Request):
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     model = check_model_name(body.model)
     json_mode, schema = _json_settings(body)
+    max_tokens_param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
-                              stop=body.stop,
-                              max_tokens=body.max_completion_tokens or body.max_tokens)
+                      stop=body.stop, max_tokens=body.max_completion_tokens or body.max_tokens)
     gen_request = with_speculative(chat_request(
-        [(m.role, m.text()) for m in body.messages], params, json_mode, schema),
-        body.speculative)
+        openai_messages(body.messages), params, json_mode, schema,
+        offered=offered_tools(body.tools), tool_choice=openai_tool_choice(body.tool_choice),
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        thinking=openai_thinking(body)), body.speculative)
     events = await open_events(request.app.state, model, gen_request, "chat",
-                               backend=body.backend)
+                               backend=body.backend, max_tokens_param=max_tokens_param)
+    field = body.reasoning_field or request.app.state.settings.reasoning_field
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if not body.stream:
-        text, final = await collect(events)
-        return ChatCompletion(id=completion_id, created=created, model=body.model,
-                              choices=[ChatChoice(message=AssistantMessage(content=text),
-                                                  finish_reason=_finish(final.stats))],
-                              usage=_usage(final.stats))
+        final = await collect(events)
+        message = openai_wire.message(final, field)
+        completion = ChatCompletion(
+            id=completion_id, created=created, model=body.model,
+            choices=[ChatChoice(message=message,
+                                finish_reason=openai_wire.finish_reason(final.stats))],
+            usage=openai_wire.usage(final.stats))
+        out = completion.model_dump()
+        out["choices"][0]["message"] = openai_wire.message_json(message)
+        return JSONResponse(out)
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    deltas = openai_wire.Deltas(field)
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
         return {"id": completion_id, "object": "chat.completion.chunk", "created": created,
@@ -119,14 +115,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         yield _sse(chunk({"role": "assistant", "content": ""}))
         async for event in events:
             if isinstance(event, DoneEvent):
-                yield _sse(chunk({}, _finish(event.stats)))
+                # the finish reason in a chunk of its own, with an empty delta
+                yield _sse(chunk({}, openai_wire.finish_reason(event.stats)))
                 if include_usage:
                     yield _sse({**chunk({}), "choices": [],
-                                "usage": _usage(event.stats).model_dump()})
+                                "usage": openai_wire.usage(event.stats).model_dump()})
             elif isinstance(event, ErrorEvent):
                 yield _sse({"error": error_for_event(event).body()})
             else:
-                yield _sse(chunk({"content": event.text}))
+                for delta in deltas.of(event):
+                    yield _sse(chunk(delta))
         yield _sse("[DONE]")
 
     return StreamingResponse(sse(), media_type="text/event-stream")
@@ -157,23 +155,24 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingRespo
 
 @router.post("/completions", response_model=Completion,
              responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
-async def completions(body: CompletionRequest, request: Request):
+async def completions(body: CompletionRequest,
+                      request: Request) -> Completion | StreamingResponse:
     model = check_model_name(body.model)
     prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
-                              stop=body.stop, max_tokens=body.max_tokens)
-    gen_request = with_speculative(completion_request(prompt, params),
-                                           body.speculative)
+                      stop=body.stop, max_tokens=body.max_tokens)
+    gen_request = with_speculative(completion_request(prompt, params), body.speculative)
     events = await open_events(request.app.state, model, gen_request, "completions",
                                backend=body.backend)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if not body.stream:
-        text, final = await collect(events)
+        final = await collect(events)
         return Completion(id=completion_id, created=created, model=body.model,
-                          choices=[CompletionChoice(text=text,
-                                                    finish_reason=_finish(final.stats))],
-                          usage=_usage(final.stats))
+                          choices=[CompletionChoice(
+                              text=final.text, finish_reason=openai_wire.finish_reason(
+                                  final.stats))],
+                          usage=openai_wire.usage(final.stats))
 
     def chunk(text: str, finish: str | None = None) -> dict:
         return {"id": completion_id, "object": "text_completion", "created": created,
@@ -184,10 +183,10 @@ async def completions(body: CompletionRequest, request: Request):
     async def sse() -> AsyncIterator[str]:
         async for event in events:
             if isinstance(event, DoneEvent):
-                yield _sse(chunk("", _finish(event.stats)))
+                yield _sse(chunk("", openai_wire.finish_reason(event.stats)))
             elif isinstance(event, ErrorEvent):
                 yield _sse({"error": error_for_event(event).body()})
-            else:
+            elif isinstance(event, TokenEvent):  # a raw completion's text is all answer
                 yield _sse(chunk(event.text))
         yield _sse("[DONE]")
 

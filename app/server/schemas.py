@@ -1,5 +1,6 @@
-"""Request and response bodies, mirroring OpenAI's and Ollama's own schemas (pydantic), so
-their clients work unchanged and the OpenAPI document is generated from them."""
+"""OpenAI's request and response bodies (pydantic), mirroring OpenAI's own schema so its
+clients work unchanged and the OpenAPI document is generated from them. Ollama's are in
+app.server.ollama_schemas."""
 
 from __future__ import annotations
 
@@ -9,20 +10,47 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from backends.base import MAX_DRAFT
 
-MAX_TOKENS_LIMIT = 8192
-
-
-# ---------------------------------------------------------------------------- OpenAI
+# A sanity bound for token counts on the wire; the real one is the model's context, which
+# only the Runtime knows (app.server.serving checks it once the model is known).
+TOKEN_COUNT_MAX = 2**31 - 1
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str
     text: str | None = None
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # a JSON object, as text
+
+
+class FunctionCallIn(BaseModel):
+    """A call coming back in a conversation. `arguments` is JSON text on OpenAI's wire; an
+    object is taken too (some clients send what Ollama sends)."""
+    model_config = ConfigDict(extra="allow")
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str = Field("", max_length=200)
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ChatMessage(BaseModel):
+    """One turn. An assistant turn may carry its `tool_calls` (then `content` may be null) and
+    its thinking (`reasoning_content`, or `reasoning` as Ollama's and vLLM's clients send it);
+    a `tool` turn is the result of the call `tool_call_id` (legacy: of the function `name`)."""
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    name: str | None = Field(None, max_length=200)
+    tool_calls: list[ToolCallIn] | None = Field(None, max_length=128)
+    tool_call_id: str | None = Field(None, max_length=200)
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -44,6 +72,45 @@ class ResponseFormat(BaseModel):
     json_schema: JsonSchemaFormat | None = None
 
 
+class FunctionDef(BaseModel):
+    """A function the model may call. Its name and schema are checked by Ember's own rules
+    (backends.base.check_tools), which say where in `parameters` a schema is wrong."""
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(max_length=200)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema of an object; none: no arguments
+    strict: bool | None = None
+
+
+class ToolDef(BaseModel):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    name: str = Field(max_length=200)
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+ToolChoiceMode = Literal["none", "auto", "required"]
+
+
+class ReasoningOptions(BaseModel):
+    """OpenRouter's and Ollama's `reasoning: {effort}` (`enabled` as OpenRouter has it)."""
+    model_config = ConfigDict(extra="ignore")
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    enabled: bool | None = None
+
+
+# Which field carries the thinking in answers: clients split between the two names
+# (../shared/WIRE-FORMATS.md C.3); reasoning_content is llama-server's and DeepSeek's.
+ReasoningField = Literal["reasoning_content", "reasoning", "both"]
+
+
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
@@ -62,7 +129,7 @@ class SamplingFields(BaseModel):
     model: str = Field(max_length=200)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+    max_tokens: int | None = Field(None, ge=1, le=TOKEN_COUNT_MAX)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     stop: str | list[str] | None = None
@@ -77,13 +144,21 @@ class SamplingFields(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
-    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+    max_completion_tokens: int | None = Field(None, ge=1, le=TOKEN_COUNT_MAX)
     response_format: ResponseFormat | None = None
+    tools: list[ToolDef] | None = Field(None, max_length=256)
+    tool_choice: ToolChoiceMode | NamedToolChoice | None = None  # with tools: auto
+    parallel_tool_calls: bool | None = None  # OpenAI's default: true
+    # thinking: "none" is off; the three knobs clients send become one (Thinking)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    reasoning: ReasoningOptions | None = None
+    chat_template_kwargs: dict[str, Any] | None = None  # enable_thinking, reasoning_effort
+    reasoning_field: ReasoningField | None = None  # Ember's extension: the server's default
 
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str]
-    max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS_LIMIT)  # OpenAI's default
+    max_tokens: int | None = Field(16, ge=1, le=TOKEN_COUNT_MAX)  # OpenAI's default
 
 
 class EmbeddingRequest(BaseModel):
@@ -113,7 +188,9 @@ class EmbeddingResponse(BaseModel):
 
 
 class CompletionTokensDetails(BaseModel):
-    """OpenAI's counts for predicted outputs; Ember reports speculative decoding's here."""
+    """Thinking tokens (part of completion_tokens), and OpenAI's counts for predicted outputs,
+    where Ember reports speculative decoding's."""
+    reasoning_tokens: int = 0
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
 
@@ -125,9 +202,21 @@ class Usage(BaseModel):
     completion_tokens_details: CompletionTokensDetails | None = None
 
 
+class ToolCallOut(BaseModel):
+    id: str  # call_...
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
+    """The answer: `content` is null when the model only called tools; the thinking is in
+    `reasoning_content` and/or `reasoning` (the request's reasoning_field), absent when
+    there was none."""
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -184,72 +273,3 @@ class ErrorBody(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
-
-
-# ---------------------------------------------------------------------------- Ollama
-class OllamaOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0, le=1)
-    repeat_penalty: float | None = Field(None, gt=0, le=10)
-    seed: int | None = Field(None, ge=0, lt=2**32)
-    num_predict: int | None = Field(None, ge=-2, le=MAX_TOKENS_LIMIT)
-    backend: str | None = None  # Ember's extension: run a local model on this backend
-    num_ctx: int | None = Field(None, ge=256, le=131072)
-    stop: list[str] | None = None
-
-
-class OllamaMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str = ""
-
-
-class OllamaBase(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
-    stream: bool = True
-    format: str | dict[str, Any] | None = None
-    options: OllamaOptions | None = None
-    speculative: SpeculativeOptions | None = None  # Ember's extension
-    keep_alive: str | int | float | None = None
-
-
-class OllamaChatRequest(OllamaBase):
-    messages: list[OllamaMessage] = Field(default_factory=list, max_length=1000)
-
-
-class OllamaGenerateRequest(OllamaBase):
-    prompt: str = ""
-    system: str | None = None
-    raw: bool = False
-
-
-class OllamaModelRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-    model: str | None = Field(None, max_length=200)
-    name: str | None = Field(None, max_length=200)  # older clients send "name"
-
-    @property
-    def ref(self) -> str:
-        return self.model or self.name or ""
-
-
-class OllamaEmbedRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
-    input: str | list[str] = Field(min_length=1)
-    keep_alive: str | int | float | None = None
-
-
-class OllamaLegacyEmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
-    prompt: str = Field(min_length=1)
-
-
-class OllamaPullRequest(OllamaModelRequest):
-    stream: bool = True
-    insecure: bool = False

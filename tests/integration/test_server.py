@@ -95,7 +95,8 @@ def test_speculative_extension_reports_accepted_predictions(server, oai, qwen):
     assert spec.choices[0].message.content == plain.choices[0].message.content
     details = spec.usage.completion_tokens_details
     assert details.accepted_prediction_tokens > 10
-    assert plain.usage.completion_tokens_details is None
+    plain_details = plain.usage.completion_tokens_details  # OpenAI always sends the details
+    assert plain_details.accepted_prediction_tokens == 0 and plain_details.reasoning_tokens == 0
     r = httpx.post(server[0] + "/api/chat", timeout=120, json={
         "model": qwen.id, "stream": False, "messages": [{"role": "user", "content": prompt}],
         "options": {"temperature": 0, "num_predict": 48}, "speculative": {"method": "lookup"}})

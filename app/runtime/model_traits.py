@@ -1,0 +1,65 @@
+"""What an installed model can do, read from its files without loading it: its chat template,
+its metadata, and the capabilities Ollama's /api/show lists (`completion`, `tools`,
+`thinking`, `vision`, `embedding`), which clients gate features on.
+
+Tools and thinking come from the chat template (backends.chat_format.detect_format reads the
+template, never the model's name); embedding models from their metadata. Vision needs a
+projector model, which Ember does not run yet, so no model has it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.gguf_file import read_gguf
+from app.runtime.thinking import template_of
+from app.store import InstalledModel
+from backends.chat_format import detect_format
+from backends.mlx_dir import read_config
+
+# Encoder architectures that only embed (llama.cpp's names in GGUF, Hugging Face's
+# model_type in config.json); a decoder fine-tuned for embeddings has a pooling type instead.
+ENCODERS = frozenset({"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
+                      "modern-bert", "neo-bert", "t5encoder", "xlm-roberta", "nomic_bert",
+                      "modernbert"})
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    template: str | None
+    metadata: dict[str, str | int | float | bool]  # scalar metadata (no tokenizer tables)
+    embedding: bool  # an embedding model: it embeds, and does not complete text
+
+    @property
+    def capabilities(self) -> list[str]:
+        if self.embedding:
+            return ["embedding"]
+        fmt = detect_format(self.template)
+        caps = ["completion"]
+        if self.template is not None:
+            caps.append("chat")  # Ember's own: the model takes conversations
+        if fmt.tools != "none":
+            caps.append("tools")
+        if fmt.thinking is not None or fmt.harmony:
+            caps.append("thinking")
+        return caps
+
+
+def model_traits(model: InstalledModel) -> ModelTraits:
+    if model.format == "mlx":
+        return _mlx_traits(model.path)
+    info = read_gguf(model.path)
+    metadata = {k: v for k, v in info.metadata.items()
+                if isinstance(v, str | int | float | bool) and not k.startswith("tokenizer.")}
+    embedding = (info.architecture in ENCODERS
+                 or info.arch_value("pooling_type") is not None)
+    return ModelTraits(info.chat_template, metadata, embedding)
+
+
+def _mlx_traits(folder: Path) -> ModelTraits:
+    config = read_config(folder)
+    metadata = {k: v for k, v in config.items() if isinstance(v, str | int | float | bool)}
+    # the template as the window's Think control reads it, so the two cannot disagree
+    return ModelTraits(template_of(folder, "mlx"), metadata,
+                       str(config.get("model_type", "")).lower() in ENCODERS)
