@@ -17,9 +17,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from backends.base import OutputEvent, ToolCallEvent
+from backends.base import ToolCallEvent
 from backends.chat_format.json_call import ValueReader
-from backends.chat_format.scan import Sink, find_marker, new_call_id, safe_length
+from backends.chat_format.scan import (
+    Sink,
+    SteppedParser,
+    find_marker,
+    new_call_id,
+    safe_length,
+)
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 CONSTRAIN, END, CALL, RETURN = "<|constrain|>", "<|end|>", "<|call|>", "<|return|>"
@@ -35,7 +41,7 @@ Kind = Literal["thinking", "answer", "skip"]
 
 
 @dataclass
-class HarmonyParser:
+class HarmonyParser(SteppedParser):
     tools_offered: bool
     state: State = "header"
     kind: Kind = "answer"
@@ -57,22 +63,13 @@ class HarmonyParser:
         return self.state == "args" and self.announced and not (
             self.reader is not None and self.reader.done)
 
-    def feed(self, text: str) -> list[OutputEvent]:
-        self.buf += text
-        while self._step(final=False):
-            pass
-        return self.sink.take()
-
-    def finish(self) -> list[OutputEvent]:
-        while self._step(final=True):
-            pass
+    def _ended(self) -> None:
         if self.state == "header" and not self.messages:
             # no harmony at all (a model that ignored its format): its text is the answer
             plain = self.header + self.buf
             for marker in MARKERS:
                 plain = plain.replace(marker, "")
             self.sink.put(plain, thinking=False)
-        return self.sink.take()
 
     def _step(self, final: bool) -> bool:
         return getattr(self, f"_{self.state}")(final)

@@ -77,3 +77,29 @@ class Sink:
     def take(self) -> list[OutputEvent]:
         events, self.events = self.events, []
         return events
+
+
+class SteppedParser:
+    """`feed` and `finish` of a parser that is a state machine over its buffered text: a
+    subclass's `_step(final)` consumes what it can and says whether to step again, and
+    `_ended()` adds what the output's end means (text that never reached a marker)."""
+    buf: str
+    sink: Sink
+
+    def _step(self, final: bool) -> bool:
+        raise NotImplementedError
+
+    def _ended(self) -> None:
+        pass
+
+    def feed(self, text: str) -> list[OutputEvent]:
+        self.buf += text
+        while self._step(final=False):
+            pass
+        return self.sink.take()
+
+    def finish(self) -> list[OutputEvent]:
+        while self._step(final=True):
+            pass
+        self._ended()
+        return self.sink.take()

@@ -23,10 +23,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from backends.base import OutputEvent, ToolCallEvent
+from backends.base import ToolCallEvent
 from backends.chat_format.base import ThinkingMarkers
 from backends.chat_format.json_call import CallReader
-from backends.chat_format.scan import Sink, find_marker, is_marker_start, new_call_id, safe_length
+from backends.chat_format.scan import (
+    Sink,
+    SteppedParser,
+    find_marker,
+    is_marker_start,
+    new_call_id,
+    safe_length,
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ FENCE = re.compile(r"```(?:json)?[ \t]*\n")
 
 
 @dataclass
-class TaggedParser:
+class TaggedParser(SteppedParser):
     syntax: CallSyntax | None  # None: no tools were offered, calls are not looked for
     thinking_markers: ThinkingMarkers | None
     thinking_open: bool = False
@@ -82,18 +89,8 @@ class TaggedParser:
         return (self.state == "call" and self.announced and self.reader is not None
                 and not self.reader.done)
 
-    def feed(self, text: str) -> list[OutputEvent]:
-        self.buf += text
-        while self._step(final=False):
-            pass
-        return self.sink.take()
-
-    def finish(self) -> list[OutputEvent]:
-        while self._step(final=True):
-            pass
-        # whitespace the output ended with is dropped: it may have been the start of a
-        # marker's line, and a streamed answer never sent it either
-        return self.sink.take()
+    # finish() drops the whitespace the output ended with: it may have been the start of a
+    # marker's line, and a streamed answer never sent it either
 
     # -- one step of the state machine: True when it moved on ------------------------------
     def _answer_state(self) -> State:
