@@ -122,7 +122,8 @@ def test_choice_none_answers_in_text(oai, qwen):
 
 # Qwen2.5-Coder repeats its call after a result unless told to answer (the 0.5B even then),
 # as it does under Ollama: the follow-up turns run on the 1.5B, with that instruction.
-AFTER_RESULT = "You are a helpful assistant. After a tool result, answer the user in plain words."
+AFTER_RESULT = ("You are a helpful assistant. When a tool result is given, do not call the tool "
+                "again: answer the user in plain words from it.")
 
 
 def test_the_turn_after_a_tool_result_answers_in_text(oai, qwen15):
@@ -162,7 +163,11 @@ def test_ollama_call_whole_and_streamed_with_object_arguments(oll, qwen):
 
 
 def test_ollama_turn_after_a_tool_result_by_tool_name(oll, qwen15):
-    r = oll.chat(model=qwen15.id, tools=[WEATHER],
+    # What this checks is that a result named only by tool_name reaches the model's prompt.
+    # Offered tools again, the 1.5B's choice between answering and calling again is a near
+    # tie that the engine's state flips (it failed after the other tests of this module, and
+    # passed alone), so the follow-up offers none: only the result can give it "18°C".
+    r = oll.chat(model=qwen15.id,
                  options={"temperature": 0, "num_predict": 24},
                  messages=[{"role": "system", "content": AFTER_RESULT}, *PARIS,
                            {"role": "assistant", "content": "", "tool_calls": [
