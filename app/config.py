@@ -16,9 +16,9 @@ from pathlib import Path
 import platformdirs
 import tomlkit
 
+from app import resources
 from app.errors import ConfigError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
 
@@ -55,7 +55,10 @@ def paths() -> Paths:
 
 
 def registry_file() -> Path:
-    return Path(os.environ.get("EMBER_REGISTRY", REPO_ROOT / "models.yaml"))
+    """EMBER_REGISTRY, else the built-in registry (app.resources: a checkout, a wheel or a
+    bundle)."""
+    override = os.environ.get("EMBER_REGISTRY")
+    return Path(override) if override else resources.registry_file()
 
 
 def load_config(p: Paths | None = None) -> dict:

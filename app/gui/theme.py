@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QApplication
 
-from app.config import REPO_ROOT
+from app import resources
 
-ASSETS = REPO_ROOT / "assets"
+log = logging.getLogger(__name__)
 
 DARK = {
     QPalette.ColorRole.Window: "#1e1f22", QPalette.ColorRole.WindowText: "#e6e6e6",
@@ -32,5 +34,7 @@ def apply_theme(app: QApplication, theme: str, font_size: int) -> None:
     font = QFont(app.font())
     font.setPointSize(font_size)
     app.setFont(font)
-    sheet = ASSETS / f"style-{theme}.qss"
+    sheet = resources.asset(f"style-{theme}.qss")
+    if not sheet.exists():  # a build that left assets/ out: the palette alone still works
+        log.warning("style sheet %s is missing; using the plain %s palette", sheet, theme)
     app.setStyleSheet(sheet.read_text(encoding="utf-8") if sheet.exists() else "")
