@@ -62,8 +62,9 @@ def gui() -> None:
     try:
         from app.gui import main as gui_main
     except ImportError as e:
-        raise EmberError(f"the window needs the 'gui' extra ({e.name} is missing): "
-                         "pip install -e '.[gui]'") from e
+        from app.install_hint import needs_extra
+
+        raise EmberError(needs_extra("the window", "gui", e.name)) from e
     sys.exit(gui_main([sys.argv[0]]))
 
 

@@ -39,8 +39,9 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
 
         from app.server.app import ServerSettings, check_bind, create_app
     except ImportError as e:
-        raise EmberError(f"the server needs the 'serve' extra ({e.name} is missing): "
-                         "pip install -e '.[serve]'") from e
+        from app.install_hint import needs_extra
+
+        raise EmberError(needs_extra("the server", "serve", e.name)) from e
     from app.runtime import Runtime
 
     settings = ServerSettings(host=host, port=port, api_key=api_key,

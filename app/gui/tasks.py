@@ -218,7 +218,9 @@ class ServerTask(QObject):
 
             from app.server.app import ServerSettings, create_app
         except ImportError as e:
-            self.stopped.emit(f"the API server needs the 'serve' extra ({e.name} is missing)")
+            from app.install_hint import needs_extra
+
+            self.stopped.emit(needs_extra("the API server", "serve", e.name))
             return
         settings = ServerSettings(host=self.host, port=self.port, api_key=self.key,
                                   owns_runtime=False)

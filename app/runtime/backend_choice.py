@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from app import config
 from app.errors import ConfigError
 from app.hardware import HardwareProfile
+from app.install_hint import NOT_IN_BUILD, install_command
 from app.runtime.backend_table import BACKENDS, NAMES, check_backend
 
 CUDA_FORMATS = BACKENDS["cuda"].capabilities.formats
@@ -95,7 +96,9 @@ def choose_backend(hw: HardwareProfile, gpu_offload: bool | None = None,
                                     "has an MLX variant)")
     why_not = ""
     if hw.has_nvidia and not hw.torch_cuda:
-        why_not = "; the cuda backend needs torch with CUDA (pip install -e '.[cuda]')"
+        command = install_command("cuda")
+        why_not = ("; the cuda backend needs torch with CUDA" +
+                   (f" ({command})" if command else f", which is {NOT_IN_BUILD}"))
     elif hw.has_nvidia:
         why_not = f"; the cuda backend loads {' or '.join(CUDA_FORMATS)}, not {formats}"
     elif hw.apple_chip:

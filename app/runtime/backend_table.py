@@ -1,5 +1,6 @@
 """The backends a worker can run, and what each can do: the one list the backend choice, the
-CLI's `--backend`, the window's settings, the Runtime's checks and the worker read.
+CLI's `--backend`, the window's settings, the Runtime's checks and the worker read, and the
+bundle's spec (`hidden_imports`).
 
 An engine is imported only inside its worker (`make_backend`): torch, MLX and llama.cpp stay
 out of the app's own process, and a build without an optional engine says so in the worker's
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from app.install_hint import NOT_IN_BUILD, install_command
 from backends.base import Backend, Capabilities
 from backends.errors import EmberError, InvalidRequestError
 
@@ -22,19 +24,27 @@ class BackendEntry:
     name: str
     module: str  # imported in the worker only
     cls: str
-    install: str  # what makes it available in a build that lacks it
+    extra: str  # the pyproject extra that brings its engine ("": Ember's own dependencies)
     capabilities: Capabilities
+    needs: str = ""  # what else it needs beyond the extra, for the error that lacks it
+
+    def missing(self) -> str:
+        """How to get this backend where it is missing, for its load error."""
+        command = install_command(self.extra)
+        if command is None:
+            return f"it is {NOT_IN_BUILD}"
+        return f"it needs: {command}{' ' + self.needs if self.needs else ''}"
 
 
 BACKENDS: dict[str, BackendEntry] = {e.name: e for e in (
-    BackendEntry("llamacpp", "backends.llamacpp.backend", "LlamaCppBackend", "pip install -e .",
+    BackendEntry("llamacpp", "backends.llamacpp.backend", "LlamaCppBackend", "",
                  Capabilities(formats=("gguf",), batching=True, speculative=True,
                               embeddings=True, grammar=True)),
-    BackendEntry("cuda", "backends.cuda.backend", "CudaBackend",
-                 "pip install -e '.[cuda]' on a machine with an NVIDIA GPU",
+    BackendEntry("cuda", "backends.cuda.backend", "CudaBackend", "cuda",
                  Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
-                              embeddings=False, grammar=True)),
-    BackendEntry("mlx", "backends.mlx.backend", "MlxBackend", "pip install -e '.[mlx]'",
+                              embeddings=False, grammar=True),
+                 needs="on a machine with an NVIDIA GPU"),
+    BackendEntry("mlx", "backends.mlx.backend", "MlxBackend", "mlx",
                  Capabilities(formats=("mlx",), batching=True, speculative=True,
                               embeddings=False, grammar=True)),
 )}
@@ -53,6 +63,13 @@ def capabilities(name: str) -> Capabilities:
     return BACKENDS[check_backend(name)].capabilities
 
 
+def hidden_imports(names: tuple[str, ...] = NAMES) -> list[str]:
+    """The modules a frozen build must declare as hidden imports for backends `names`: the
+    worker imports each backend by name (`make_backend`), which PyInstaller's analysis cannot
+    follow; what those modules import is found from there."""
+    return [BACKENDS[check_backend(n)].module for n in names]
+
+
 def make_backend(name: str) -> Backend:
     """A new, unloaded backend `name` (in the worker process)."""
     if name == "remote":
@@ -63,8 +80,8 @@ def make_backend(name: str) -> Backend:
     try:
         backend = getattr(importlib.import_module(entry.module), entry.cls)
     except ImportError as e:
-        raise EmberError(f"the {name} backend is not available in this build ({e}); it needs: "
-                         f"{entry.install}, or choose another with --backend") from None
+        raise EmberError(f"the {name} backend is not available in this build ({e}); "
+                         f"{entry.missing()}, or choose another with --backend") from None
     except AttributeError:
         raise EmberError(f"the {name} backend is not available in this build ({entry.module} "
                          f"has no {entry.cls})") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -31,11 +32,24 @@ def test_nvidia_gpu_with_working_torch_cuda_runs_gguf_and_safetensors_on_cuda():
                                  "2.13.0+cu128 CUDA: Ember's CUDA engine")
 
 
-def test_nvidia_gpu_without_torch_cuda_stays_on_llamacpp_and_says_what_is_missing():
+def test_nvidia_gpu_without_torch_cuda_stays_on_llamacpp_and_says_what_is_missing(monkeypatch):
     choice = choose_backend(NVIDIA_NO_TORCH, gpu_offload=True, formats=("gguf",))
     assert choice.name == "llamacpp"
     assert choice.reason.endswith("llama.cpp with GPU offload; the cuda backend needs torch "
                                   "with CUDA (pip install -e '.[cuda]')")
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", "/opt/ember/_internal", raising=False)
+    choice = choose_backend(NVIDIA_NO_TORCH, gpu_offload=True, formats=("gguf",))
+    assert choice.reason.endswith("the cuda backend needs torch with CUDA, which is not part "
+                                  "of this build of Ember")
+
+
+def test_hidden_imports_name_every_backend_module_the_worker_imports_by_name():
+    assert backend_table.hidden_imports() == ["backends.llamacpp.backend",
+                                              "backends.cuda.backend", "backends.mlx.backend"]
+    assert backend_table.hidden_imports(("llamacpp",)) == ["backends.llamacpp.backend"]
+    with pytest.raises(InvalidRequestError, match="unknown backend 'tpu'"):
+        backend_table.hidden_imports(("tpu",))
 
 
 def test_nvidia_with_torch_but_an_mlx_only_model_is_not_sent_to_cuda():
@@ -82,13 +96,21 @@ def test_a_backend_missing_from_this_build_fails_with_a_clear_error(monkeypatch)
     # what a build without backends/cuda or mlx installed looks like to the worker
     cuda = backend_table.BACKENDS["cuda"]
     monkeypatch.setitem(backend_table.BACKENDS, "cuda",
-                        dataclasses.replace(cuda, module="backends.not_built",
-                                            install="pip install -e '.[cuda]'"))
+                        dataclasses.replace(cuda, module="backends.not_built"))
     with pytest.raises(EmberError, match=r"the cuda backend is not available in this build "
                                          r"\(No module named 'backends.not_built'\); it needs: "
-                                         r"pip install -e '.\[cuda\]', or choose another with "
+                                         r"pip install -e '.\[cuda\]' on a machine with an "
+                                         r"NVIDIA GPU, or choose another with --backend"):
+        make_backend("cuda")
+    # in a PyInstaller bundle nothing can be installed: the build simply lacks it
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", "/opt/ember/_internal", raising=False)
+    with pytest.raises(EmberError, match=r"the cuda backend is not available in this build "
+                                         r"\(No module named 'backends.not_built'\); it is not "
+                                         r"part of this build of Ember, or choose another with "
                                          r"--backend"):
         make_backend("cuda")
+    monkeypatch.undo()
     with pytest.raises(EmberError, match="runs in the app's process"):
         make_backend("remote")
     with pytest.raises(EmberError, match="unknown backend 'tpu'"):
