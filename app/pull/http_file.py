@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -18,6 +19,15 @@ from app.pull.progress import check_cancel
 
 RETRIES = 5
 BytesFn = Callable[[int, str], None]  # (bytes of the file on disk so far, a message or "")
+
+
+def redacted(url: str) -> str:
+    """`url` for a message or the log: without the password an index URL may carry."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def _hash_of(part: Path) -> tuple[hashlib._Hash, int]:
@@ -62,7 +72,7 @@ def download(client: httpx.Client, url: str, dest: Path, sha256: str,
                 if response.status_code == 416 and have:  # the .part is already whole
                     break
                 if response.status_code not in (200, 206):
-                    raise DownloadError(f"{url}: HTTP {response.status_code}")
+                    raise DownloadError(f"{redacted(url)}: HTTP {response.status_code}")
                 start = _continued_from(response, have)
                 if start == 0 and have:
                     digest, have = hashlib.sha256(), 0

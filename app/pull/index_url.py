@@ -9,7 +9,8 @@ The first that is set wins:
    (`/etc/xdg/pip/pip.conf`, `/etc/pip.conf`; macOS `/Library/Application Support/pip/pip.conf`;
    Windows `C:\\ProgramData\\pip\\pip.ini`), then the user's (`~/.pip/pip.conf`, then
    `~/.config/pip/pip.conf`; macOS `~/Library/Application Support/pip/pip.conf` when that folder
-   exists; Windows `%APPDATA%\\pip\\pip.ini`), then the one `PIP_CONFIG_FILE` names (which, when
+   exists; Windows `%APPDATA%\\pip\\pip.ini`), then the virtual environment's
+   (`<sys.prefix>/pip.conf`; not in a bundle), then the one `PIP_CONFIG_FILE` names (which, when
    it exists, replaces the user's; `os.devnull` turns every file off). In each file the
    `[global]` section, then `[download]` (pip's section for `pip download`, which the mirror
    used to run).
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import platformdirs
 
+from app import resources
 from app.config import Paths, load_config
 from app.errors import ConfigError
 
@@ -73,6 +75,8 @@ def pip_config_files() -> list[Path]:
     if not (env_file and Path(env_file).exists()):
         legacy = Path("~").expanduser() / ("pip" if sys.platform == "win32" else ".pip") / name
         files += [legacy, user_dir / name]
+    if not resources.frozen():  # the virtual environment's own; a bundle has none
+        files.append(Path(sys.prefix) / name)
     if env_file:
         files.append(Path(env_file))
     return files

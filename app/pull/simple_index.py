@@ -20,6 +20,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from app.errors import DownloadError
+from app.pull.http_file import redacted
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 # PEP 691's recommended negotiation: JSON first, then the HTML forms
@@ -102,15 +103,16 @@ def parse_json(data: dict, page_url: str) -> list[IndexFile]:
 def project_files(client: httpx.Client, index: str, package: str) -> list[IndexFile]:
     """Every file the index lists for `package`; a clear DownloadError when it has none."""
     page = urljoin(index, canonicalize_name(package) + "/")
+    shown = redacted(index)
     try:
         response = client.get(page, headers={"Accept": ACCEPT})
     except httpx.HTTPError as e:
-        raise DownloadError(f"the package index {index} is unreachable "
+        raise DownloadError(f"the package index {shown} is unreachable "
                             f"({type(e).__name__}: {e})") from e
     if response.status_code == 404:
-        raise DownloadError(f"the package index {index} has no package {package} (HTTP 404)")
+        raise DownloadError(f"the package index {shown} has no package {package} (HTTP 404)")
     if response.status_code != 200:
-        raise DownloadError(f"the package index {index} answered HTTP {response.status_code} "
+        raise DownloadError(f"the package index {shown} answered HTTP {response.status_code} "
                             f"for {package}")
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
     final = str(response.url)
@@ -119,7 +121,7 @@ def project_files(client: httpx.Client, index: str, package: str) -> list[IndexF
             return parse_json(response.json(), final)
         return parse_html(response.text, final)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-        raise DownloadError(f"the package index {index} sent a project page for {package} that "
+        raise DownloadError(f"the package index {shown} sent a project page for {package} that "
                             f"is not the Simple API ({type(e).__name__}: {e})") from e
 
 

