@@ -61,9 +61,13 @@ def gui() -> None:
     """Open Ember's window."""
     try:
         from app.gui import main as gui_main
-    except ImportError as e:
+    except ImportError as e:  # a broken bundle, started by a double-click: leave a report
+        from app.config import paths
+        from app.crash import write_crash_log
+
+        report = write_crash_log(e, paths())
         raise EmberError(f"the window needs the 'gui' extra ({e.name} is missing): "
-                         "pip install -e '.[gui]'") from e
+                         f"pip install -e '.[gui]' (report: {report})") from e
     sys.exit(gui_main([sys.argv[0]]))
 
 
