@@ -11,9 +11,8 @@ no others:
     Connection: keep-alive
     User-Agent: Ember/<version>
 
-No cookies and no credentials: the environment is not read (no ~/.netrc, no SSL or proxy
-variables), except HTTPS_PROXY / HTTP_PROXY, which the request goes through when set. The
-answer is read up to 1 MiB.
+No cookies, no credentials. The proxy variables (HTTPS_PROXY, NO_PROXY, ...) are honoured, as
+httpx does; the answer is read up to 1 MiB.
 
 The feed is JSON, either Ember's own form
 
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 
 import httpx
@@ -92,13 +90,10 @@ def is_newer(candidate: str, current: str = __version__) -> bool:
 
 def fetch_latest(url: str, timeout: float = TIMEOUT_S, version: str = __version__) -> Release:
     """GET the feed (only what the module's docstring lists) and parse it."""
-    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy") or \
-        os.environ.get("HTTP_PROXY") or os.environ.get("http_proxy") or None
     try:
         # httpx adds its own Accept, Accept-Encoding and User-Agent unless given: ours
         # replace them, so the request holds exactly the documented headers
-        with httpx.Client(trust_env=False, proxy=proxy, timeout=timeout,
-                          follow_redirects=True) as client, \
+        with httpx.Client(timeout=timeout, follow_redirects=True) as client, \
                 client.stream("GET", url, headers=request_headers(version)) as response:
             if response.status_code != 200:
                 raise FeedError(f"HTTP {response.status_code}")
