@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 from typing import TextIO
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # (no py.typed; only pid_exists here)
 
 from app import __version__
 from app.config import Paths
