@@ -152,7 +152,9 @@ def test_a_native_crash_of_the_window_leaves_a_dump_and_a_kill_leaves_nothing(tm
     crashed = start_window(home)  # ...until the next start removes it
     crashed.send_signal(signal.SIGSEGV)  # as a segfault in Qt or a driver would
     assert crashed.wait(30) == -signal.SIGSEGV
-    [dump] = list((home / "logs").glob("native-*.log"))
+    dumps = list((home / "logs").glob("native-*.log"))
+    assert len(dumps) == 1, [(p.name, p.read_text(encoding="utf-8")) for p in dumps]
+    [dump] = dumps
     text = dump.read_text(encoding="utf-8")
     assert dump.name.endswith(f"-{crashed.pid}.log")
     assert "Fatal Python error: Segmentation fault" in text and f"Ember {__version__}" in text

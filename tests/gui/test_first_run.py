@@ -68,3 +68,29 @@ def test_first_run_downloads_the_recommended_model_from_your_machine_and_chats(
             assert w.history.get(conv.id).model == ref
     finally:
         server.shutdown()
+
+
+def test_a_failed_first_download_says_why_and_offers_to_try_again(
+        qtbot, tmp_path, monkeypatch, isolated_home):
+    fake, server = start_hub()  # the hub has no such file: every source answers 404
+    monkeypatch.setenv("HF_ENDPOINT", fake.url)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    registry_of_qwen_on(HUB_REPO, tmp_path, monkeypatch)
+    try:
+        with Runtime(store=Store(isolated_home), hardware=desktop()) as rt:
+            w = build_window(home=isolated_home, runtime=rt)
+            qtbot.addWidget(w)
+            start = w.machine_panel.quick_start
+            assert start is not None
+            qtbot.mouseClick(start.button, Qt.MouseButton.LeftButton)
+            qtbot.waitUntil(start.button.isEnabled, timeout=60_000)
+            assert start.button.text() == "Try the download again"
+            assert start.detail.text() and w.pages.currentWidget() is w.machine_page
+            asked = len(fake.requests)
+            qtbot.mouseClick(start.button, Qt.MouseButton.LeftButton)  # tries again, for real
+            qtbot.waitUntil(lambda: start.button.isEnabled() and len(fake.requests) > asked,
+                            timeout=60_000)
+            assert Store(isolated_home).list() == []
+    finally:
+        server.shutdown()
