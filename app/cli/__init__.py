@@ -60,14 +60,19 @@ def gui_available() -> bool:
 def gui() -> None:
     """Open Ember's window."""
     try:
+        import PySide6.QtWidgets  # noqa: F401  (Qt's own libraries load here)
+
         from app.gui import main as gui_main
     except ImportError as e:  # a broken bundle, started by a double-click: leave a report
         from app.config import paths
         from app.crash import write_crash_log
 
-        report = write_crash_log(e, paths())
+        try:
+            report = f" (report: {write_crash_log(e, paths())})"
+        except OSError:
+            report = ""
         raise EmberError(f"the window needs the 'gui' extra ({e.name} is missing): "
-                         f"pip install -e '.[gui]' (report: {report})") from e
+                         f"pip install -e '.[gui]'{report}") from e
     sys.exit(gui_main([sys.argv[0]]))
 
 

@@ -161,6 +161,18 @@ def test_a_native_crash_of_the_window_leaves_a_dump_and_a_kill_leaves_nothing(tm
     assert "File " in text  # the Python stack of the thread that crashed
 
 
+def test_a_bundle_without_qt_leaves_a_report_when_the_window_is_asked_for(tmp_path):
+    # PySide6 unimportable, as in a bundle that left it out: `ember gui` (the .desktop's Exec)
+    script = "import sys; sys.modules['PySide6'] = None; from app.cli import main; main()"
+    env = {**os.environ, "EMBER_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", script, "gui"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    [report] = list((tmp_path / "home" / "logs").glob("crash-*.log"))
+    assert done.returncode == 1 and f"(report: {report})" in done.stderr
+    assert "ModuleNotFoundError: No module named 'PySide6.QtWidgets'" in report.read_text(
+        encoding="utf-8")
+
+
 @pytest.fixture
 def window_on(qtbot, tmp_path):
     runtimes: list[Runtime] = []
