@@ -38,6 +38,7 @@ class QuickStart(QFrame):
         layout.addWidget(self.bar)
         self.detail = QLabel()
         self.detail.setWordWrap(True)
+        self.detail.setVisible(False)
         layout.addWidget(self.detail)
         self.row: DownloadRow | None = None
 
@@ -49,6 +50,7 @@ class QuickStart(QFrame):
         self.button.setEnabled(False)
         self.button.setText("Downloading…")
         self.bar.setVisible(True)
+        self.detail.setVisible(True)
         self._changed(row.bar.value(), row.detail.text())
 
     def _changed(self, value: int, text: str) -> None:

@@ -174,7 +174,6 @@ class SettingsDialog(QDialog):
         note = QLabel(f"One request to {host}, carrying only Ember's version "
                       f"(User-Agent: {request_headers()['User-Agent']}). The address is "
                       "update_feed in config.toml.")
-        note.setObjectName("note")
         note.setWordWrap(True)
         column.addWidget(note)
         return box

@@ -97,3 +97,14 @@ def test_versions_compare_as_versions_not_as_text(a, b):
 def test_parse_feed_rejects_a_version_that_is_not_a_string():
     with pytest.raises(FeedError, match="must be strings"):
         parse_feed(b'{"version": 2, "url": "https://x.org"}')
+
+
+def test_a_feed_address_that_is_not_http_is_a_settings_error(tmp_path):
+    from app.config import Paths
+    from app.errors import ConfigError
+    from app.preferences import load_settings
+
+    home = Paths(tmp_path)
+    home.config_file.write_text('[app]\nupdate_check = true\nupdate_feed = "file:///etc/passwd"\n')
+    with pytest.raises(ConfigError, match="update_feed must be an http"):
+        load_settings(home)
