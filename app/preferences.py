@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 
 from app.config import DEFAULT_MODEL, Paths, load_config, update_config
 from app.errors import ConfigError
+from app.identity import RELEASE_FEED
 from app.runtime.backend_table import NAMES as SELECTABLE
 
 SECTION = "app"
@@ -31,6 +32,8 @@ class Settings:
     draft_model: str = ""
     theme: str = "light"
     font_size: int = 11
+    update_check: bool = False  # off until the user switches it on (app.update_check)
+    update_feed: str = RELEASE_FEED
 
     def validate(self) -> None:
         if not 0.0 <= self.temperature <= 2.0:
@@ -47,6 +50,8 @@ class Settings:
             raise ConfigError(f"theme must be light or dark, got {self.theme!r}")
         if not 7 <= self.font_size <= 32:
             raise ConfigError(f"font_size must be between 7 and 32, got {self.font_size}")
+        if not self.update_feed.startswith(("https://", "http://")):
+            raise ConfigError(f"update_feed must be an http(s) URL, got {self.update_feed!r}")
 
 
 def load_settings(p: Paths | None = None) -> Settings:

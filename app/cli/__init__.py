@@ -60,11 +60,19 @@ def gui_available() -> bool:
 def gui() -> None:
     """Open Ember's window."""
     try:
+        import PySide6.QtWidgets  # noqa: F401  (Qt's own libraries load here)
+
         from app.gui import main as gui_main
-    except ImportError as e:
+    except ImportError as e:  # a broken bundle, started by a double-click: leave a report
+        from app.config import paths
+        from app.crash import write_crash_log
         from app.install_hint import needs_extra
 
-        raise EmberError(needs_extra("the window", "gui", e.name)) from e
+        try:
+            report = f" (report: {write_crash_log(e, paths())})"
+        except OSError:
+            report = ""
+        raise EmberError(needs_extra("the window", "gui", e.name) + report) from e
     sys.exit(gui_main([sys.argv[0]]))
 
 

@@ -1,10 +1,19 @@
-"""Ember's desktop window (PySide6). `ember` with no command opens it."""
+"""Ember's desktop window (PySide6). `ember` with no command opens it.
+
+`main` is what a double-click runs, so it never fails silently: an exception before the window
+is shown becomes a crash report in the data folder (app.crash) and a message box naming it,
+and the process exits 1; a native crash leaves faulthandler's dump there too.
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from app.config import Paths, paths
+
+log = logging.getLogger(__name__)
+START_FAILED = 1  # the exit status when the window could not be started
 
 
 def build_window(home: Paths | None = None, runtime=None, hardware=None):
@@ -26,23 +35,77 @@ def build_window(home: Paths | None = None, runtime=None, hardware=None):
     return MainWindow(runtime, History(p.history_db), settings, p, error)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from PySide6.QtWidgets import QApplication, QMessageBox
+def identify(app) -> None:
+    """Name, application id and icon, as the desktop (and Wayland) matches them."""
+    from PySide6.QtGui import QIcon
+
+    from app import __version__
+    from app.identity import APP_ID, APP_NAME, ICON_SVG, ORGANIZATION
+
+    app.setApplicationName(APP_NAME)
+    app.setApplicationDisplayName(APP_NAME)
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationVersion(__version__)
+    app.setDesktopFileName(APP_ID)
+    app.setWindowIcon(QIcon(str(ICON_SVG)))  # Qt's svg icon engine renders each size asked
+
+
+def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
+    from PySide6.QtWidgets import QApplication
 
     from app import logs
+    from app.crash import NativeCrashLog
+
+    p = home or paths()
+    logs.setup()  # once per process: a no-op under the `ember` command, which already did
+    native = NativeCrashLog(p)
+    try:
+        app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
+        try:
+            identify(app)
+            window = start(app, p)
+        except Exception as e:
+            return start_failed(e, p)
+        try:
+            return app.exec()
+        finally:
+            window.runtime.shutdown()
+            window.history.close()
+    finally:
+        native.close()
+
+
+def start(app, home: Paths):
+    from PySide6.QtWidgets import QMessageBox
+
     from app.gui.theme import apply_theme
 
-    logs.setup()  # once per process: a no-op under the `ember` command, which already did
-    app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
-    app.setApplicationName("Ember")
-    window = build_window()
+    window = build_window(home)
     apply_theme(app, window.settings.theme, window.settings.font_size)
     if window.settings_error:
         QMessageBox.warning(window, "Ember", f"{window.settings_error}\n\nEmber runs with "
                             "default settings and will not overwrite the file.")
     window.show()
+    return window
+
+
+def start_failed(error: Exception, home: Paths) -> int:
+    """Report a start-up failure where a double-click user sees it, and where it lasts."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.crash import write_crash_log
+    from backends.errors import EmberError
+
+    log.error("the window could not start", exc_info=error)
+    what = str(error) if isinstance(error, EmberError) else f"{type(error).__name__}: {error}"
     try:
-        return app.exec()
-    finally:
-        window.runtime.shutdown()
-        window.history.close()
+        where = f"A report was saved to\n{write_crash_log(error, home)}"
+    except OSError as e:
+        where = f"No report could be saved ({e})."
+    print(f"ember: could not start: {what}\n{where}", file=sys.stderr)
+    box = QMessageBox(QMessageBox.Icon.Critical, "Ember could not start",
+                      f"Ember could not start:\n\n{what}\n\n{where}")
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    box.exec()
+    return START_FAILED

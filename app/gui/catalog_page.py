@@ -47,6 +47,7 @@ def speed_text(tokens_per_s: float) -> str:
 class DownloadRow(QWidget):
     """One download: bar, speed and ETA, Cancel; after a cancel or failure, Resume."""
     finished = Signal(object)  # InstalledModel
+    changed = Signal(int, str)  # the bar's value (of 1000) and the detail text, as shown
 
     def __init__(self, ref: str, store: Store, hardware: HardwareProfile | None) -> None:
         super().__init__()
@@ -93,19 +94,23 @@ class DownloadRow(QWidget):
                 text += f" · {int(p.eta_s // 60)}:{int(p.eta_s % 60):02d} left"
         if p.message and p.phase != "done":
             text += f" · {p.message}"
+        self._say(text)
+
+    def _say(self, text: str) -> None:
         self.detail.setText(text)
+        self.changed.emit(self.bar.value(), text)
 
     def _installed(self, model: InstalledModel) -> None:
         self.state = "done"
         self.bar.setValue(1000)
-        self.detail.setText("installed and verified (SHA-256)")
+        self._say("installed and verified (SHA-256)")
         self.button.setText("Done")
         self.button.setEnabled(False)
         self.finished.emit(model)
 
     def _failed(self, message: str, cancelled: bool) -> None:
         self.state = "cancelled" if cancelled else "failed"
-        self.detail.setText(message)
+        self._say(message)
         self.detail.setToolTip(message)
         self.button.setText("Resume" if cancelled else "Retry")
 

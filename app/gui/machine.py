@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 from app.config import DEFAULT_MODEL
 from app.fit import GB, Fit, recommend
 from app.gui.catalog_page import BADGE_COLOR, speed_text
+from app.gui.quick_start import QuickStart
 from app.hardware import HardwareProfile
 from app.registry import ModelSpec, load_registry
 from app.runtime.backend_choice import choose_backend
@@ -65,7 +66,8 @@ class MachinePanel(QWidget):
     download_requested = Signal(str)  # MODEL:QUANT
     hub_requested = Signal()
 
-    def __init__(self, hardware: HardwareProfile, installed: set[str]) -> None:
+    def __init__(self, hardware: HardwareProfile, installed: set[str],
+                 chat_installed: bool = True) -> None:
         super().__init__()
         layout = QVBoxLayout(self)
         heading = QLabel("Your machine")
@@ -75,6 +77,11 @@ class MachinePanel(QWidget):
                        "speed are the fit model's predictions for this machine.")
         intro.setWordWrap(True)
         layout.addWidget(intro)
+        picks = recommended_models(hardware)
+        self.quick_start: QuickStart | None = None
+        if picks and not chat_installed:  # first run: one click to a working chat
+            self.quick_start = QuickStart(*picks[0])
+            layout.addWidget(self.quick_start)
         facts = QGridLayout()
         facts.setColumnStretch(1, 1)
         for row, (key, value) in enumerate(machine_lines(hardware)):
@@ -87,7 +94,6 @@ class MachinePanel(QWidget):
         heading.setObjectName("heading")
         layout.addWidget(heading)
         self.buttons: dict[str, QPushButton] = {}
-        picks = recommended_models(hardware)
         if not picks:
             layout.addWidget(QLabel("No model in the registry runs at a useful speed here; "
                                     "see Get models for all of them."))

@@ -26,6 +26,7 @@ from app.gui.machine import MachinePanel
 from app.gui.settings_dialog import SettingsDialog
 from app.gui.tasks import RemoteModelsTask, ServerTask
 from app.gui.theme import apply_theme
+from app.gui.update_notice import UpdateNotice
 from app.history import History
 from app.preferences import Settings, save_settings
 from app.runtime import Runtime
@@ -74,6 +75,8 @@ class MainWindow(QMainWindow):
             action = bar.addAction(name)
             action.triggered.connect(slot)
             self.actions_by_name[name] = action
+        self.update_notice = UpdateNotice()
+        self.statusBar().addPermanentWidget(self.update_notice)
         self.server_label = QLabel()
         self.statusBar().addPermanentWidget(self.server_label)
 
@@ -92,6 +95,7 @@ class MainWindow(QMainWindow):
 
         self.remote_models: list = []
         self.remote_failures: dict[str, str] = {}
+        self.quick_ref: str | None = None  # the first-run download, to open a chat on
         self.refresh_models()
         self.refresh_remote_models()
         self._build_machine_page()
@@ -108,6 +112,8 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"{history.interrupted_on_open} answer(s) were cut off "
                                          "when Ember last stopped; they are kept, marked "
                                          "interrupted.", 15000)
+        if settings.update_check:  # off unless switched on: the user decides what is sent
+            self.update_notice.check(settings.update_feed)
         if history.recovered_from:
             QMessageBox.warning(self, "Ember", f"The history file could not be read; it was "
                                 f"kept as {history.recovered_from} and a new one started.")
@@ -127,12 +133,22 @@ class MainWindow(QMainWindow):
         self.pages.setCurrentWidget(self.hub)
 
     def _build_machine_page(self) -> None:
-        installed = {m.ref for m in self.runtime.store.list()}
-        panel = MachinePanel(self.runtime.hardware, installed)
+        models = self.runtime.store.list()
+        panel = MachinePanel(self.runtime.hardware, {m.ref for m in models},
+                             chat_installed=any(m.chat for m in models))
         panel.download_requested.connect(self._download_from_machine_page)
         panel.hub_requested.connect(self.show_hub)
+        if panel.quick_start is not None:
+            panel.quick_start.requested.connect(self.quick_start)
         self.machine_panel = panel
         self.machine_page.setWidget(panel)
+
+    def quick_start(self, ref: str) -> None:
+        """Download `ref` with its progress on this page, then open a chat on it."""
+        self.quick_ref = ref
+        row = self.hub.download(ref)
+        if self.machine_panel.quick_start is not None:
+            self.machine_panel.quick_start.follow(row)
 
     def _download_from_machine_page(self, ref: str) -> None:
         self.hub.download(ref)
@@ -193,7 +209,9 @@ class MainWindow(QMainWindow):
         if model.chat:
             self.statusBar().showMessage(f"{model.ref} is installed and verified: ready to chat",
                                          10000)
-            if not self.history.conversations():  # first run: straight to the first chat
+            # first run, or the Start here button: straight to a chat on the new model
+            if model.ref == self.quick_ref or not self.history.conversations():
+                self.quick_ref = None
                 self.new_chat()
 
     def _banner_action(self, action: str) -> None:
@@ -253,6 +271,7 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Settings", str(e))
             return
         old_load = (self.settings.context, self.settings.gpu_layers, self.settings.backend)
+        check_now = settings.update_check and not self.settings.update_check
         for name, value in vars(settings).items():
             setattr(self.settings, name, value)
         if self.controller.conversation_id is not None:
@@ -269,6 +288,8 @@ class MainWindow(QMainWindow):
         if old_load != new_load and self.controller.model and \
                 not self.runtime.is_remote(self.controller.model):
             self.runtime.unload(self.controller.model)  # the next answer loads it anew
+        if check_now:  # just switched on: show at once that it works
+            self.update_notice.check(self.settings.update_feed)
         if self.settings_error:
             QMessageBox.warning(self, "Settings", "Not saved: config.toml could not be read "
                                 f"({self.settings_error}). Fix it, then save again.")

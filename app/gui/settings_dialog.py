@@ -31,6 +31,7 @@ from app.runtime import endpoints
 from app.runtime.backend_choice import choose_backend, llama_cpp_gpu_offload
 from app.runtime.backend_table import NAMES as SELECTABLE
 from app.runtime.backend_table import SPECULATIVE as SPECULATIVE_BACKENDS
+from app.update_check import request_headers
 from backends.errors import EmberError
 
 
@@ -127,6 +128,7 @@ class SettingsDialog(QDialog):
         layout.addWidget(server)
 
         layout.addWidget(self._remotes_box())
+        layout.addWidget(self._updates_box(settings))
 
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
                                    | QDialogButtonBox.StandardButton.Cancel)
@@ -159,6 +161,21 @@ class SettingsDialog(QDialog):
         add.clicked.connect(self.add_remote)
         remove.clicked.connect(self.remove_remote)
         self._list_remotes()
+        return box
+
+    def _updates_box(self, settings: Settings) -> QGroupBox:
+        box = QGroupBox("Updates")
+        column = QVBoxLayout(box)
+        self.update_check = QCheckBox("Check for a new version of Ember when it starts")
+        self.update_check.setChecked(settings.update_check)
+        column.addWidget(self.update_check)
+        host = settings.update_feed.split("/")[2] if settings.update_feed.count("/") >= 2 \
+            else settings.update_feed
+        note = QLabel(f"One request to {host}, carrying only Ember's version "
+                      f"(User-Agent: {request_headers()['User-Agent']}). The address is "
+                      "update_feed in config.toml.")
+        note.setWordWrap(True)
+        column.addWidget(note)
         return box
 
     def _list_remotes(self) -> None:
@@ -209,7 +226,8 @@ class SettingsDialog(QDialog):
                        gpu_layers=self.gpu_layers.value(),
                        speculative=self.speculative.isChecked(),
                        draft_model=self.draft_model.currentData() or "",
-                       theme=self.theme.currentText(), font_size=self.font_size.value())
+                       theme=self.theme.currentText(), font_size=self.font_size.value(),
+                       update_check=self.update_check.isChecked())
 
     def result_system_prompt(self) -> str:
         return self.system_prompt.toPlainText()
