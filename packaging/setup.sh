@@ -29,6 +29,7 @@ wheel=$(bash packaging/llama_cpp_wheel.sh "$py")
 "$py" "${pip_q[@]}" "$wheel"
 
 if [ "$mode" = test ]; then
+  bash packaging/system_packages.sh
   # mlx and cuda: the tests run both on this CPU (mlx[cpu]; torch's CPU build, pinned)
   "$py" "${pip_q[@]}" -e ".[gui,serve,mlx,cuda,dev]"
   # Lint and type-check first (seconds; mypy about 40 s with a cold cache), so pytest's

@@ -24,7 +24,7 @@ if not os.path.exists("/dev/nvidiactl"):
     # triton (tests/unit/test_kernels.py forces the Triton path on CPU tensors).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-TIERS = ("unit", "integration", "gui")
+TIERS = ("unit", "integration", "gui", "packaging")
 HERE = Path(__file__).parent
 
 
@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = item.path.relative_to(HERE).parts[0]
         if tier not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: tests live in tests/unit, "
-                                    "tests/integration or tests/gui")
+                                    "tests/integration, tests/gui or tests/packaging")
         item.add_marker(tier)
 
 
