@@ -1,0 +1,155 @@
+"""What the portable llama.cpp costs: decode and prompt-eval tokens/s of the development
+build (-march=native), the bundle's x86-64-v3 baseline and its AVX-512 variants, on the same
+model in the same run. Each measurement is a fresh process with LLAMA_CPP_LIB_PATH pointing
+at one build's lib folder (llama_cpp reads it once, at import); builds alternate within each
+round and the report gives medians, bests (on a shared machine the run least slowed by
+other work) and each build's ratio to native. Prints JSON.
+
+    .venv/bin/python benchmarks/llama_portable.py [--model qwen2.5-coder-0.5b-instruct]
+        [--tokens 128] [--prompt 256] [--repeat 5] [--threads N]
+
+Models come from EMBER_HOME, else the test home (~/.cache/ember/test-home). The portable
+builds come from packaging/llama_cpp_portable.sh (built on first use, about 4 minutes).
+Decode: `--tokens` single-token llama_decode calls after a short prompt, greedy, timed
+together. Prompt eval: one `--prompt`-token batch into an empty cache.
+
+Target (issue 18): the portable build within 10% of native decode speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_HOME = Path.home() / ".cache" / "ember" / "test-home"
+TEXT = ("The quick brown fox jumps over the lazy dog while the compiler checks every loop "
+        "for vector instructions and the scheduler moves threads between two small cores. ")
+
+
+def child(model: str, tokens: int, prompt: int, threads: int) -> dict:
+    """One build, one process: load, eval a prompt, decode; tokens/s of each."""
+    import llama_cpp
+    import numpy as np
+
+    llm = llama_cpp.Llama(model_path=model, n_ctx=prompt + tokens + 64, n_batch=prompt,
+                          n_threads=threads, verbose=False)
+    ids = llm.tokenize(TEXT.encode() * (prompt // 8 + 1), add_bos=False)[:prompt]
+    start = time.perf_counter()
+    llm.eval(ids)
+    prompt_s = time.perf_counter() - start
+
+    llm.reset()
+    llm.eval(ids[:16])
+    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    start = time.perf_counter()
+    for _ in range(tokens):
+        llm.eval([token])
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    decode_s = time.perf_counter() - start
+    info = llama_cpp.llama_print_system_info().decode(errors="replace")
+    return {"lib": str(llama_cpp.llama_cpp._base_path), "system_info": info,
+            "prompt_tok_s": prompt / prompt_s, "decode_tok_s": tokens / decode_s}
+
+
+def portable_folder() -> Path:
+    out = subprocess.run(["bash", str(ROOT / "packaging" / "llama_cpp_portable.sh"),
+                          sys.executable], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def builds(portable: Path, scratch: Path) -> dict[str, Path]:
+    """Name -> lib folder: native (this venv's llama_cpp/lib), baseline (the portable
+    wheel's, unpacked) and each variant."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    assert spec is not None and spec.submodule_search_locations, "llama_cpp is not installed"
+    native = Path(list(spec.submodule_search_locations)[0]) / "lib"
+    wheel = next(portable.glob("llama_cpp_python-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(scratch, [n for n in z.namelist() if n.startswith("llama_cpp/lib/")])
+    found = {"native": native, "baseline": scratch / "llama_cpp" / "lib"}
+    for variant in sorted(p for p in (portable / "variants").iterdir() if p.is_dir()):
+        found[variant.name] = variant
+    return found
+
+
+def model_path(name: str) -> str:
+    os.environ.setdefault("EMBER_HOME", str(TEST_HOME))
+    from app.store import Store
+
+    return str(Store().get(name).path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # a model path: run one measurement
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.tokens, args.prompt, args.threads)))
+        return
+
+    model = model_path(args.model)
+    portable = portable_folder()
+    runs: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        folders = builds(portable, Path(scratch))
+        for _ in range(args.repeat):
+            for name, lib in folders.items():
+                env = {k: v for k, v in os.environ.items() if k != "EMBER_LLAMA_VARIANT"}
+                env["LLAMA_CPP_LIB_PATH"] = str(lib)
+                out = subprocess.run([sys.executable, __file__, "--child", model, "--tokens",
+                                      str(args.tokens), "--prompt", str(args.prompt),
+                                      "--threads", str(args.threads)],
+                                     env=env, check=True, capture_output=True, text=True)
+                runs.setdefault(name, []).append(json.loads(out.stdout.splitlines()[-1]))
+
+    report: dict = {"model": args.model, "cpu": cpu_model(), "cores": os.cpu_count(),
+                    "threads": args.threads, "load_average": os.getloadavg(),
+                    "decode_tokens": args.tokens, "prompt_tokens": args.prompt,
+                    "repeat": args.repeat, "portable": str(portable), "builds": {}}
+    native = {k: (statistics.median(r[k] for r in runs["native"]),
+                  max(r[k] for r in runs["native"])) for k in ("decode_tok_s", "prompt_tok_s")}
+    for name, results in runs.items():
+        entry: dict = {"lib": results[0]["lib"],
+                       "isa": sorted(part.split("=")[0].strip() for part in
+                                     results[0]["system_info"].split("|")
+                                     if part.strip().endswith("= 1"))}
+        for key in ("decode_tok_s", "prompt_tok_s"):
+            values = [r[key] for r in results]
+            median, best = statistics.median(values), max(values)
+            entry |= {f"{key}_median": round(median, 2), f"{key}_best": round(best, 2),
+                      f"{key}_runs": [round(x, 2) for x in values],
+                      f"{key}_median_vs_native": round(median / native[key][0], 3),
+                      f"{key}_best_vs_native": round(best / native[key][1], 3)}
+        report["builds"][name] = entry
+    print(json.dumps(report, indent=1))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()
