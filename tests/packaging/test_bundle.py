@@ -37,8 +37,13 @@ def test_bundle_within_budget_and_baseline_instructions(linux_build: LinuxBuild)
     assert sum(report["components"].values()) == report["bundle_bytes"]
     check = report["instruction_check"]
     assert check["ok"] is True
-    # llama.cpp's baseline libraries were disassembled and hold nothing beyond x86-64-v3
-    assert any("libggml-cpu" in name for name in check["libraries"])
+    # llama.cpp's baseline and its variants were disassembled, each against its own flags
+    checked = {lib["path"]: lib["checked_against"] for lib in check["libraries"]}
+    assert checked["_internal/llama_cpp/lib/libggml-cpu.so.0"] == "x86-64-v3"
+    variants = [p for p in checked if p.startswith("_internal/llama_cpp/variants/")
+                and "libggml-cpu" in p]
+    assert variants and all(checked[p].startswith("variant ") for p in variants)
+    assert not any(p.startswith("_internal/libggml") for p in checked)  # none in the top folder
 
 
 def test_version(linux_build: LinuxBuild, tmp_path: Path) -> None:

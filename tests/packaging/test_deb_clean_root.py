@@ -68,7 +68,7 @@ def test_deb_installs_and_runs_on_a_clean_system(linux_build: LinuxBuild, qwen: 
             try:
                 window, _ = find_window(display, "ember", timeout=90)
                 type_text(display, window, PROMPT)
-                answer = wait_for_answer(data / "history.db", PROMPT, timeout=180)
+                answer = wait_for_answer(data / "history.db", PROMPT, timeout=300)
                 assert "def " in answer, answer
                 screenshot(display, artifacts / "window-clean-debian.png")
             finally:

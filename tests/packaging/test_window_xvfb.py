@@ -35,7 +35,7 @@ def test_window_answers_a_typed_prompt(linux_build: LinuxBuild, qwen: InstalledM
             window, seconds = find_window(display, "ember")
             assert '"ember", "Ember"' in wm_class(display, window)
             type_text(display, window, PROMPT)
-            answer = wait_for_answer(home / "history.db", PROMPT)
+            answer = wait_for_answer(home / "history.db", PROMPT, timeout=300)
             assert "def " in answer, answer
             screenshot(display, artifacts / "window-xvfb.png")
             assert app.poll() is None, app.stdout.read() if app.stdout else ""
