@@ -10,8 +10,9 @@ import secrets
 import threading
 import time
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import Signal
 
+from app.gui.thread_task import ThreadTask
 from app.pull.progress import Cancelled, Progress
 from app.runtime import Runtime
 from app.runtime.thinking import ThinkingSupport
@@ -27,8 +28,9 @@ from backends.base import (
 from backends.errors import EmberError
 
 
-class GenerationTask(QObject):
+class GenerationTask(ThreadTask):
     """Load `model` (if needed), then stream one answer."""
+    thread_name = "ember-gui-generate"
     loaded = Signal(object)  # app.runtime.LoadedModel
     token = Signal(str)  # a piece of the answer
     reasoning = Signal(str)  # a piece of the thinking
@@ -45,19 +47,11 @@ class GenerationTask(QObject):
         self.gpu_layers = gpu_layers  # None: the load plan's
         self._stop = threading.Event()
         self._generation = None
-        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-generate")
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._generation is not None:
             self._generation.cancel()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _run(self) -> None:
         text = ""
@@ -98,21 +92,14 @@ class GenerationTask(QObject):
             self.failed.emit(f"{type(e).__name__}: {e}", "backend", text)
 
 
-class ThinkingSupportTask(QObject):
+class ThinkingSupportTask(ThreadTask):
     """What the Think control offers for a model: reads its template, or asks its server."""
+    thread_name = "ember-gui-think"
     found = Signal(str, object)  # model ref, app.runtime.thinking.ThinkingSupport
 
     def __init__(self, runtime: Runtime, model: str) -> None:
         super().__init__()
         self.runtime, self.model = runtime, model
-        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-think")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _run(self) -> None:
         try:
@@ -122,21 +109,14 @@ class ThinkingSupportTask(QObject):
         self.found.emit(self.model, support)
 
 
-class RemoteModelsTask(QObject):
+class RemoteModelsTask(ThreadTask):
     """Ask every remote endpoint in config.toml for its models (network: off the UI thread)."""
+    thread_name = "ember-gui-remotes"
     listed = Signal(list, dict)  # [RemoteModel], {endpoint: why it could not list}
 
     def __init__(self, runtime: Runtime) -> None:
         super().__init__()
         self.runtime = runtime
-        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-remotes")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _run(self) -> None:
         try:
@@ -146,8 +126,9 @@ class RemoteModelsTask(QObject):
         self.listed.emit(found, failed)
 
 
-class DownloadTask(QObject):
+class DownloadTask(ThreadTask):
     """`ember pull REF` with progress; cancel keeps the partial file for a later resume."""
+    thread_name = "ember-gui-pull"
     progress = Signal(object)  # app.pull.progress.Progress
     installed = Signal(object)  # app.store.InstalledModel
     failed = Signal(str, bool)  # message, cancelled
@@ -156,17 +137,9 @@ class DownloadTask(QObject):
         super().__init__()
         self.ref, self.store, self.hardware = ref, store, hardware
         self._cancel = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-pull")
-
-    def start(self) -> None:
-        self._thread.start()
 
     def cancel(self) -> None:
         self._cancel.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _report(self, p: Progress) -> None:
         self.progress.emit(p)
@@ -188,8 +161,9 @@ class DownloadTask(QObject):
             self.installed.emit(model)
 
 
-class ServerTask(QObject):
+class ServerTask(ThreadTask):
     """Ember's HTTP API, sharing the window's Runtime, on a thread of its own."""
+    thread_name = "ember-gui-serve"
     started = Signal(str, str)  # url, key
     stopped = Signal(str)  # why ("" when asked to stop)
 
@@ -198,14 +172,10 @@ class ServerTask(QObject):
         self.runtime, self.host, self.port = runtime, host, port
         self.key = secrets.token_urlsafe(24)
         self._server = None
-        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-serve")
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._server is not None:

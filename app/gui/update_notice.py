@@ -4,30 +4,23 @@ non-modal notice in the status bar when a newer Ember is out (app.update_check).
 from __future__ import annotations
 
 import html
-import threading
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QLabel
 
+from app.gui.thread_task import ThreadTask
 from app.update_check import TIMEOUT_S, Release, newer_release
 
 
-class UpdateCheckTask(QObject):
+class UpdateCheckTask(ThreadTask):
     """Ask the feed once, off the UI thread; `found` only when a newer release is out."""
+    thread_name = "ember-gui-update"
     found = Signal(object)  # app.update_check.Release
     done = Signal()
 
     def __init__(self, feed: str, timeout: float = TIMEOUT_S) -> None:
         super().__init__()
         self.feed, self.timeout = feed, timeout
-        self._thread = threading.Thread(target=self._run, daemon=True, name="ember-gui-update")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _run(self) -> None:
         release = newer_release(self.feed, self.timeout)  # logs, never raises, a bad feed
