@@ -110,6 +110,11 @@ def _cpu_info() -> tuple[str, tuple[str, ...]]:
     return brand, tuple(f for f in wanted if f in flags)
 
 
+def cpu_name() -> str:
+    """The CPU's model name ("AMD EPYC 9654", "Apple M3 Pro"), for reports and benchmarks."""
+    return _cpu_info()[0]
+
+
 def _sysctl(key: str) -> str | None:
     try:
         return subprocess.run(["sysctl", "-n", key], capture_output=True, text=True,

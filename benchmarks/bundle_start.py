@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.config import Paths
+from app.hardware import cpu_name
 from app.store import Store
 from tests.support.desktop import (
     desktop_env,
@@ -104,7 +105,7 @@ def main() -> None:
     medians = {name: statistics.median(t) for name, t in times.items()}
     print(json.dumps({
         "machine": {"cpu": platform.processor() or platform.machine(),
-                    "cpu_model": _cpu_model(), "cores": _cores()},
+                    "cpu_model": cpu_name(), "cores": _cores()},
         "to_window_s": {name: {"median": round(medians[name], 3),
                                "runs": [round(t, 3) for t in runs]}
                         for name, runs in times.items()},
@@ -112,16 +113,6 @@ def main() -> None:
         "first_start_s": {name: round(t, 3) for name, t in first.items()},
         "first_prompt": prompts,
     }, indent=1))
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _cores() -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -121,7 +120,10 @@ def main() -> None:
                                      env=env, check=True, capture_output=True, text=True)
                 runs.setdefault(name, []).append(json.loads(out.stdout.splitlines()[-1]))
 
-    report: dict = {"model": args.model, "cpu": cpu_model(), "cores": os.cpu_count(),
+    sys.path.insert(0, str(ROOT))
+    from app.hardware import cpu_name  # in the parent only: children import no more than needed
+
+    report: dict = {"model": args.model, "cpu": cpu_name(), "cores": os.cpu_count(),
                     "threads": args.threads, "load_average": os.getloadavg(),
                     "decode_tokens": args.tokens, "prompt_tokens": args.prompt,
                     "repeat": args.repeat, "portable": str(portable), "builds": {}}
@@ -141,16 +143,6 @@ def main() -> None:
                       f"{key}_best_vs_native": round(best / native[key][1], 3)}
         report["builds"][name] = entry
     print(json.dumps(report, indent=1))
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":
