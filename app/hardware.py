@@ -213,15 +213,38 @@ def measure_cpu_bandwidth(threads: int, megabytes: int = 256, seconds: float = 0
     return round(sum(passes) * megabytes * 2**20 / elapsed / 1e9, 1)
 
 
-def _cached_cpu_bandwidth(cpu: str, cores: int) -> float:
-    cache = config.paths().home / "hardware.json"
-    key = f"{cpu}|{cores}"
+def _bandwidth_key() -> tuple[str, str]:
+    """hardware.json's key for this machine's measured bandwidth: the CPU and its cores."""
+    logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or logical
+    return _cpu_info()[0], str(physical)
+
+
+def _saved_bandwidth(cache: Path, key: str) -> float | None:
     try:
         saved = json.loads(cache.read_text())
         if saved.get("key") == key:
             return float(saved["cpu_bandwidth_gbps"])
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
+    return None
+
+
+def bandwidth_known() -> bool:
+    """Whether `detect()` will not need to measure (about a second): the bandwidth of this
+    machine was measured before and kept in hardware.json, or it is an Apple chip (table)."""
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        return True
+    cpu, cores = _bandwidth_key()
+    return _saved_bandwidth(config.paths().home / "hardware.json", f"{cpu}|{cores}") is not None
+
+
+def _cached_cpu_bandwidth(cpu: str, cores: int) -> float:
+    cache = config.paths().home / "hardware.json"
+    key = f"{cpu}|{cores}"
+    saved = _saved_bandwidth(cache, key)
+    if saved is not None:
+        return saved
     value = measure_cpu_bandwidth(cores)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)

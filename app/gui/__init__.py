@@ -78,9 +78,10 @@ def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
 def start(app, home: Paths):
     from PySide6.QtWidgets import QMessageBox
 
+    from app.gui.first_start import hardware_behind_splash
     from app.gui.theme import apply_theme
 
-    window = build_window(home)
+    window = build_window(home, hardware=hardware_behind_splash(app))
     apply_theme(app, window.settings.theme, window.settings.font_size)
     if window.settings_error:
         QMessageBox.warning(window, "Ember", f"{window.settings_error}\n\nEmber runs with "

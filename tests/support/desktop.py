@@ -45,11 +45,15 @@ def desktop_env(display: str, home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def find_window(display: str, wm_class: str, timeout: float = 60) -> tuple[str, float]:
-    """The id of the first visible window of `wm_class`, and how long it took to appear."""
+def find_window(display: str, wm_class: str, timeout: float = 60,
+                title: str | None = None) -> tuple[str, float]:
+    """The id of the first visible window of `wm_class` (and whose title matches the regular
+    expression `title`), and how long it took to appear."""
     started = time.monotonic()
+    by_title = ["--all", "--name", title] if title else []
     while time.monotonic() - started < timeout:
-        out = subprocess.run(["xdotool", "search", "--onlyvisible", "--class", wm_class],
+        out = subprocess.run(["xdotool", "search", "--onlyvisible", *by_title,
+                              "--class", wm_class],
                              env={**os.environ, "DISPLAY": display}, capture_output=True,
                              text=True)
         ids = out.stdout.split()
