@@ -4,6 +4,8 @@ screenshot is kept in build/ci-artifacts/."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -43,3 +45,29 @@ def test_window_answers_a_typed_prompt(linux_build: LinuxBuild, qwen: InstalledM
             app.terminate()
             out, _ = app.communicate(timeout=30)
     assert "Could not load the Qt platform plugin" not in out, out
+
+
+def test_a_failed_start_shows_a_message_box_and_leaves_a_report(linux_build: LinuxBuild,
+                                                                tmp_path: Path) -> None:
+    """Started from a file manager there is no terminal: the frozen window's start-up failure
+    is a message box and a crash report."""
+    home = tmp_path / "home"
+    home.mkdir()
+    # a history from a newer Ember (WAL, as Ember's are): the user went back a version
+    with contextlib.closing(sqlite3.connect(home / "history.db", isolation_level=None)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT)")
+        db.execute("PRAGMA user_version=99")
+    before = (home / "history.db").read_bytes()
+    with xvfb() as display:
+        app = subprocess.Popen([linux_build.binary], env=desktop_env(display, home),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            find_window(display, "ember", title="^Ember could not start")
+            [report] = list((home / "logs").glob("crash-*.log"))
+            body = report.read_text(encoding="utf-8")
+            assert "frozen: yes" in body and "newer Ember (schema 99)" in body
+        finally:
+            app.terminate()
+            app.communicate(timeout=30)
+    assert (home / "history.db").read_bytes() == before  # the user's history is untouched

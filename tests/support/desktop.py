@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -49,18 +50,19 @@ def find_window(display: str, wm_class: str, timeout: float = 60,
                 title: str | None = None) -> tuple[str, float]:
     """The id of the first visible window of `wm_class` (and whose title matches the regular
     expression `title`), and how long it took to appear."""
+    env = {**os.environ, "DISPLAY": display}
     started = time.monotonic()
-    by_title = ["--all", "--name", title] if title else []
     while time.monotonic() - started < timeout:
-        out = subprocess.run(["xdotool", "search", "--onlyvisible", *by_title,
-                              "--class", wm_class],
-                             env={**os.environ, "DISPLAY": display}, capture_output=True,
-                             text=True)
-        ids = out.stdout.split()
-        if ids:
-            return ids[-1], time.monotonic() - started
+        out = subprocess.run(["xdotool", "search", "--onlyvisible", "--class", wm_class],
+                             env=env, capture_output=True, text=True)
+        for window in out.stdout.split():
+            if title is None or re.search(title, subprocess.run(
+                    ["xdotool", "getwindowname", window], env=env, capture_output=True,
+                    text=True).stdout):
+                return window, time.monotonic() - started
         time.sleep(0.05)
-    raise TimeoutError(f"no window of class {wm_class!r} within {timeout} s")
+    raise TimeoutError(f"no window of class {wm_class!r}"
+                       f"{f' titled {title!r}' if title else ''} within {timeout} s")
 
 
 def wm_class(display: str, window: str) -> str:
