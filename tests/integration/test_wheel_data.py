@@ -23,8 +23,11 @@ def test_a_built_wheel_carries_models_yaml_and_assets_and_uses_them(tmp_path: Pa
     wheel = next((tmp_path / "dist").glob("ember-*.whl"))
     with zipfile.ZipFile(wheel) as z:
         assert z.read("app/_data/models.yaml") == (ROOT / "models.yaml").read_bytes()
-        for sheet in (ROOT / "assets").iterdir():
-            assert z.read(f"app/_data/assets/{sheet.name}") == sheet.read_bytes()
+        assets = [p for p in (ROOT / "assets").rglob("*") if p.is_file()]
+        assert any(p.suffix == ".svg" for p in assets)  # the icon, in a folder of its own
+        for asset in assets:
+            name = asset.relative_to(ROOT).as_posix()
+            assert z.read(f"app/_data/{name}") == asset.read_bytes()
         z.extractall(tmp_path / "site")
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "EMBER_HOME": str(tmp_path)}
