@@ -35,6 +35,7 @@ from app.config import Paths
 from app.hardware import cpu_name
 from app.store import Store
 from tests.support.desktop import (
+    MAIN_WINDOW,
     desktop_env,
     find_window,
     home_with_model,
@@ -65,7 +66,7 @@ def first_prompt(binary: str, display: str, home: Path) -> dict:
     app = subprocess.Popen([binary], env=desktop_env(display, home),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        window, _ = find_window(display, "ember", timeout=60)
+        window, _ = find_window(display, "ember", timeout=60, title=MAIN_WINDOW)
         type_text(display, window, PROMPT)
         wait_for_answer(home / "history.db", PROMPT, timeout=300)
         with sqlite3.connect(home / "history.db") as db:
@@ -95,7 +96,7 @@ def main() -> None:
             # hardware.json) behind a splash: the splash, then the window, once each
             first[name] = to_window(binary, display, home_with_model(Path(tmp) / name, model))
             first[name + " main window"] = to_window(
-                binary, display, home_with_model(Path(tmp) / f"{name}-main", model), "^Ember$")
+                binary, display, home_with_model(Path(tmp) / f"{name}-main", model), MAIN_WINDOW)
         for i in range(args.repeat):
             for name, binary in legs.items():
                 home = home_with_model(Path(tmp) / f"{name}-{i}", model)

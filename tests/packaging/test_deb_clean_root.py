@@ -17,6 +17,7 @@ from tests.packaging.conftest import LinuxBuild
 from tests.packaging.test_window_xvfb import SHORT_ANSWERS
 from tests.support.clean_root import clean_root
 from tests.support.desktop import (
+    MAIN_WINDOW,
     find_window,
     home_with_model,
     screenshot,
@@ -66,7 +67,7 @@ def test_deb_installs_and_runs_on_a_clean_system(linux_build: LinuxBuild, qwen: 
         with xvfb() as display:
             app = root.popen("ember", env={"DISPLAY": display})
             try:
-                window, _ = find_window(display, "ember", timeout=90)
+                window, _ = find_window(display, "ember", timeout=90, title=MAIN_WINDOW)
                 type_text(display, window, PROMPT)
                 answer = wait_for_answer(data / "history.db", PROMPT, timeout=300)
                 assert "def " in answer, answer

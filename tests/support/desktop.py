@@ -18,6 +18,10 @@ from pathlib import Path
 
 from app.store import InstalledModel
 
+# The main window's title; a first start shows a splash first ("Ember: first start"), same
+# window class, that takes no typing.
+MAIN_WINDOW = "^Ember$"
+
 
 @contextmanager
 def xvfb(size: str = "1280x800x24") -> Iterator[str]:
