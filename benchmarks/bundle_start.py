@@ -101,7 +101,7 @@ def main() -> None:
             for name, binary in legs.items():
                 home = home_with_model(Path(tmp) / f"{name}-{i}", model)
                 (home / "config.toml").write_text("[app]\nmax_tokens = 48\ntemperature = 0.0\n")
-                shutil.copy2(Path(tmp) / name / "hardware.json", home / "hardware.json")
+                shutil.copy2(Path(tmp) / f"{name}-main" / "hardware.json", home / "hardware.json")
                 assert "bandwidth" in (home / "hardware.json").read_text()
                 times[name].append(to_window(binary, display, home))
         for name, binary in legs.items():
