@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.ranged_body import range_start, send_body
+
 COMMIT = "a" * 40
 TINY_REPO, TINY_FILE = "someone/tiny-GGUF", "tiny-q8_0.gguf"  # write_registry's model
 LFS_ABOVE = 10 << 20
@@ -130,10 +132,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if f.gated:
                 return self._error(401, "GatedRepo", "Access to this model is restricted")
             body = f.body()
-            start = 0
-            rng = self.headers.get("Range")
-            if rng and rng.startswith("bytes="):
-                start = int(rng[6:].split("-")[0])
+            start = range_start(self)
             part = body[start:]
             self.send_response(206 if start else 200)
             self.send_header("X-Repo-Commit", COMMIT)
@@ -145,28 +144,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if head:
                 return None
-            if f.drop_after is not None and start < f.drop_after:
-                self.wfile.write(part[: f.drop_after - start])
-                self.wfile.flush()
-                f.drop_after = None  # only the first time
-                self.close_connection = True
-                import socket
-
-                self.connection.shutdown(socket.SHUT_RDWR)
-                return None
-            if f.bytes_per_s is None:
-                self.wfile.write(part)
-                return None
-            import time
-
-            step = max(1, f.bytes_per_s // 20)
-            for i in range(0, len(part), step):
-                try:
-                    self.wfile.write(part[i:i + step])
-                except (BrokenPipeError, ConnectionResetError):  # the client cancelled
-                    return None
-                time.sleep(0.05)
-            return None
+            return send_body(self, part, start, f)
 
         def do_HEAD(self) -> None:
             self._serve(head=True)

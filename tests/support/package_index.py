@@ -12,14 +12,14 @@ import hashlib
 import html
 import json
 import re
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from tests.support.ranged_body import range_start, send_body
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 
@@ -121,13 +121,10 @@ def _handler(index: PackageIndex) -> type[BaseHTTPRequestHandler]:
                 f = None
             if f is None or f.missing:
                 return self._send(404, b"Not Found", "text/plain")
-            start = 0
-            rng = self.headers.get("Range")
-            if rng and rng.startswith("bytes="):
-                start = int(rng[6:].split("-")[0])
-                if start >= len(f.data):
-                    return self._send(416, b"", "text/plain",
-                                      {"Content-Range": f"bytes */{len(f.data)}"})
+            start = range_start(self)
+            if start and start >= len(f.data):
+                return self._send(416, b"", "text/plain",
+                                  {"Content-Range": f"bytes */{len(f.data)}"})
             part = f.data[start:]
             self.send_response(206 if start else 200)
             self.send_header("Content-Type", "application/octet-stream")
@@ -137,22 +134,7 @@ def _handler(index: PackageIndex) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Range",
                                  f"bytes {start}-{len(f.data) - 1}/{len(f.data)}")
             self.end_headers()
-            if f.drop_after is not None and start < f.drop_after:
-                self.wfile.write(part[: f.drop_after - start])
-                self.wfile.flush()
-                f.drop_after = None  # only the first time
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
-                return None
-            step = max(1, (f.bytes_per_s or len(part) * 20) // 20)
-            for i in range(0, len(part), step):
-                try:
-                    self.wfile.write(part[i:i + step])
-                except (BrokenPipeError, ConnectionResetError):  # the client went away
-                    return None
-                if f.bytes_per_s:
-                    time.sleep(0.05)
-            return None
+            return send_body(self, part, start, f)
 
         def do_GET(self) -> None:
             index.requests.append({"path": self.path, "accept": self.headers.get("Accept"),
