@@ -213,11 +213,15 @@ def measure_cpu_bandwidth(threads: int, megabytes: int = 256, seconds: float = 0
     return round(sum(passes) * megabytes * 2**20 / elapsed / 1e9, 1)
 
 
-def _bandwidth_key() -> tuple[str, str]:
-    """hardware.json's key for this machine's measured bandwidth: the CPU and its cores."""
+def _cores() -> tuple[int, int]:
+    """(logical, physical) CPU cores."""
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
-    physical = psutil.cpu_count(logical=False) or logical
-    return _cpu_info()[0], str(physical)
+    return logical, psutil.cpu_count(logical=False) or logical
+
+
+def _bandwidth_key(cpu: str, physical_cores: int) -> str:
+    """hardware.json's key for a measured bandwidth: the CPU and its cores."""
+    return f"{cpu}|{physical_cores}"
 
 
 def _saved_bandwidth(cache: Path, key: str) -> float | None:
@@ -235,13 +239,13 @@ def bandwidth_known() -> bool:
     machine was measured before and kept in hardware.json, or it is an Apple chip (table)."""
     if platform.system() == "Darwin" and platform.machine() == "arm64":
         return True
-    cpu, cores = _bandwidth_key()
-    return _saved_bandwidth(config.paths().home / "hardware.json", f"{cpu}|{cores}") is not None
+    key = _bandwidth_key(_cpu_info()[0], _cores()[1])
+    return _saved_bandwidth(config.paths().home / "hardware.json", key) is not None
 
 
 def _cached_cpu_bandwidth(cpu: str, cores: int) -> float:
     cache = config.paths().home / "hardware.json"
-    key = f"{cpu}|{cores}"
+    key = _bandwidth_key(cpu, cores)
     saved = _saved_bandwidth(cache, key)
     if saved is not None:
         return saved
@@ -279,8 +283,7 @@ def llama_cpp_uses_amx() -> bool | None:
 def detect(measure: bool = True) -> HardwareProfile:
     brand, isa = _cpu_info()
     vm = psutil.virtual_memory()
-    logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
-    physical = psutil.cpu_count(logical=False) or logical
+    logical, physical = _cores()
     chip, apple_gpus = _apple_chip(vm.total)
     gpus = tuple(_nvidia_gpus()) + tuple(apple_gpus)
     notes = []
