@@ -111,7 +111,7 @@ def main() -> None:
     medians = {name: statistics.median(t) for name, t in times.items()}
     print(json.dumps({
         "machine": {"cpu": platform.processor() or platform.machine(),
-                    "cpu_model": cpu_name(), "cores": _cores()},
+                    "cpu_model": cpu_name(), "cores": os.cpu_count()},
         "to_window_s": {name: {"median": round(medians[name], 3),
                                "runs": [round(t, 3) for t in runs]}
                         for name, runs in times.items()},
@@ -119,10 +119,6 @@ def main() -> None:
         "first_start_s": {name: round(t, 3) for name, t in first.items()},
         "first_prompt": prompts,
     }, indent=1))
-
-
-def _cores() -> int:
-    return os.cpu_count() or 0
 
 
 if __name__ == "__main__":

@@ -114,10 +114,6 @@ def shlib_depends(bundle: Path) -> list[str]:
     return deps + [d for d in EXTRA_DEPENDS if d not in deps]
 
 
-def copy_bundle(bundle: Path, dest: Path) -> None:
-    shutil.copytree(bundle, dest, symlinks=True)
-
-
 def install_desktop_files(share: Path, icons: Path) -> None:
     """.desktop entry, AppStream metainfo and the hicolor icons under `share` (usr/share)."""
     linux = ROOT / "packaging" / "linux"
@@ -132,7 +128,7 @@ def build_deb(bundle: Path, icons: Path, out: Path, depends: list[str]) -> Path:
     deb = out / f"ember_{__version__}_amd64.deb"
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "root"
-        copy_bundle(bundle, root / "opt" / "ember")
+        shutil.copytree(bundle, root / "opt" / "ember", symlinks=True)
         (root / "usr" / "bin").mkdir(parents=True)
         (root / "usr" / "bin" / "ember").symlink_to("/opt/ember/ember")
         install_desktop_files(root / "usr" / "share", icons)
@@ -180,7 +176,7 @@ def build_tarball(bundle: Path, icons: Path, out: Path) -> Path:
     tarball = out / f"{name}.tar.zst"
     with tempfile.TemporaryDirectory() as tmp:
         top = Path(tmp) / name
-        copy_bundle(bundle, top)
+        shutil.copytree(bundle, top, symlinks=True)
         install_desktop_files(top / "share", icons)
         (top / "README.txt").write_text(textwrap.dedent(f"""\
             {APP_NAME} {__version__}, portable build for x86-64 Linux (glibc 2.36 or newer).
@@ -205,7 +201,7 @@ exec "$HERE/usr/lib/ember/ember" "$@"
 def build_appdir(bundle: Path, icons: Path, out: Path) -> Path:
     appdir = out / f"{APP_NAME}.AppDir"
     shutil.rmtree(appdir, ignore_errors=True)
-    copy_bundle(bundle, appdir / "usr" / "lib" / "ember")
+    shutil.copytree(bundle, appdir / "usr" / "lib" / "ember", symlinks=True)
     (appdir / "usr" / "bin").mkdir(parents=True)
     (appdir / "usr" / "bin" / "ember").symlink_to("../lib/ember/ember")
     install_desktop_files(appdir / "usr" / "share", icons)
