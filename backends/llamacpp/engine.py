@@ -1,18 +1,18 @@
 """Many sequences in one llama.cpp context: the llama.cpp backend's continuous batching.
 
-Each step decodes every running sequence's next token beside pieces of new prompts, each
-sequence with its own sampler chain; a slot keeps its KV cache and last logits for the next
-turn, a retry or a shared system prompt. llama.cpp's CPU kernels round a row differently by
-batch shape, so prompts are evaluated in pieces that end at fixed positions (16 rows up to 64,
-then 64): a reused prefix is then bit-exact while a context holds one conversation. Which
-slot a prompt takes (`reusable`, `place`) and how prompts share a step (`plan_pieces`) are pure
-functions, tested without a model. The rules and the measurements behind them:
-docs/notes/llamacpp-engine.md.
+Each step decodes every running sequence's next token beside as much of the waiting prompts
+as the batch holds, each sequence with its own sampler chain; a slot keeps its KV cache and
+last logits for the next turn, a retry or a shared system prompt. A new prompt reuses the
+longest common prefix a slot holds, as llama-server does, and the same prompt again
+evaluates nothing. Which slot a prompt takes (`reusable`, `place`) and how prompts share a
+step (`plan_prompt_rows`) are pure functions, tested without a model. The rules and the
+measurements behind them: docs/notes/llamacpp-engine.md.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,73 +29,36 @@ from backends.llamacpp.speculative import DraftModel, common_prefix, logits_row
 from backends.speculation.cost import DraftCost, StepTimes
 from backends.speculation.policy import Speculation
 
-SMALL_PIECE, PIECE = 16, 64  # prompt evaluation pieces: 16 rows below position 64, then 64
-MIXED_ROWS = PIECE - 1  # rows in a step that mixes pieces: below flash attention's tiled path
-TILED_ROWS = 8  # from 8 rows on, ggml-cpu multiplies unrepacked K-quant weights in tiles
+# A verified greedy position whose top two logits are closer than this is sampled again from
+# a one-row step: a verification batch rounds differently from the one-row step plain decoding
+# takes, and a near-tie could go the other way (measured: docs/notes/llamacpp-engine.md).
+# EMBER_NEAR_TIE sets another margin, for measuring (0 turns the re-check off).
+NEAR_TIE = float(os.environ.get("EMBER_NEAR_TIE", "1.0"))
 
 
-def piece_end(pos: int, length: int) -> int:
-    """Where the prompt piece that starts at `pos` ends (a fixed boundary, or the prompt's end).
-    16 is the row block of llama.cpp's repacked x86 kernels; 64 rows are where flash attention
-    turns tiled (fast on long prompts)."""
-    step = SMALL_PIECE if pos < PIECE else PIECE
-    return min((pos // step + 1) * step, length)
-
-
-def boundary_floor(n: int) -> int:
-    """The last piece boundary at or before `n`: how much of a cached prompt can be reused."""
-    return n // SMALL_PIECE * SMALL_PIECE if n < PIECE else n // PIECE * PIECE
-
-
-def is_long_piece(job: Job) -> bool:
-    """Whether the job's next prompt piece is a whole 64-token one (it takes a step alone)."""
-    return job.pos >= PIECE and piece_end(job.pos, len(job.prompt)) - job.pos == PIECE
-
-
-def plan_pieces(prefilling: list[Slot], room: int,
-                alone: bool = False) -> list[tuple[Slot, int, int]]:
-    """Prompt pieces (slot, start, end) for one step with `room` rows, oldest request first,
-    in batch order: whole 16-token pieces first, so each starts at a multiple of 16 rows and
-    takes the same kernel paths as alone; then the prompts' last, shorter pieces, cut to fit
-    (no reuse reaches past the last boundary, so their rows need no fixed shape). 64-token
-    pieces are never among them (`is_long_piece`). `alone`: one prompt and nothing else in
-    the step, and its first token must not depend on how much of the prompt was cached: a
-    last piece under TILED_ROWS rows then waits for a step of its own, as on a cache hit."""
-    whole: list[tuple[Slot, int, int]] = []
-    after: dict[int, int] = {}  # seq id -> prompt position after its whole pieces
-    used = 0
+def plan_prompt_rows(prefilling: list[Slot], room: int) -> list[tuple[Slot, int, int]]:
+    """Prompt pieces (slot, start, end) for one step with `room` rows: the oldest request
+    first, each prompt taking as much of the room as it still needs (llama-server fills its
+    batches the same way). One large batch evaluates a prompt fastest (measured in
+    docs/notes/llamacpp-engine.md)."""
+    pieces: list[tuple[Slot, int, int]] = []
     for slot in prefilling:
+        if room <= 0:
+            break
         job = slot.job
-        pos = job.pos
-        while pos < PIECE and used + SMALL_PIECE <= room:
-            end = piece_end(pos, len(job.prompt))
-            if end - pos < SMALL_PIECE:
-                break
-            whole.append((slot, pos, end))
-            used, pos = used + SMALL_PIECE, end
-        after[slot.seq_id] = pos
-    last: list[tuple[Slot, int, int]] = []
-    for slot in prefilling:
-        n, pos = len(slot.job.prompt), after[slot.seq_id]
-        end = piece_end(pos, n)
-        full = SMALL_PIECE if pos < PIECE else PIECE
-        if alone and whole and end - pos < TILED_ROWS:
-            continue
-        if pos < n and end == n and end - pos < full and used < room:
-            take = min(end - pos, room - used)
-            last.append((slot, pos, pos + take))
-            used += take
-    return whole + last
+        end = min(len(job.prompt), job.pos + room)
+        pieces.append((slot, job.pos, end))
+        room -= end - job.pos
+    return pieces
 
 
 def reusable(slot: Slot, prompt: list[int]) -> int:
     """How many of `prompt`'s first tokens `slot`'s cache serves: the whole prompt when it is
-    the slot's last one, whose logits the slot kept; otherwise the common prefix, short of the
-    prompt's last token and within the bit-exact part, down to a piece boundary."""
+    the slot's last one, whose logits the slot kept; otherwise the common prefix short of the
+    prompt's last token (whose logits the answer starts from), as llama-server reuses it."""
     if slot.logits_at == len(prompt) and slot.tokens[:len(prompt)] == prompt:
         return len(prompt)  # with the logits its evaluation ended on
-    n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1, slot.exact_upto)
-    return boundary_floor(n)
+    return max(0, min(common_prefix(slot.tokens, prompt), len(prompt) - 1))
 
 
 @dataclass(frozen=True)
@@ -107,22 +70,38 @@ class Placement:
     donor: Slot | None = None
 
 
-def place(free: list[Slot], prompt: list[int], can_share: bool = True) -> Placement:
+def runs(seq_ids: set[int]) -> int:
+    """How many runs of consecutive ids `seq_ids` make: the passes over the weights a decode
+    step of those sequences takes (llama.cpp splits a batch of separate KV streams at every
+    gap, `llama_batch_allocr::split_equal`)."""
+    return sum(1 for i in seq_ids if i - 1 not in seq_ids)
+
+
+def place(free: list[Slot], prompt: list[int], can_share: bool = True,
+          busy: frozenset[int] = frozenset()) -> Placement:
     """The free slot for a new request: the one whose cache serves the most of `prompt`, the
     least recently used on a tie (so the cache evicted is the one idle longest). When that
     reuse is only a prefix of the slot's longer cache (a system prompt another conversation
-    shares), the least recently used free slot takes those cells instead, and the
-    conversation keeps its cache for its next turn (`can_share`: caches that can share
-    cells, which sliding-window ones cannot). A prompt that holds the slot's whole cache is
-    that conversation's next turn, so it stays in its slot."""
+    shares), the least recently used free slot takes a copy of those cells instead, and the
+    conversation keeps its cache for its next turn (`can_share`: caches that can be copied,
+    which sliding-window ones cannot). A prompt that holds the slot's whole cache is that
+    conversation's next turn, so it stays in its slot, unless other sequences are decoding
+    (`busy`, their seq ids) and another free slot would keep them all in fewer runs of
+    consecutive ids (`runs`): the request then takes that slot, with a copy of its cells."""
     slot = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
     keep = reusable(slot, prompt)
+    target = slot
     branches_off = common_prefix(slot.tokens, prompt) < len(slot.tokens)
     if can_share and 0 < keep < len(prompt) and branches_off:
-        spare = min(free, key=lambda s: s.last_used)
-        if spare is not slot:
-            return Placement(spare, keep, donor=slot)
-    return Placement(slot, keep)
+        target = min(free, key=lambda s: s.last_used)
+    if busy and (can_share or keep == 0):
+        fewest = min(runs(busy | {s.seq_id}) for s in free)
+        if runs(busy | {target.seq_id}) > fewest:
+            target = min((s for s in free if runs(busy | {s.seq_id}) == fewest),
+                         key=lambda s: s.last_used)
+    if target is not slot and keep > 0:
+        return Placement(target, keep, donor=slot)
+    return Placement(target, keep)
 
 
 @dataclass
@@ -140,13 +119,26 @@ class Job(BaseJob):
     propose_s: float = 0.0  # this step's share of the draft model's proposing time
     stored_logits: np.ndarray | None = None  # the whole prompt was cached with its logits
     grammar: Constraint | None = None  # constrained decoding (backends.grammar)
+    argmax: bool = False  # greedy without penalties: the sampler chain would pick the argmax
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """A verified position to sample again from a one-row step (see NEAR_TIE): the row of
+    `token` at `pos`, the `index`-th of the step's rows for this sequence."""
+    slot: Slot
+    pos: int
+    token: int
+    index: int
+    proposal: list[int]
+    matched: int
+    step_s: float
 
 
 @dataclass
 class Slot:
     seq_id: int
     tokens: list[int] = field(default_factory=list)  # what this sequence's cache holds
-    exact_upto: int = 0  # leading cached tokens bit-identical to a fresh evaluation
     # the logits after tokens[:logits_at], its last prompt: the same prompt again needs no
     # evaluation at all (a regenerated answer, a retried request)
     logits: np.ndarray | None = None
@@ -165,15 +157,16 @@ class BatchEngine:
         self.slots = [Slot(i) for i in range(n_seq)]
         self.waiting: deque[Job] = deque()
         self.batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq, verbose=False)
+        self.one_row = LlamaBatch(n_tokens=1, embd=0, n_seq_max=1, verbose=False)
         self._memory = llama_cpp.llama_get_memory(ctx.ctx)
         model = llama_cpp.llama_get_model(ctx.ctx)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
         self._sliding = llama_cpp.llama_model_n_swa(model) > 0  # cannot share a prefix
-        self._prefill_turn = True  # alternate prompt pieces and decode steps
         self.times = StepTimes()  # decode time by batch rows, for speculation's choices
 
     def close(self) -> None:
         self.batch.close()
+        self.one_row.close()
 
     # -- requests --------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -188,7 +181,8 @@ class BatchEngine:
             if not free:
                 return
             job = self.waiting.popleft()
-            placement = place(free, job.prompt, can_share=not self._sliding)
+            busy = frozenset(s.seq_id for s in self.slots if s.job is not None)
+            placement = place(free, job.prompt, can_share=not self._sliding, busy=busy)
             slot, keep = placement.slot, placement.keep
             if placement.donor is not None:
                 self._share_prefix(placement.donor, slot, keep)
@@ -199,7 +193,6 @@ class BatchEngine:
                 llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
                 keep = 0
             slot.tokens = slot.tokens[:keep]
-            slot.exact_upto = min(slot.exact_upto, keep)
             if keep == len(job.prompt) == slot.logits_at:
                 job.stored_logits = slot.logits
             elif keep < slot.logits_at:
@@ -209,20 +202,24 @@ class BatchEngine:
             job.max_new = min(job.max_new, self.n_ctx_seq - len(job.prompt))
 
     def _share_prefix(self, donor: Slot, spare: Slot, keep: int) -> None:
-        """Give `spare` the first `keep` tokens of `donor`'s cache (a system prompt, say; see
-        `place`): in the one KV buffer the cells then belong to both sequences
-        (llama_memory_seq_cp copies nothing), and the donor keeps its conversation."""
+        """Give `spare` the first `keep` tokens of `donor`'s cache (a system prompt, or a
+        conversation moving next to the running ones; see `place`), and the donor keeps its
+        own. Each sequence has its own KV stream, so llama.cpp copies the donor's whole
+        stream (at the next decode; tens of milliseconds for a 4k context), and the spare
+        drops what follows the prefix."""
         llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, -1, -1)
-        llama_cpp.llama_memory_seq_cp(self._memory, donor.seq_id, spare.seq_id, 0, keep)
-        spare.tokens, spare.exact_upto = donor.tokens[:keep], min(donor.exact_upto, keep)
-        spare.logits, spare.logits_at = None, 0
+        llama_cpp.llama_memory_seq_cp(self._memory, donor.seq_id, spare.seq_id, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, keep, -1)
+        spare.tokens = donor.tokens[:keep]
+        spare.logits, spare.logits_at = ((donor.logits, donor.logits_at)
+                                         if 0 < donor.logits_at <= keep else (None, 0))
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
         """End every request with an error (after a failed decode) and clear the caches."""
         jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
         self.waiting.clear()
         for slot in self.slots:
-            slot.job, slot.tokens, slot.exact_upto = None, [], 0
+            slot.job, slot.tokens = None, []
             slot.logits, slot.logits_at = None, 0
         llama_cpp.llama_memory_clear(self._memory, True)
         return [(job.stream_id, ErrorEvent(message)) for job in jobs]
@@ -263,21 +260,9 @@ class BatchEngine:
         prefilling = sorted((s for s in running
                              if s.job.next_token is None and s.job.pos < len(s.job.prompt)),
                             key=lambda s: s.job.started)  # oldest request first
-        long = [s for s in prefilling if is_long_piece(s.job)]
-        short = [s for s in prefilling if not is_long_piece(s.job)]
-        room = min(MIXED_ROWS, self.n_batch) - len(decoding)
-        pieces = plan_pieces(short, room, alone=len(running) == 1) if room > 0 else []
-        turn = self._prefill_turn  # a 64-token piece alternates with the other steps
-        self._prefill_turn = not self._prefill_turn
-        if long and (turn or not (pieces or decoding)):
-            # a 64-token piece takes a step alone: at 64 rows attention is tiled, and
-            # rows sharing its step would change its rounding
-            pieces, decoding = [(long[0], long[0].job.pos, long[0].job.pos + PIECE)], []
-        elif not pieces and short and (turn or not decoding):
-            # too many decodes to leave room: a step of prompt pieces alone
-            pieces, decoding = plan_pieces(short, min(MIXED_ROWS, self.n_batch)), []
-        # prompt pieces first (see plan_pieces), then one row per decoding sequence (with
-        # its speculative proposal when no prompt shares the step)
+        # every decoding sequence's row, then as much of the prompts as fits; proposals
+        # only in steps without prompt rows (their verification then stays cheap)
+        pieces = plan_prompt_rows(prefilling, self.n_batch - len(decoding))
         for slot, start, end in pieces:
             prompt = slot.job.prompt
             add(slot, prompt[start:end], start, end - start - 1 if end == len(prompt)
@@ -293,6 +278,7 @@ class BatchEngine:
         if is_decode:
             self.times.record(b.n_tokens, step_s)
 
+        rechecks: list[Recheck] = []
         for slot, start, tokens, prefill, proposal in rows:
             job = slot.job
             base = len(slot.tokens)
@@ -301,9 +287,6 @@ class BatchEngine:
                 job.pos += len(tokens)
                 if job.pos < len(job.prompt):
                     continue
-                # a last piece shorter than its full size took other paths than a longer
-                # prompt's piece would: reuse stops at the boundary before it
-                slot.exact_upto = boundary_floor(len(job.prompt))
                 slot.logits = self._logits(start + len(tokens) - 1)
                 slot.logits_at = len(job.prompt)
             else:
@@ -314,7 +297,9 @@ class BatchEngine:
                     job.spec.decoded_plainly(token)
                 out += self._accept(slot, token)
             else:
-                out += self._verify(slot, start, base, proposal, step_s)
+                out += self._verify(slot, start, base, proposal, step_s, rechecks)
+        for recheck in rechecks:  # after every row of the batch was read: each decodes
+            out += self._recheck(recheck)
         return out
 
     def _proposals(self, decoding: list[Slot]) -> dict[int, list[int]]:
@@ -369,15 +354,21 @@ class BatchEngine:
         return proposal[:job.grammar.valid_prefix(proposal)]
 
     def _verify(self, slot: Slot, start: int, base: int, proposal: list[int],
-                step_s: float) -> list[tuple[str, Event]]:
+                step_s: float, rechecks: list[Recheck]) -> list[tuple[str, Event]]:
         """Sample at each proposed position with the request's own sampler while the samples
         equal the proposal; the first sample that differs (or the one after the last
-        proposed token) is the next token. Rejected tokens leave the KV cache."""
+        proposed token) is the next token. Rejected tokens leave the KV cache. A greedy
+        position at a near-tie stops the verification there: `rechecks` gets it, to be
+        sampled from a one-row step once the batch's other rows are read."""
         job = slot.job
         spec = job.spec
         out: list[tuple[str, Event]] = []
         matched = 0
         for i in range(len(proposal) + 1):
+            if self._near_tie(job, start + i):
+                rechecks.append(Recheck(slot, base + i, slot.tokens[base + i], i, proposal,
+                                        matched, step_s))
+                return out
             token = self._sample(job, start + i)
             hit = i < len(proposal) and token == proposal[i]
             if hit:
@@ -397,15 +388,54 @@ class BatchEngine:
             slot.tokens = slot.tokens[:keep]
         return out
 
+    def _near_tie(self, job: Job, row: int) -> bool:
+        """Whether a greedy request's top two logits at batch row `row` are within NEAR_TIE."""
+        if job.request.sampling.temperature != 0 or NEAR_TIE <= 0:
+            return False
+        logits = logits_row(self.ctx.ctx, row, self.n_vocab)
+        best = int(np.argmax(logits))
+        top = logits[best]
+        logits[best] = -np.inf  # llama.cpp's own buffer: put back right after
+        second = logits.max()
+        logits[best] = top
+        return bool(top - second < NEAR_TIE)
+
+    def _recheck(self, recheck: Recheck) -> list[tuple[str, Event]]:
+        """Evaluate a near-tie position's row alone, as plain decoding would, and take the
+        token sampled there: the proposal's tokens after it leave the KV cache."""
+        slot, job = recheck.slot, recheck.slot.job
+        if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, recheck.pos, -1):
+            raise RuntimeError("llama.cpp could not drop rejected speculative tokens")
+        del slot.tokens[recheck.pos:]
+        self.one_row.set_batch([recheck.token], recheck.pos, True)
+        self.one_row.batch.seq_id[0][0] = slot.seq_id
+        started = time.perf_counter()
+        self.ctx.decode(self.one_row)
+        slot.tokens.append(recheck.token)
+        token = self._sample(job, 0)
+        spec = job.spec
+        hit = recheck.index < len(recheck.proposal) and token == recheck.proposal[recheck.index]
+        spec.accepted += hit
+        spec.observe(len(recheck.proposal), recheck.matched + hit)
+        spec.realize(recheck.index + 1, job.propose_s + recheck.step_s
+                     + time.perf_counter() - started)
+        job.propose_s = 0.0
+        return self._accept(slot, token)  # the next token, pending like any sampled one
+
     def _logits(self, row: int) -> np.ndarray:
         return logits_row(self.ctx.ctx, row, self.n_vocab).copy()
 
     def _sample(self, job: Job, row: int) -> int:
         """The job's next token from batch row `row`: its grammar masks the row in llama.cpp's
         own buffer (only this row: other sequences' rows are untouched), then its sampler
-        chain samples there as it would without one."""
+        chain samples there as it would without one. A greedy request without penalties
+        takes the row's argmax (the first, as llama.cpp's greedy sampler does) without the
+        chain, which would first copy all of the vocabulary's logits into a candidate array
+        (0.2 ms a token with Qwen's 152k)."""
         if job.grammar is not None:
             job.grammar.mask(logits_row(self.ctx.ctx, row, self.n_vocab))
+        if job.argmax:
+            return int(np.argmax(logits_row(self.ctx.ctx, row, self.n_vocab)))
         return job.sampler.sample(self.ctx, row)
 
     def _sample_from(self, job: Job, logits: np.ndarray) -> int:
@@ -415,6 +445,8 @@ class BatchEngine:
         if job.grammar is not None:
             logits = logits.copy()
             job.grammar.mask(logits)
+        if job.argmax:
+            return int(np.argmax(logits))
         data = (llama_cpp.llama_token_data * self.n_vocab)()
         view = np.ctypeslib.as_array(data)
         view["id"], view["logit"], view["p"] = np.arange(self.n_vocab), logits, 0.0

@@ -1,20 +1,18 @@
-"""The llama.cpp engine's prompt cache is exact: a prompt whose prefix a slot already holds
-gets bit-for-bit the logits a fresh context computes (backends/llamacpp/engine.py explains
-why that needs pieces aligned to llama.cpp's 16-row kernel blocks), and a shared system
-prompt shorter than 64 tokens is reused."""
+"""The llama.cpp engine's prompt cache: a prompt whose prefix a slot already holds evaluates
+only the rest, as llama-server does (backends/llamacpp/engine.py), the next turn of a
+conversation reuses its answer's cells too, the same prompt again evaluates nothing, and a
+shared system prompt is reused without evicting another conversation."""
 
 from __future__ import annotations
-
-import ctypes
 
 import llama_cpp
 import numpy as np
 import pytest
-from llama_cpp._internals import LlamaSampler
 
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
-from backends.llamacpp import engine
 from backends.llamacpp.backend import LlamaCppBackend
+from backends.llamacpp.engine import BatchEngine
+from backends.llamacpp.speculative import common_prefix, logits_row
 
 SYSTEM = "You are a careful senior engineer who answers with short, correct code. "
 USERS = ["Reverse a string in Python." * 9, "Reverse a string in Python.",
@@ -28,17 +26,13 @@ def first_logits(monkeypatch):
     """Run a request to its first token on a backend; return that token's logits and the
     prompt tokens the cache supplied."""
     seen: list[np.ndarray] = []
-    sample = LlamaSampler.sample
+    sample = BatchEngine._sample
 
-    def recording(self, ctx, idx):
-        n_vocab = llama_cpp.llama_vocab_n_tokens(
-            llama_cpp.llama_model_get_vocab(llama_cpp.llama_get_model(ctx.ctx)))
-        ptr = llama_cpp.llama_get_logits_ith(ctx.ctx, idx)
-        seen.append(np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
-                                          shape=(n_vocab,)).copy())
-        return sample(self, ctx, idx)
+    def recording(self, job, row):
+        seen.append(logits_row(self.ctx.ctx, row, self.n_vocab).copy())
+        return sample(self, job, row)
 
-    monkeypatch.setattr(LlamaSampler, "sample", recording)
+    monkeypatch.setattr(BatchEngine, "_sample", recording)
 
     def run(backend: LlamaCppBackend, system: str, user: str) -> tuple[np.ndarray, int]:
         seen.clear()
@@ -56,7 +50,12 @@ def first_logits(monkeypatch):
 
 
 @pytest.mark.parametrize("repeats", [3, 9])  # a system prompt of about 40 and 130 tokens
-def test_a_cached_prefix_gives_the_logits_of_a_fresh_context(qwen15, first_logits, repeats):
+def test_a_cached_prefix_gives_the_first_token_of_a_fresh_context(qwen15, first_logits,
+                                                                   repeats):
+    """Cells computed in another batch shape round differently (llama.cpp's CPU kernels
+    take other paths by rows), so a reused prefix's logits are close to a fresh context's,
+    not bit-identical: the same top token, within a fraction of a logit. Wrong positions or
+    another sequence's cells would change them wholesale."""
     plan = LoadPlan(context=1024, threads=2, parallel=1)
     fresh, warm = LlamaCppBackend(), LlamaCppBackend()
     fresh.load(qwen15, plan)
@@ -65,47 +64,53 @@ def test_a_cached_prefix_gives_the_logits_of_a_fresh_context(qwen15, first_logit
         system_tokens = len(warm.tokenize(SYSTEM * repeats))
         reused = []
         for user in USERS:
-            fresh.engine.slots[0].tokens, fresh.engine.slots[0].exact_upto = [], 0
+            fresh.engine.slots[0].tokens = []
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(fresh._ctx.ctx), True)
             expected, none_cached = first_logits(fresh, SYSTEM * repeats, user)
             got, cached = first_logits(warm, SYSTEM * repeats, user)
             assert none_cached == 0
-            assert np.array_equal(got, expected), (user, cached, np.abs(got - expected).max())
+            assert got.argmax() == expected.argmax(), (user, cached)
+            assert np.abs(got - expected).max() < 1.0, (user, cached)
             reused.append(cached)
     finally:
         fresh.unload()
         warm.unload()
-    # every prompt after the first reuses the system prompt up to a piece boundary
-    assert reused[0] == 0 and all(engine.boundary_floor(system_tokens) <= n
-                                  == engine.boundary_floor(n) for n in reused[1:]), (
+    # every prompt after the first reuses at least the system prompt, to the token
+    assert reused[0] == 0 and all(n >= system_tokens for n in reused[1:]), (
         system_tokens, reused)
 
 
-def test_a_repeated_prompt_gets_the_same_logits_for_every_last_piece_length(qwen, first_logits):
-    """A prompt's last piece is evaluated beside its whole pieces on a miss and alone on a
-    hit. ggml-cpu multiplies unrepacked K-quant weights (Q6_K here) one row at a time below
-    8 rows and in tiles from 8 on, so a last piece under 8 rows must go alone both times
-    (measured before that rule: 0.28 apart for pieces of 3-5 rows). Each prompt starts from
-    an empty context, so its cells lie as in a fresh one (see engine.py on layouts)."""
+def test_the_next_turn_evaluates_only_what_the_conversation_added(qwen):
+    """The next turn's prompt holds the last prompt and the answer, re-rendered: the slot's
+    cells of both are reused, and only the new message is evaluated."""
     backend = LlamaCppBackend()
-    backend.load(qwen, LoadPlan(context=1024, threads=2, parallel=2))
-    memory = llama_cpp.llama_get_memory(backend._ctx.ctx)
+    backend.load(qwen, LoadPlan(context=2048, threads=2, parallel=2))
+
+    def turn(messages: tuple[Message, ...]) -> tuple[str, object]:
+        backend.submit("s", GenerationRequest(messages=messages, sampling=SamplingParams(
+            temperature=0, max_tokens=40)))
+        done = None
+        while backend.has_work():
+            done = next((e for _, e in backend.step() if isinstance(e, DoneEvent)), done)
+        return done.text, done.stats
+
     try:
-        lengths = set()
-        for k in range(20):
-            for slot in backend.engine.slots:
-                slot.tokens, slot.exact_upto, slot.logits, slot.logits_at = [], 0, None, 0
-            llama_cpp.llama_memory_clear(memory, True)
-            user = "Write a Python function that reverses a string." + " please" * k
-            miss, _ = first_logits(backend, SYSTEM, user)
-            for slot in backend.engine.slots:  # evaluate the last piece again, not stored
-                slot.logits, slot.logits_at = None, 0
-            hit, cached = first_logits(backend, SYSTEM, user)
-            n = len(backend.tokenize(f"{SYSTEM}{user}"))
-            lengths.add(n % 16)
-            assert cached > 0 and np.array_equal(hit, miss), (k, cached,
-                                                              np.abs(hit - miss).max())
-        assert len(lengths) == 16  # every last-piece length, give or take the template
+        first = (Message("system", SYSTEM), Message("user", USERS[5]))
+        answer, stats = turn(first)
+        assert stats.cached_tokens == 0
+        second = (*first, Message("assistant", answer),
+                  Message("user", "Now make it a generator expression."))
+        prompt, _, _ = backend.prompt_tokens(GenerationRequest(messages=second))
+        slot = max(backend.engine.slots, key=lambda s: len(s.tokens))
+        held = list(slot.tokens)  # the first prompt and the answer (but its last token)
+        _, stats = turn(second)
+        # every cell the second prompt shares was reused, the answer's too: only the new
+        # message and the template around it were evaluated
+        assert stats.prompt_tokens == len(prompt)
+        assert stats.cached_tokens == common_prefix(held, prompt) >= len(held) - 2, (
+            stats, len(held))
+        assert stats.prompt_tokens - stats.cached_tokens < 30
+        assert slot.tokens[:len(prompt)] == prompt  # the cache holds the conversation
     finally:
         backend.unload()
 
@@ -172,8 +177,8 @@ def test_prompts_evaluated_together_are_cached_for_their_next_turn(qwen15, first
     """Under load, one step carries several prompts' pieces and the running decodes, and the
     next turn of each conversation reuses what they left in the cache. Not bit for bit: other
     sequences' cells interleave with a conversation's in the shared buffer, and attention sums
-    cells in buffer order (in 64-cell tiles for 64-row pieces), so a reused prefix rounds
-    differently from a fresh context's (measured: up to 0.49 in a logit, 128 tokens reused)."""
+    cells in buffer order, so a reused prefix rounds differently from a fresh context's
+    (measured: up to 0.49 in a logit, 128 tokens reused)."""
     users = [USERS[0], USERS[3], USERS[5], USERS[6]]
     system = SYSTEM * 3
     fresh, warm = LlamaCppBackend(), LlamaCppBackend()
@@ -201,14 +206,13 @@ def test_prompts_evaluated_together_are_cached_for_their_next_turn(qwen15, first
                     warm.step()
         while warm.has_work():
             warm.step()
-        pieces_of = [[p for p in step.values() if len(p) >= engine.SMALL_PIECE]
-                     for step in steps]
+        pieces_of = [[p for p in step.values() if len(p) > 1] for step in steps]
         assert any(len(p) >= 2 for p in pieces_of), "no step carried two prompts' pieces"
         assert any(p and any(len(r) == 1 for r in step.values())
                    for p, step in zip(pieces_of, steps, strict=True)), "no piece beside decodes"
         for user in users:
             follow_up = user + " Keep it short, please."
-            fresh.engine.slots[0].tokens, fresh.engine.slots[0].exact_upto = [], 0
+            fresh.engine.slots[0].tokens = []
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(fresh._ctx.ctx), True)
             expected, _ = first_logits(fresh, system, follow_up)
             got, cached = first_logits(warm, system, follow_up)

@@ -127,3 +127,47 @@ def test_a_draft_model_with_another_tokenizer_or_none_is_a_clear_error(store, qw
         SpeculativeParams(method="draft").validate()
     with pytest.raises(InvalidRequestError, match="max_draft"):
         SpeculativeParams(method="lookup", max_draft=0).validate()
+
+
+def test_a_near_tie_is_sampled_again_from_a_one_row_step(qwen, monkeypatch):
+    """A verification batch rounds each row differently from the one-row step of plain
+    decoding, so a greedy near-tie can go the other way (backends/llamacpp/engine.py,
+    NEAR_TIE). With every position counted as a near-tie, each step keeps only what a
+    one-row step decides, and the answer is plain decoding's to the bit."""
+    from backends.base import DoneEvent, LoadPlan
+    from backends.llamacpp import engine
+    from backends.llamacpp.backend import LlamaCppBackend
+
+    rechecks = []
+    recheck = engine.BatchEngine._recheck
+
+    def counting(self, r):
+        rechecks.append(r)
+        return recheck(self, r)
+
+    monkeypatch.setattr(engine.BatchEngine, "_recheck", counting)
+    backend = LlamaCppBackend()
+    backend.load(qwen, LoadPlan(context=2048, threads=2, parallel=1))
+
+    def answer(speculative: SpeculativeParams | None) -> tuple[str, object]:
+        backend.submit("s", edit_request(SamplingParams(temperature=0, max_tokens=48),
+                                         speculative))
+        done = None
+        while backend.has_work():
+            done = next((e for _, e in backend.step() if isinstance(e, DoneEvent)), done)
+        return done.text, done.stats
+
+    try:
+        plain, _ = answer(None)
+        monkeypatch.setattr(engine, "NEAR_TIE", float("inf"))
+        looked, stats = answer(LOOKUP)
+        assert looked == plain
+        assert stats.draft_tokens > 0 and len(rechecks) > 10
+        # each re-check took the pending token's row alone: the proposal after it waited
+        assert all(r.index == 0 for r in rechecks)
+        monkeypatch.setattr(engine, "NEAR_TIE", 0.0)
+        rechecks.clear()
+        looked, stats = answer(LOOKUP)
+        assert rechecks == [] and stats.accepted_tokens > 10
+    finally:
+        backend.unload()

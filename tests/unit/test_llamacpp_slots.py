@@ -1,48 +1,46 @@
 """The llama.cpp engine's slot table, without a model: which free slot a new request takes
 and how much of its cache it reuses (backends/llamacpp/engine.py, `reusable` and `place`).
-That the reuse is exact, and that a shared system prompt keeps the other conversation's
-cache, is checked on the real models in tests/integration/test_llamacpp_prefix_cache.py."""
+That the reused cells serve the next turn right, and that a shared system prompt keeps the
+other conversation's cache, is checked on the real models in
+tests/integration/test_llamacpp_prefix_cache.py."""
 
 from __future__ import annotations
 
-from backends.llamacpp.engine import Placement, Slot, place, reusable
+from backends.llamacpp.engine import Placement, Slot, place, reusable, runs
 
 SYSTEM = list(range(1000, 1040))  # a 40-token system prompt
 
 
-def cached(seq_id: int, tokens: list[int], last_used: float = 0.0,
-           exact_upto: int | None = None) -> Slot:
-    """A free slot whose cache holds `tokens`, bit-exact up to `exact_upto` (all of them)."""
-    exact = len(tokens) if exact_upto is None else exact_upto
-    return Slot(seq_id, tokens=list(tokens), exact_upto=exact, last_used=last_used)
+def cached(seq_id: int, tokens: list[int], last_used: float = 0.0) -> Slot:
+    """A free slot whose cache holds `tokens`."""
+    return Slot(seq_id, tokens=list(tokens), last_used=last_used)
 
 
-def test_reuse_is_the_common_prefix_down_to_a_piece_boundary():
+def test_reuse_is_the_whole_common_prefix():
     slot = cached(0, list(range(100)))
-    assert reusable(slot, list(range(70)) + [7, 7]) == 64  # 70 shared: boundaries 64, 128...
-    assert reusable(slot, list(range(40)) + [7]) == 32  # ... and 16, 32, 48 below 64
-    assert reusable(slot, list(range(15)) + [7]) == 0
+    assert reusable(slot, list(range(70)) + [7, 7]) == 70
+    assert reusable(slot, list(range(15)) + [7]) == 15
+    assert reusable(slot, list(range(100)) + [7] * 30) == 100  # the next turn: all of it
     assert reusable(slot, [7] + list(range(1, 100))) == 0  # a different first token
 
 
-def test_reuse_stops_short_of_the_prompts_last_token_and_of_inexact_cells():
+def test_reuse_stops_short_of_the_prompts_last_token():
     slot = cached(0, list(range(100)))
     # the last token must be evaluated for the logits its answer starts from
-    assert reusable(slot, list(range(64))) == 48
-    # cells past exact_upto rounded differently from a fresh evaluation (a short last piece)
-    assert reusable(cached(0, list(range(100)), exact_upto=40), list(range(90))) == 32
+    assert reusable(slot, list(range(64))) == 63
+    assert reusable(slot, [0]) == 0
 
 
 def test_the_same_prompt_again_reuses_all_of_it_from_the_stored_logits():
     prompt = list(range(50))
-    slot = cached(0, prompt + [500, 501], exact_upto=48)  # its prompt, then its answer
+    slot = cached(0, prompt + [500, 501])  # its prompt, then its answer
     slot.logits_at = len(prompt)  # the logits after the prompt were kept
     assert reusable(slot, prompt) == 50
-    assert reusable(slot, prompt[:40]) == 32  # another prompt: the usual rule
+    assert reusable(slot, prompt[:40]) == 39  # another prompt: the usual rule
 
 
 def test_a_new_request_takes_the_slot_with_the_longest_common_prefix():
-    ours = SYSTEM + list(range(88))  # 128 tokens, a piece boundary
+    ours = SYSTEM + list(range(88))
     slots = [cached(0, list(range(500, 600)), last_used=1.0),
              cached(1, ours, last_used=3.0),
              cached(2, SYSTEM, last_used=2.0)]
@@ -54,14 +52,14 @@ def test_a_new_conversation_sharing_the_system_prompt_takes_the_lru_slot_with_sh
     idle = cached(1, list(range(500, 520)), last_used=1.0)
     other = cached(2, list(range(600, 630)), last_used=3.0)
     new = SYSTEM + [7] * 30
-    # the cells of the 32 shared tokens go to the least recently used free slot, and the
+    # the cells of the 40 shared tokens go to the least recently used free slot, and the
     # conversation keeps its 140 for its next turn
-    assert place([busy, idle, other], new) == Placement(idle, 32, donor=busy)
+    assert place([busy, idle, other], new) == Placement(idle, 40, donor=busy)
     # a sliding-window cache cannot share cells: the conversation's cache is cut instead
-    assert place([busy, idle, other], new, can_share=False) == Placement(busy, 32)
+    assert place([busy, idle, other], new, can_share=False) == Placement(busy, 40)
     # when the conversation's own slot is the least recently used, it is cut as well
     busy.last_used = 0.5
-    assert place([busy, idle, other], new) == Placement(busy, 32)
+    assert place([busy, idle, other], new) == Placement(busy, 40)
 
 
 def test_without_reuse_the_least_recently_used_cache_is_evicted_first():
@@ -78,13 +76,39 @@ def test_without_reuse_the_least_recently_used_cache_is_evicted_first():
     # among slots that serve the same prefix, too, the least recently used goes first
     a = cached(0, SYSTEM + [1] * 9, last_used=2.0)
     b = cached(1, SYSTEM + [2] * 9, last_used=1.0)
-    assert place([a, b], SYSTEM + [3]) == Placement(b, 32)
+    assert place([a, b], SYSTEM + [3]) == Placement(b, 40)
 
 
 def test_a_conversations_next_turn_stays_in_its_slot_and_evicts_no_other():
     prompt = SYSTEM + list(range(60))  # 100 tokens
-    ours = cached(1, prompt + [500] * 12, last_used=2.0, exact_upto=64)  # and its answer
+    ours = cached(1, prompt + [500] * 12, last_used=2.0)  # and its answer
     ours.logits_at = len(prompt)
     theirs = cached(0, list(range(700, 800)), last_used=1.0)  # another conversation
     next_turn = prompt + [500] * 12 + [9] * 8
-    assert place([theirs, ours], next_turn) == Placement(ours, 64)
+    # everything cached, the answer too: only the 8 new tokens are evaluated
+    assert place([theirs, ours], next_turn) == Placement(ours, 112)
+
+
+def test_runs_count_the_passes_a_decode_step_takes():
+    assert runs(set()) == 0
+    assert runs({1, 2, 3, 4}) == 1
+    assert runs({1, 3, 5, 7}) == 4
+    assert runs({0, 1, 5, 6, 7}) == 2
+
+
+def test_while_others_decode_a_request_takes_the_slot_that_keeps_their_ids_consecutive():
+    # sequences 1 and 3 decode; slots 0, 2, 4-7 are free
+    free = [cached(i, [100 + i] * 20, last_used=float(i)) for i in (0, 2, 4, 5, 6, 7)]
+    busy = frozenset({1, 3})
+    # an unrelated prompt: slot 0 is the least recently used, but slot 2 joins 1 and 3
+    assert place(free, [9] * 30, busy=busy) == Placement(free[1], 0)
+    # a conversation cached in slot 6 moves to slot 2 with a copy of its cells; slot 6
+    # keeps its cache
+    ours = cached(6, SYSTEM + [5] * 50, last_used=0.5)
+    free = [free[0], free[1], free[2], free[3], ours, free[5]]
+    assert place(free, ours.tokens + [7] * 9, busy=busy) == Placement(free[1], 90, donor=ours)
+    # nothing decoding: it stays where its cache is
+    assert place(free, ours.tokens + [7] * 9) == Placement(ours, 90)
+    # a sliding-window cache cannot be copied: it stays, and only an empty slot moves
+    assert place(free, ours.tokens + [7] * 9, can_share=False, busy=busy) == Placement(ours, 90)
+    assert place(free, [9] * 30, can_share=False, busy=busy) == Placement(free[1], 0)

@@ -1,0 +1,215 @@
+"""Where one request's time goes, end to end, on the llama.cpp backend. Prints JSON.
+
+    .venv/bin/python benchmarks/request_profile.py [--model qwen2.5-coder-0.5b-instruct]
+        [--prompt-tokens 1000] [--max-tokens 64] [--server] [--llama-server PATH]
+
+In the process (the backend as the worker runs it, timed around its parts): the chat
+template, tokenizing, each engine step split into llama_decode and what Ember does around it
+(sampling, detokenizing, the output parser, bookkeeping), for a cold prompt of about
+`--prompt-tokens` tokens, the next turn of that conversation (cached), and the decode of
+`--max-tokens` greedy tokens. With --server, the same request through `ember serve` (the
+worker pipe and the HTTP layer on top), and with --llama-server, through llama.cpp's own
+server with the same threads: streamed, so the time per token there is what a client sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from app.store import Store  # noqa: E402
+from backends.base import GenerationRequest, LoadPlan, Message, SamplingParams  # noqa: E402
+from benchmarks.serve_load import free_port, long_code, run_server  # noqa: E402
+
+
+def conversation(prompt_tokens: int) -> list[dict]:
+    return [{"role": "user", "content": f"Here is my module:\n{long_code(prompt_tokens)}\n"
+                                        "What does it do?"}]
+
+
+class Clock:
+    """Seconds spent in named parts, and how often each ran."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    @contextmanager
+    def part(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+            self.calls[name] = self.calls.get(name, 0) + 1
+
+    def wrap(self, owner: object, attr: str, name: str) -> None:
+        original = getattr(owner, attr)
+
+        def timed(*args, **kwargs):
+            with self.part(name):
+                return original(*args, **kwargs)
+
+        setattr(owner, attr, timed)
+
+
+def in_process(model, args: argparse.Namespace) -> dict:
+    """The backend in this process: one cold prompt, its cached next turn, and a decode."""
+    from llama_cpp._internals import LlamaSampler
+
+    from backends.llamacpp.backend import LlamaCppBackend
+
+    backend = LlamaCppBackend()
+    backend.load(model, LoadPlan(context=args.context, threads=args.threads, parallel=8))
+    clock = Clock()
+    clock.wrap(backend.engine.ctx, "decode", "llama_decode")
+    clock.wrap(LlamaSampler, "sample", "sampling")
+    clock.wrap(backend.engine, "detokenize", "detokenize")
+    results: dict = {}
+    try:
+        def request(messages: list[dict], max_tokens: int) -> GenerationRequest:
+            return GenerationRequest(
+                messages=tuple(Message(m["role"], m["content"]) for m in messages),
+                sampling=SamplingParams(temperature=0, max_tokens=max_tokens))
+
+        def run(name: str, messages: list[dict], max_tokens: int) -> str:
+            clock.seconds.clear()
+            clock.calls.clear()
+            req = request(messages, max_tokens)
+            started = time.perf_counter()
+            with clock.part("template"):
+                text = backend.render(req.messages, req)
+            with clock.part("tokenize"):
+                backend._encode(text)
+            with clock.part("submit (template, tokenize, grammar, sampler)"):
+                backend.submit("s", req)
+            first = None
+            steps: list[float] = []
+            done = None
+            while backend.has_work():
+                step_started = time.perf_counter()
+                with clock.part("engine steps"):
+                    events = backend.step()
+                steps.append(time.perf_counter() - step_started)
+                for _, event in events:
+                    if first is None and type(event).__name__ == "TokenEvent":
+                        first = time.perf_counter() - started
+                    if type(event).__name__ == "DoneEvent":
+                        done = event
+            total = time.perf_counter() - started
+            parts = {k: round(v, 4) for k, v in clock.seconds.items()}
+            around = clock.seconds["engine steps"] - clock.seconds.get("llama_decode", 0.0)
+            results[name] = {
+                "total_s": round(total, 3), "ttft_s": round(first or total, 3),
+                "prompt_tokens": done.stats.prompt_tokens,
+                "cached_tokens": done.stats.cached_tokens,
+                "completion_tokens": done.stats.completion_tokens,
+                "engine_steps": len(steps), "parts_s": parts, "calls": dict(clock.calls),
+                "engine_python_s": round(around, 4),
+                "python_per_step_ms": round(1000 * around / max(1, len(steps)), 3)}
+            return done.text
+
+        turn1 = conversation(args.prompt_tokens)
+        answer = run("cold_prompt", turn1, args.max_tokens)
+        turn2 = [*turn1, {"role": "assistant", "content": answer},
+                 {"role": "user", "content": "Rename handler_3 to health_check."}]
+        run("cached_turn", turn2, 8)
+        run("decode", [{"role": "user", "content": "Write a Python function that checks "
+                                                   "whether a number is prime."}],
+            args.max_tokens)
+        decode = results["decode"]
+        steps = decode["calls"]["llama_decode"]
+        decode["llama_decode_ms_per_step"] = round(
+            1000 * decode["parts_s"]["llama_decode"] / steps, 3)
+    finally:
+        backend.unload()
+    return results
+
+
+def streamed(url: str, model_id: str, messages: list[dict], max_tokens: int) -> dict:
+    """One streamed request: time to first token and the gaps between the chunks after it."""
+    started = time.perf_counter()
+    stamps: list[float] = []
+    with httpx.stream("POST", url + "/v1/chat/completions", timeout=900, json={
+            "model": model_id, "messages": messages, "stream": True, "temperature": 0,
+            "max_tokens": max_tokens}) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            choices = chunk.get("choices") or [{}]
+            if choices[0].get("delta", {}).get("content"):
+                stamps.append(time.perf_counter())
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return {"ttft_s": round(stamps[0] - started, 3) if stamps else None,
+            "chunks": len(stamps),
+            "ms_per_token_median": round(1000 * statistics.median(gaps), 2) if gaps else None,
+            "decode_tokens_per_s": round(len(gaps) / sum(gaps), 1) if gaps else None}
+
+
+def through_server(name: str, command: list[str], env: dict, model_id: str,
+                   args: argparse.Namespace, port: int) -> dict:
+    url = f"http://127.0.0.1:{port}"
+    proc = run_server(command, url, env)
+    try:
+        streamed(url, model_id, [{"role": "user", "content": "hi"}], 4)  # load, warm up
+        turn1 = conversation(args.prompt_tokens)
+        cold = streamed(url, model_id, turn1, args.max_tokens)
+        decode = [streamed(url, model_id, [{"role": "user", "content": p}], args.max_tokens)
+                  for p in ("Write a Python function that checks whether a number is prime.",
+                            "Write a Python function that merges two sorted lists.",
+                            "Write a Python class for a stack with push, pop and peek.")]
+        return {"cold_prompt_ttft_s": cold["ttft_s"],
+                "decode_ms_per_token_median": statistics.median(
+                    d["ms_per_token_median"] for d in decode),
+                "decode_tokens_per_s": [d["decode_tokens_per_s"] for d in decode]}
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--context", type=int, default=4096)
+    parser.add_argument("--prompt-tokens", type=int, default=1000)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--server", action="store_true", help="also through `ember serve`")
+    parser.add_argument("--llama-server", help="also through llama.cpp's llama-server")
+    args = parser.parse_args()
+    model = Store().get(args.model)
+    out: dict = {"model": model.id, "threads": args.threads,
+                 "in_process": in_process(model, args)}
+    env = {**os.environ, "EMBER_THREADS": str(args.threads),
+           "EMBER_CONTEXT": str(args.context)}
+    if args.server:
+        port = free_port()
+        out["ember_serve"] = through_server(
+            "ember", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
+                      "--parallel", "8"], env, model.id, args, port)
+    if args.llama_server:
+        port = free_port()
+        out["llama_server"] = through_server(
+            "llama_server", [args.llama_server, "--model", str(model.path), "--port",
+                             str(port), "--host", "127.0.0.1", "--alias", model.id,
+                             "--parallel", "8", "--ctx-size", str(args.context * 8),
+                             "--threads", str(args.threads), "--threads-batch",
+                             str(args.threads)], env, model.id, args, port)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
