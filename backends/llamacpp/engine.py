@@ -36,6 +36,13 @@ from backends.speculation.policy import Speculation
 NEAR_TIE = float(os.environ.get("EMBER_NEAR_TIE", "1.0"))
 
 
+# A conversation keeps its cache when a new request shares only its prefix (a system prompt)
+# if it holds at least this many tokens past that prefix: the new request then takes a copy
+# of the prefix in another slot, and llama.cpp copies whole KV streams (0.1-0.2 s for a 16k
+# context), which a short tail is not worth.
+KEEP_TAIL = 64
+
+
 def plan_prompt_rows(prefilling: list[Slot], room: int) -> list[tuple[Slot, int, int]]:
     """Prompt pieces (slot, start, end) for one step with `room` rows: the oldest request
     first, each prompt taking as much of the room as it still needs (llama-server fills its
@@ -83,8 +90,9 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
     least recently used on a tie (so the cache evicted is the one idle longest). When that
     reuse is only a prefix of the slot's longer cache (a system prompt another conversation
     shares), the least recently used free slot takes a copy of those cells instead, and the
-    conversation keeps its cache for its next turn (`can_share`: caches that can be copied,
-    which sliding-window ones cannot). A prompt that holds the slot's whole cache is that
+    conversation keeps its cache for its next turn, if it is longer than the prefix by
+    KEEP_TAIL tokens (`can_share`: caches that can be copied, which sliding-window ones
+    cannot). A prompt that holds the slot's whole cache is that
     conversation's next turn, so it stays in its slot, unless other sequences are decoding
     (`busy`, their seq ids) and another free slot would keep them all in fewer runs of
     consecutive ids (`runs`): the request then takes that slot, with a copy of its cells."""
@@ -92,7 +100,8 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
     keep = reusable(slot, prompt)
     target = slot
     branches_off = common_prefix(slot.tokens, prompt) < len(slot.tokens)
-    if can_share and 0 < keep < len(prompt) and branches_off:
+    if can_share and 0 < keep < len(prompt) and branches_off and (
+            len(slot.tokens) - keep >= KEEP_TAIL):
         target = min(free, key=lambda s: s.last_used)
     if busy and (can_share or keep == 0):
         fewest = min(runs(busy | {s.seq_id}) for s in free)

@@ -112,3 +112,16 @@ def test_while_others_decode_a_request_takes_the_slot_that_keeps_their_ids_conse
     # a sliding-window cache cannot be copied: it stays, and only an empty slot moves
     assert place(free, ours.tokens + [7] * 9, can_share=False, busy=busy) == Placement(ours, 90)
     assert place(free, [9] * 30, can_share=False, busy=busy) == Placement(free[1], 0)
+
+
+def test_a_short_tail_past_the_shared_prefix_is_not_worth_a_copy():
+    # the same long document again with another question: the slot's cells after the
+    # document are only the first question and a short answer, so the slot is cut in place
+    # rather than its whole KV stream copied
+    document = list(range(2000))
+    slot = cached(0, document + [7] * 20, last_used=2.0)
+    idle = cached(1, [5] * 10, last_used=1.0)
+    assert place([slot, idle], document + [8] * 12) == Placement(slot, 2000)
+    long_tail = cached(0, document + [7] * 64, last_used=2.0)
+    assert place([long_tail, idle], document + [8] * 12) == Placement(idle, 2000,
+                                                                      donor=long_tail)
