@@ -2,7 +2,7 @@
 # Build llama.cpp's own llama-server from the llama.cpp that llama-cpp-python vendors, with the
 # flags Ember's wheel is built with (packaging/llama_cpp_wheel.sh), and print its path: the
 # anchor benchmarks/serve_load.py --llama-server compares Ember against. Cached by the wheel's
-# version, flags and CPU, like the wheel (about 10 minutes on 2 cores, once).
+# version, flags and CPU, like the wheel (about 5 minutes on 2 cores, once).
 set -euo pipefail
 
 VERSION=${EMBER_LLAMA_CPP_VERSION:-0.3.36}
@@ -26,7 +26,7 @@ if [ ! -x "$dir/llama-server" ]; then
   work=$(mktemp -d)
   tar -xzf "$sdist" -C "$work"
   src=$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)
-  echo "ember: compiling llama-server from $src (about 10 minutes on 2 cores, once)" >&2
+  echo "ember: compiling llama-server from $src (about 5 minutes on 2 cores, once)" >&2
   cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
