@@ -23,14 +23,17 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.store import Store  # noqa: E402
 from backends.base import GenerationRequest, LoadPlan, Message, SamplingParams  # noqa: E402
-from benchmarks.serve_load import free_port, long_code, run_server  # noqa: E402
+from benchmarks.serve_load import (  # noqa: E402
+    free_port,
+    long_code,
+    running_server,
+    stream_chat,
+)
 
 
 def conversation(prompt_tokens: int) -> list[dict]:
@@ -139,45 +142,27 @@ def in_process(model, args: argparse.Namespace) -> dict:
 
 def streamed(url: str, model_id: str, messages: list[dict], max_tokens: int) -> dict:
     """One streamed request: time to first token and the gaps between the chunks after it."""
-    started = time.perf_counter()
-    stamps: list[float] = []
-    with httpx.stream("POST", url + "/v1/chat/completions", timeout=900, json={
-            "model": model_id, "messages": messages, "stream": True, "temperature": 0,
-            "max_tokens": max_tokens}) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            choices = chunk.get("choices") or [{}]
-            if choices[0].get("delta", {}).get("content"):
-                stamps.append(time.perf_counter())
+    result = stream_chat(url, model_id, messages, max_tokens)
+    stamps = result["stamps"]
     gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-    return {"ttft_s": round(stamps[0] - started, 3) if stamps else None,
+    return {"ttft_s": round(result["ttft_s"], 3) if stamps else None,
             "chunks": len(stamps),
             "ms_per_token_median": round(1000 * statistics.median(gaps), 2) if gaps else None,
             "decode_tokens_per_s": round(len(gaps) / sum(gaps), 1) if gaps else None}
 
 
-def through_server(name: str, command: list[str], env: dict, model_id: str,
+def through_server(command: list[str], env: dict, model_id: str,
                    args: argparse.Namespace, port: int) -> dict:
-    url = f"http://127.0.0.1:{port}"
-    proc = run_server(command, url, env)
-    try:
-        streamed(url, model_id, [{"role": "user", "content": "hi"}], 4)  # load, warm up
-        turn1 = conversation(args.prompt_tokens)
-        cold = streamed(url, model_id, turn1, args.max_tokens)
+    with running_server(command, env, port, model_id) as url:
+        cold = streamed(url, model_id, conversation(args.prompt_tokens), args.max_tokens)
         decode = [streamed(url, model_id, [{"role": "user", "content": p}], args.max_tokens)
                   for p in ("Write a Python function that checks whether a number is prime.",
                             "Write a Python function that merges two sorted lists.",
                             "Write a Python class for a stack with push, pop and peek.")]
-        return {"cold_prompt_ttft_s": cold["ttft_s"],
-                "decode_ms_per_token_median": statistics.median(
-                    d["ms_per_token_median"] for d in decode),
-                "decode_tokens_per_s": [d["decode_tokens_per_s"] for d in decode]}
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    return {"cold_prompt_ttft_s": cold["ttft_s"],
+            "decode_ms_per_token_median": statistics.median(
+                d["ms_per_token_median"] for d in decode),
+            "decode_tokens_per_s": [d["decode_tokens_per_s"] for d in decode]}
 
 
 def main() -> None:
@@ -198,16 +183,15 @@ def main() -> None:
     if args.server:
         port = free_port()
         out["ember_serve"] = through_server(
-            "ember", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
-                      "--parallel", "8"], env, model.id, args, port)
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--parallel", "8"],
+            env, model.id, args, port)
     if args.llama_server:
         port = free_port()
         out["llama_server"] = through_server(
-            "llama_server", [args.llama_server, "--model", str(model.path), "--port",
-                             str(port), "--host", "127.0.0.1", "--alias", model.id,
-                             "--parallel", "8", "--ctx-size", str(args.context * 8),
-                             "--threads", str(args.threads), "--threads-batch",
-                             str(args.threads)], env, model.id, args, port)
+            [args.llama_server, "--model", str(model.path), "--port", str(port), "--host",
+             "127.0.0.1", "--alias", model.id, "--parallel", "8", "--ctx-size",
+             str(args.context * 8), "--threads", str(args.threads), "--threads-batch",
+             str(args.threads)], env, model.id, args, port)
     print(json.dumps(out, indent=2))
 
 

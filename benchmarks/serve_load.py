@@ -34,7 +34,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -80,9 +82,10 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 
 def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int = 64) -> dict:
+    """One streamed greedy request: its time to first token, text, end, and the time each
+    chunk of text arrived (`stamps`)."""
     started = time.perf_counter()
-    first = None
-    pieces = 0
+    stamps: list[float] = []
     text = []
     with httpx.stream("POST", url + "/v1/chat/completions", timeout=600, json={
             "model": model, "messages": messages, "stream": True, "temperature": 0,
@@ -95,11 +98,11 @@ def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int = 64
             delta = chunk["choices"][0].get("delta", {}).get("content") if chunk.get(
                 "choices") else None
             if delta:
-                first = first or time.perf_counter()
-                pieces += 1
+                stamps.append(time.perf_counter())
                 text.append(delta)
-    return {"ttft_s": (first or time.perf_counter()) - started, "text": "".join(text),
-            "end": time.perf_counter()}
+    end = time.perf_counter()
+    return {"ttft_s": (stamps[0] if stamps else end) - started, "text": "".join(text),
+            "end": end, "stamps": stamps}
 
 
 def load_level(url: str, model: str, streams: int, tokenize) -> dict:
@@ -148,11 +151,20 @@ def long_prompt(url: str, model: str, tokens: int) -> dict:
     return {"tokens": tokens, "ttft_cold_s": round(cold, 3), "ttft_cached_s": round(cached, 3)}
 
 
-def run_server(cmd: list[str], url: str, env: dict) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+@contextmanager
+def running_server(command: list[str], env: dict, port: int, model_id: str) -> Iterator[str]:
+    """A server under test on `port`, ready and with its model loaded (one short request);
+    yields its URL, and stops it afterwards."""
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    wait_ready(url, proc)
-    return proc
+    try:
+        wait_ready(url, proc)
+        stream_chat(url, model_id, [{"role": "user", "content": "hi"}], 4)  # load
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 LCP_SERVER_EXTRAS = ("sse_starlette", "starlette_context", "pydantic_settings")
@@ -188,32 +200,20 @@ def server_commands(args: argparse.Namespace, model, port: int,
 
 def measure_long(name: str, command: list[str], env: dict, model, port: int,
                  lengths: list[int]) -> list[dict]:
-    url = f"http://127.0.0.1:{port}"
-    proc = run_server(command, url, env)
-    try:
-        stream_chat(url, model.id, [{"role": "user", "content": "hi"}], 4)  # load
+    with running_server(command, env, port, model.id) as url:
         result = [long_prompt(url, model.id, n) for n in lengths]
-        print(json.dumps({name: {"long": result}}), file=sys.stderr)
-        return result
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    print(json.dumps({name: {"long": result}}), file=sys.stderr)
+    return result
 
 
 def measure(name: str, command: list[str], env: dict, model, tokenize,
             port: int) -> dict:
-    url = f"http://127.0.0.1:{port}"
-    proc = run_server(command, url, env)
-    try:
-        stream_chat(url, model.id, [{"role": "user", "content": "hi"}], 4)  # load
+    with running_server(command, env, port, model.id) as url:
         result = {"levels": [load_level(url, model.id, n, tokenize) for n in STREAMS]}
         if name != "llama_cpp_python_server":  # it has no prompt cache across requests
             result["second_turn"] = second_turn(url, model.id)
-        print(json.dumps({name: result}), file=sys.stderr)
-        return result
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    print(json.dumps({name: result}), file=sys.stderr)
+    return result
 
 
 def median_levels(rounds: list[dict]) -> dict:

@@ -134,10 +134,9 @@ class Job(BaseJob):
 @dataclass(frozen=True)
 class Recheck:
     """A verified position to sample again from a one-row step (see NEAR_TIE): the row of
-    `token` at `pos`, the `index`-th of the step's rows for this sequence."""
+    the token the slot holds at `pos`, the `index`-th of the step's rows for this sequence."""
     slot: Slot
     pos: int
-    token: int
     index: int
     proposal: list[int]
     matched: int
@@ -375,8 +374,7 @@ class BatchEngine:
         matched = 0
         for i in range(len(proposal) + 1):
             if self._near_tie(job, start + i):
-                rechecks.append(Recheck(slot, base + i, slot.tokens[base + i], i, proposal,
-                                        matched, step_s))
+                rechecks.append(Recheck(slot, base + i, i, proposal, matched, step_s))
                 return out
             token = self._sample(job, start + i)
             hit = i < len(proposal) and token == proposal[i]
@@ -415,12 +413,11 @@ class BatchEngine:
         slot, job = recheck.slot, recheck.slot.job
         if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, recheck.pos, -1):
             raise RuntimeError("llama.cpp could not drop rejected speculative tokens")
-        del slot.tokens[recheck.pos:]
-        self.one_row.set_batch([recheck.token], recheck.pos, True)
+        del slot.tokens[recheck.pos + 1:]  # the row's own token is evaluated again
+        self.one_row.set_batch(slot.tokens[recheck.pos:], recheck.pos, True)
         self.one_row.batch.seq_id[0][0] = slot.seq_id
         started = time.perf_counter()
         self.ctx.decode(self.one_row)
-        slot.tokens.append(recheck.token)
         token = self._sample(job, 0)
         spec = job.spec
         hit = recheck.index < len(recheck.proposal) and token == recheck.proposal[recheck.index]
