@@ -143,6 +143,9 @@ class SpeculativeParams:
                                       f"got {self.max_draft}")
 
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit on top_logprobs
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """A chat (`messages`) or a raw completion (`prompt`), with its sampling settings.
@@ -161,6 +164,9 @@ class GenerationRequest:
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool = True
     thinking: Thinking = field(default_factory=Thinking)
+    # each generated token's log-probability (LogprobEvent, DoneEvent.logprobs) with this many
+    # of the most likely tokens at its position; None: none
+    logprobs: int | None = None
 
     def validate(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -178,6 +184,9 @@ class GenerationRequest:
                 raise InvalidRequestError("the prompt is empty (no user message has any text)")
             check_tool_turns(self.messages)
         check_tools(self.tools, self.tool_choice)
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequestError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, "
+                                      f"got {self.logprobs}", "top_logprobs")
         self.sampling.validate()
         if self.speculative is not None:
             self.speculative.validate()
@@ -291,6 +300,35 @@ class ToolCallEvent:
 
 
 @dataclass(frozen=True)
+class TopLogprob:
+    """One of the most likely tokens at a position: its text (`bytes` decoded, invalid UTF-8
+    replaced), its bytes, and its log-probability."""
+    token: str
+    bytes: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log-probability under the model: the log-softmax of the model's
+    raw logits at its position, before the sampling settings, penalties or a grammar shape
+    the draw (what llama-server and vLLM report). With speculative decoding, the target
+    model's. `top`: the most likely tokens there, most likely first."""
+    id: int
+    token: str
+    bytes: bytes
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogprobEvent:
+    """A generated token's log-probability (only for a request that asked for them): one per
+    completion token, in order, before the text events the token produced."""
+    entry: TokenLogprob
+
+
+@dataclass(frozen=True)
 class DoneEvent:
     """The request's end: the whole answer, exactly what its events streamed (a tool call
     cut off by max_tokens is left out of `tool_calls`)."""
@@ -298,6 +336,7 @@ class DoneEvent:
     text: str  # the whole answer's content
     reasoning: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()  # every LogprobEvent of the request, in order
 
 
 @dataclass(frozen=True)
@@ -307,7 +346,7 @@ class ErrorEvent:
     partial: str = ""  # the answer's text received before the failure (remote streams)
 
 
-Event = TokenEvent | ReasoningEvent | ToolCallEvent | DoneEvent | ErrorEvent
+Event = TokenEvent | ReasoningEvent | ToolCallEvent | LogprobEvent | DoneEvent | ErrorEvent
 OutputEvent = TokenEvent | ReasoningEvent | ToolCallEvent  # what an output parser produces
 
 
@@ -318,6 +357,7 @@ class Capabilities:
     speculative: bool = False
     embeddings: bool = False
     grammar: bool = False  # constrained decoding (JSON mode, schemas, forced tool calls)
+    logprobs: bool = False  # each generated token's log-probability (LogprobEvent)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,11 @@ from backends.base import (
     Event,
     FinishReason,
     GenerationRequest,
+    LogprobEvent,
     OutputEvent,
     ReasoningEvent,
     TokenEvent,
+    TokenLogprob,
     ToolCall,
     ToolCallEvent,
 )
@@ -72,18 +74,25 @@ class BaseJob:
     reasoning_tokens: int = 0
     answer: Answer = field(default_factory=Answer)
     speculation_off: str = ""  # why speculative decoding was switched off, if it was
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # if the request asked
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled.is_set()
 
-    def emitted(self, data: bytes) -> list[tuple[str, Event]]:
+    def emitted(self, data: bytes,
+                logprob: TokenLogprob | None = None) -> list[tuple[str, Event]]:
         """A token's bytes came now: the events that are safe to stream (a stop string is held
-        back until it cannot be one, a marker until the parser knows what it is)."""
+        back until it cannot be one, a marker until the parser knows what it is), after the
+        token's log-probability if the request asked for it."""
         self.last_at = time.perf_counter()
         self.first_at = self.first_at or self.last_at
         if self.output.thinking:
             self.reasoning_tokens += 1
-        return self._parsed(self.output.feed(self.text.push(data)))
+        events = self._parsed(self.output.feed(self.text.push(data)))
+        if logprob is None:
+            return events
+        self.logprobs.append(logprob)
+        return [(self.stream_id, LogprobEvent(logprob)), *events]
 
     def _parsed(self, events: list[OutputEvent]) -> list[tuple[str, Event]]:
         for event in events:
@@ -110,5 +119,5 @@ class BaseJob:
             speculation_off=self.speculation_off)
         events.append((self.stream_id, DoneEvent(
             stats, "".join(self.answer.content), reasoning="".join(self.answer.reasoning),
-            tool_calls=calls)))
+            tool_calls=calls, logprobs=tuple(self.logprobs))))
         return events

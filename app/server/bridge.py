@@ -177,6 +177,9 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     if not runtime.is_remote(model):  # a remote server checks its own limits
         serving = await anyio.to_thread.run_sync(runtime.serving, model, backend, context)
         check_serving(request, serving, model, max_tokens_param)
+    elif request.logprobs is not None:
+        raise InvalidRequestError(f"{model} is a remote model, whose logprobs Ember does not "
+                                  "pass on yet: ask without them", "logprobs")
     return stream_events(runtime, state.admission, state.metrics, model, request,
                          keep_alive_s, endpoint, backend)
 

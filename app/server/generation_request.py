@@ -203,14 +203,16 @@ def chat_request(messages: tuple[Message, ...], params: SamplingParams,
                  json_mode: bool = False, json_schema: dict | None = None, *,
                  offered: tuple[Tool, ...] = (), tool_choice: ToolChoice | None = None,
                  parallel_tool_calls: bool = True,
-                 thinking: Thinking | None = None) -> GenerationRequest:
+                 thinking: Thinking | None = None,
+                 logprobs: int | None = None) -> GenerationRequest:
     """With a thinking model, json_mode and json_schema apply to the answer after the
     thinking (the backends' grammar starts there)."""
     return GenerationRequest(
         messages=messages, sampling=params,
         json_mode=json_mode or json_schema is not None, json_schema=json_schema,
         tools=offered, tool_choice=tool_choice or ToolChoice(),
-        parallel_tool_calls=parallel_tool_calls, thinking=thinking or Thinking())
+        parallel_tool_calls=parallel_tool_calls, thinking=thinking or Thinking(),
+        logprobs=logprobs)
 
 
 def plain_messages(*turns: tuple[str, str]) -> tuple[Message, ...]:
@@ -219,10 +221,20 @@ def plain_messages(*turns: tuple[str, str]) -> tuple[Message, ...]:
 
 
 def completion_request(prompt: str, params: SamplingParams, json_mode: bool = False,
-                       json_schema: dict | None = None) -> GenerationRequest:
+                       json_schema: dict | None = None,
+                       logprobs: int | None = None) -> GenerationRequest:
     return GenerationRequest(prompt=prompt, sampling=params,
                              json_mode=json_mode or json_schema is not None,
-                             json_schema=json_schema)
+                             json_schema=json_schema, logprobs=logprobs)
+
+
+def top_logprobs(logprobs: bool | None, top: int | None, *, param: str = "logprobs"
+                 ) -> int | None:
+    """OpenAI's and Ollama's pair, as GenerationRequest.logprobs: None (off) or how many of
+    the most likely tokens each position lists."""
+    if top is not None and not logprobs:
+        raise InvalidRequestError(f"top_logprobs needs {param}: true", "top_logprobs")
+    return (top or 0) if logprobs else None
 
 
 def with_speculative(request: GenerationRequest,

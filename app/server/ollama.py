@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import anyio
@@ -17,7 +18,7 @@ from app.pull.install import pull as download
 from app.pull.progress import Progress
 from app.runtime.model_traits import model_traits
 from app.runtime.remote_streams import RemoteModel
-from app.server import ollama_wire
+from app.server import ollama_wire, openai_wire
 from app.server.bridge import (
     check_model_name,
     collect,
@@ -34,6 +35,7 @@ from app.server.generation_request import (
     ollama_thinking,
     plain_messages,
     sampling,
+    top_logprobs,
     with_speculative,
 )
 from app.server.ollama_schemas import (
@@ -46,7 +48,15 @@ from app.server.ollama_schemas import (
     OllamaPullRequest,
 )
 from app.store import InstalledModel
-from backends.base import DoneEvent, ErrorEvent, GenerationRequest, SamplingParams, Stats
+from backends.base import (
+    DoneEvent,
+    ErrorEvent,
+    GenerationRequest,
+    LogprobEvent,
+    SamplingParams,
+    Stats,
+    TokenLogprob,
+)
 from backends.errors import EmberError
 
 router = APIRouter(prefix="/api", tags=["ollama"])
@@ -213,26 +223,36 @@ async def _respond(request: Request, body: OllamaBase, model: str,
     keep_alive = parse_keep_alive(body.keep_alive)
     backend = body.options.backend if body.options else None
     num_ctx = body.options.num_ctx if body.options else None
+    gen_request = replace(gen_request, logprobs=top_logprobs(body.logprobs, body.top_logprobs))
     events = await open_events(state, model, gen_request, field, keep_alive, backend,
                                context=num_ctx, max_tokens_param="options.num_predict")
     if num_ctx and not state.runtime.is_remote(model):
         await anyio.to_thread.run_sync(state.runtime.load, model, num_ctx, backend)
     started = time.monotonic()
 
+    pending: list[TokenLogprob] = []  # token logprobs not yet sent, for the next line
+
     def line(part: dict) -> str:
         """One NDJSON line of the answer: /api/chat's message part, or /api/generate's
-        `response` (and `thinking`) at the top level."""
+        `response` (and `thinking`) at the top level; with the log-probabilities of the
+        tokens since the last line, if the request asked for them."""
+        content: dict[str, object]
         if field == "message":
             content = {"message": {"role": "assistant", **part}}
         else:
             content = {"response": part.get("content", "")} | (
                 {"thinking": part["thinking"]} if "thinking" in part else {})
+        if pending:
+            content["logprobs"] = openai_wire.chat_logprobs(pending)
+            pending.clear()
         return json.dumps({"model": body.model, "created_at": _now(), **content,
                            "done": False}) + "\n"
 
     if not body.stream:
         final = await collect(events)
         out = _final(body.model, final.stats, started, field)
+        if body.logprobs:
+            out["logprobs"] = openai_wire.chat_logprobs(final.logprobs)
         message = ollama_wire.message(final)
         if field == "message":
             out["message"] = message
@@ -245,10 +265,15 @@ async def _respond(request: Request, body: OllamaBase, model: str,
     async def ndjson() -> AsyncIterator[str]:
         pieces = ollama_wire.Pieces()
         async for event in events:
-            if isinstance(event, DoneEvent):
+            if isinstance(event, LogprobEvent):
+                pending.append(event.entry)  # goes out with the token's text
+            elif isinstance(event, DoneEvent):
                 for part in pieces.end(event):
                     yield line(part)
-                yield json.dumps(_final(body.model, event.stats, started, field)) + "\n"
+                final = _final(body.model, event.stats, started, field)
+                if pending:  # tokens whose text was held back or hidden (a stop string)
+                    final["logprobs"] = openai_wire.chat_logprobs(pending)
+                yield json.dumps(final) + "\n"
             elif isinstance(event, ErrorEvent):
                 yield json.dumps({"error": event.message}) + "\n"
             else:

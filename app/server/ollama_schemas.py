@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.server.schemas import TOKEN_COUNT_MAX, SpeculativeOptions, ToolDef
+from backends.base import MAX_TOP_LOGPROBS
 
 # Ollama's `think`: a switch, or a level (gpt-oss takes levels only); "max" is Ollama's
 # newest level, which Ember's effort scale tops at "high".
@@ -63,6 +64,8 @@ class OllamaBase(BaseModel):
     options: OllamaOptions | None = None
     speculative: SpeculativeOptions | None = None  # Ember's extension
     keep_alive: str | int | float | None = None
+    logprobs: bool = False  # each answer token's log-probability
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # needs logprobs
 
 
 class OllamaChatRequest(OllamaBase):

@@ -24,6 +24,7 @@ from app.server.generation_request import (
     openai_thinking,
     openai_tool_choice,
     sampling,
+    top_logprobs,
     with_speculative,
 )
 from app.server.schemas import (
@@ -40,7 +41,7 @@ from app.server.schemas import (
     ModelCard,
     ModelList,
 )
-from backends.base import DoneEvent, ErrorEvent, TokenEvent
+from backends.base import DoneEvent, ErrorEvent, LogprobEvent, TokenEvent, TokenLogprob
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -84,7 +85,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         openai_messages(body.messages), params, json_mode, schema,
         offered=offered_tools(body.tools), tool_choice=openai_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
-        thinking=openai_thinking(body)), body.speculative)
+        thinking=openai_thinking(body),
+        logprobs=top_logprobs(body.logprobs, body.top_logprobs)), body.speculative)
     events = await open_events(request.app.state, model, gen_request, "chat",
                                backend=body.backend, max_tokens_param=max_tokens_param)
     field = body.reasoning_field or request.app.state.settings.reasoning_field
@@ -99,22 +101,33 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
                                 finish_reason=openai_wire.finish_reason(final.stats))],
             usage=openai_wire.usage(final.stats))
         out = completion.model_dump()
+        if body.logprobs:
+            out["choices"][0]["logprobs"] = {
+                "content": openai_wire.chat_logprobs(final.logprobs), "refusal": None}
         out["choices"][0]["message"] = openai_wire.message_json(message)
         return JSONResponse(out)
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     deltas = openai_wire.Deltas(field)
 
+    pending: list[TokenLogprob] = []  # token logprobs not yet sent, for the next chunk
+
     def chunk(delta: dict, finish: str | None = None) -> dict:
+        logprobs = None
+        if pending:
+            logprobs = {"content": openai_wire.chat_logprobs(pending), "refusal": None}
+            pending.clear()
         return {"id": completion_id, "object": "chat.completion.chunk", "created": created,
                 "model": body.model, "system_fingerprint": None,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
-                             "logprobs": None}]}
+                             "logprobs": logprobs}]}
 
     async def sse() -> AsyncIterator[str]:
         yield _sse(chunk({"role": "assistant", "content": ""}))
         async for event in events:
-            if isinstance(event, DoneEvent):
+            if isinstance(event, LogprobEvent):
+                pending.append(event.entry)  # goes out with the token's text
+            elif isinstance(event, DoneEvent):
                 # the finish reason in a chunk of its own, with an empty delta
                 yield _sse(chunk({}, openai_wire.finish_reason(event.stats)))
                 if include_usage:
@@ -161,7 +174,9 @@ async def completions(body: CompletionRequest,
     prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                       stop=body.stop, max_tokens=body.max_tokens)
-    gen_request = with_speculative(completion_request(prompt, params), body.speculative)
+    gen_request = with_speculative(completion_request(prompt, params,
+                                                      logprobs=body.logprobs),
+                                   body.speculative)
     events = await open_events(request.app.state, model, gen_request, "completions",
                                backend=body.backend)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
@@ -171,18 +186,31 @@ async def completions(body: CompletionRequest,
         return Completion(id=completion_id, created=created, model=body.model,
                           choices=[CompletionChoice(
                               text=final.text, finish_reason=openai_wire.finish_reason(
-                                  final.stats))],
+                                  final.stats),
+                              logprobs=None if body.logprobs is None
+                              else openai_wire.completion_logprobs(final.logprobs))],
                           usage=openai_wire.usage(final.stats))
 
+    pending: list[TokenLogprob] = []  # token logprobs not yet sent, for the next chunk
+    sent = 0  # characters of the answer sent: where the pending tokens' text starts
+
     def chunk(text: str, finish: str | None = None) -> dict:
+        nonlocal sent
+        logprobs = None
+        if body.logprobs is not None and pending:
+            logprobs = openai_wire.completion_logprobs(pending, sent).model_dump()
+            sent += sum(len(e.token) for e in pending)
+            pending.clear()
         return {"id": completion_id, "object": "text_completion", "created": created,
                 "model": body.model,
                 "choices": [{"index": 0, "text": text, "finish_reason": finish,
-                             "logprobs": None}]}
+                             "logprobs": logprobs}]}
 
     async def sse() -> AsyncIterator[str]:
         async for event in events:
-            if isinstance(event, DoneEvent):
+            if isinstance(event, LogprobEvent):
+                pending.append(event.entry)
+            elif isinstance(event, DoneEvent):
                 yield _sse(chunk("", openai_wire.finish_reason(event.stats)))
             elif isinstance(event, ErrorEvent):
                 yield _sse({"error": error_for_event(event).body()})

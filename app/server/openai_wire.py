@@ -11,10 +11,13 @@ import uuid
 
 from app.server.schemas import (
     AssistantMessage,
+    CompletionLogprobs,
     CompletionTokensDetails,
     FunctionCall,
     ReasoningField,
+    TokenLogprobOut,
     ToolCallOut,
+    TopLogprobOut,
     Usage,
 )
 from backends.base import (
@@ -23,8 +26,10 @@ from backends.base import (
     ReasoningEvent,
     Stats,
     TokenEvent,
+    TokenLogprob,
     ToolCall,
     ToolCallEvent,
+    TopLogprob,
 )
 
 
@@ -104,3 +109,34 @@ class Deltas:
         if event.arguments:
             out.append({"index": event.index, "function": {"arguments": event.arguments}})
         return [{"tool_calls": [piece]} for piece in out]
+
+
+# ---------------------------------------------------------------------------- logprobs
+def _top(entry: TopLogprob) -> TopLogprobOut:
+    return TopLogprobOut(token=entry.token, logprob=entry.logprob, bytes=list(entry.bytes))
+
+
+def chat_logprobs(entries: tuple[TokenLogprob, ...] | list[TokenLogprob]) -> list[dict]:
+    """`logprobs.content` of a chat answer (or of one streamed chunk)."""
+    return [TokenLogprobOut(token=e.token, logprob=e.logprob, bytes=list(e.bytes),
+                            top_logprobs=[_top(t) for t in e.top]).model_dump()
+            for e in entries]
+
+
+def completion_logprobs(entries: tuple[TokenLogprob, ...] | list[TokenLogprob],
+                        offset: int = 0) -> CompletionLogprobs:
+    """The legacy form; `offset` is where the first token's text starts in the answer."""
+    offsets = []
+    for e in entries:
+        offsets.append(offset)
+        offset += len(e.token)
+    return CompletionLogprobs(
+        tokens=[e.token for e in entries], token_logprobs=[e.logprob for e in entries],
+        top_logprobs=[_by_token(e.top) for e in entries], text_offset=offsets)
+
+
+def _by_token(top: tuple[TopLogprob, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for t in top:  # most likely first: a later token with the same text is less likely
+        out.setdefault(t.token, t.logprob)
+    return out

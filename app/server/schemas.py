@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from backends.base import MAX_DRAFT
+from backends.base import MAX_DRAFT, MAX_TOP_LOGPROBS
 
 # A sanity bound for token counts on the wire; the real one is the model's context, which
 # only the Runtime knows (app.server.serving checks it once the model is known).
@@ -154,11 +154,16 @@ class ChatCompletionRequest(SamplingFields):
     reasoning: ReasoningOptions | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # enable_thinking, reasoning_effort
     reasoning_field: ReasoningField | None = None  # Ember's extension: the server's default
+    logprobs: bool = False  # each answer token's log-probability
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # needs logprobs
 
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str]
     max_tokens: int | None = Field(16, ge=1, le=TOKEN_COUNT_MAX)  # OpenAI's default
+    # the legacy API's form: how many of the most likely tokens each position lists (0: only
+    # the chosen one); OpenAI allows 5, Ember as many as chat's top_logprobs
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
 
 class EmbeddingRequest(BaseModel):
@@ -219,11 +224,28 @@ class AssistantMessage(BaseModel):
     tool_calls: list[ToolCallOut] | None = None
 
 
+class TopLogprobOut(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobOut(TopLogprobOut):
+    top_logprobs: list[TopLogprobOut]
+
+
+class ChatLogprobs(BaseModel):
+    """Every answer token's log-probability under the model (its raw distribution, before
+    sampling settings), thinking and tool-call tokens included, as llama-server reports."""
+    content: list[TokenLogprobOut] | None
+    refusal: None = None
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -236,11 +258,20 @@ class ChatCompletion(BaseModel):
     system_fingerprint: str | None = None
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy completions form: parallel lists per generated token, `top_logprobs` a
+    token -> logprob map per position (tokens with the same text keep the likelier one)."""
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):

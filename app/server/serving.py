@@ -30,3 +30,7 @@ def check_serving(request: GenerationRequest, serving: Serving, model: str,
             f"tool_choice {forced} needs constrained decoding to guarantee the call, and the "
             f"{serving.backend} backend that runs {model} has none: use tool_choice \"auto\", "
             "or run the model on a backend that constrains decoding", "tool_choice")
+    if request.logprobs is not None and not serving.capabilities.logprobs:
+        raise InvalidRequestError(
+            f"the {serving.backend} backend that runs {model} does not report logprobs yet: "
+            "ask without them, or run the model on the llamacpp backend", "logprobs")

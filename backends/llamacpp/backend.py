@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterator
 
 import llama_cpp
+import numpy as np
 from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel, LlamaSampler
 from llama_cpp._logger import set_verbose
 
@@ -31,7 +32,8 @@ from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_llama
 from backends.llamacpp.engine import BatchEngine, Job
-from backends.llamacpp.speculative import DraftModel
+from backends.llamacpp.speculative import DraftModel, logits_row
+from backends.logprobs import log_softmax_at
 from backends.prompt import chat_prompt, run_alone
 from backends.speculation.policy import Speculation
 from backends.text import TextStream
@@ -54,6 +56,7 @@ class LlamaCppBackend:
         self._add_bos = False
         self._n_ctx_seq = 0
         self._threads = 1
+        self._batch = 512
         self._embed_ctx = None  # a second context, made on the first embeddings request
         self._embed_batch = None
         self._parallel = 1
@@ -64,7 +67,7 @@ class LlamaCppBackend:
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf",), batching=True, speculative=True,
-                            embeddings=True, grammar=True)
+                            embeddings=True, grammar=True, logprobs=True)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
@@ -94,6 +97,7 @@ class LlamaCppBackend:
         self._installed = model
         self._n_ctx_seq = plan.context
         self._threads = plan.threads
+        self._batch = plan.batch
         self._parallel = plan.parallel
         meta = self._model.metadata()
         self._sliding_window = any(k.endswith(".attention.sliding_window") for k in meta)
@@ -103,7 +107,7 @@ class LlamaCppBackend:
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") == "true"
         self._markers = marker_pieces(self.chat.fmt.special_markers, self.tokenize_special)
         self.engine = BatchEngine(self._ctx, plan.parallel, plan.context, plan.batch,
-                                  self._piece, self._is_eog)
+                                  self._piece, self._is_eog, self._token_bytes)
 
     def unload(self) -> None:
         if self.engine is not None:
@@ -153,6 +157,38 @@ class LlamaCppBackend:
             vectors.append([x / norm for x in vector])
         return vectors, total
 
+    def score(self, tokens: list[int], start: int) -> list[float]:
+        """Teacher-forced log-probabilities: log p(tokens[i] | tokens[:i]) for each i from
+        `start` on, in a context of its own (the engine's cache is left alone), evaluated in
+        the shape plain decoding evaluates them: tokens[:start] in batches of up to
+        `batch` rows, then one token at a time. llama.cpp's CPU kernels round differently
+        by batch shape: one pass over the whole sequence moved a token's log-probability by
+        up to 0.06 on Qwen2.5-Coder-0.5B Q4_K_M (docs/notes/llamacpp-engine.md)."""
+        model = self._loaded()
+        if not 0 < start <= len(tokens):
+            raise InvalidRequestError(f"cannot score from token {start} of {len(tokens)}")
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = -(-len(tokens) // 256) * 256
+        cparams.n_batch = cparams.n_ubatch = self._batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = cparams.n_threads_batch = self._threads
+        ctx = LlamaContext(model=model, params=cparams, verbose=False)
+        batch = LlamaBatch(n_tokens=self._batch, embd=0, n_seq_max=1, verbose=False)
+        pieces = [(a, min(a + self._batch, start)) for a in range(0, start, self._batch)]
+        pieces += [(i, i + 1) for i in range(start, len(tokens) - 1)]
+        out: list[float] = []
+        try:
+            for first, end in pieces:
+                batch.set_batch(tokens[first:end], first, False)  # logits of the last row
+                ctx.decode(batch)
+                if end >= start:
+                    logits = logits_row(ctx.ctx, end - 1 - first, model.n_vocab())
+                    out += log_softmax_at(logits, np.array([tokens[end]])).tolist()
+            return out
+        finally:
+            batch.close()
+            ctx.close()
+
     def _loaded(self) -> LlamaModel:
         if self._model is None or self.engine is None:
             raise BackendError("no model is loaded")
@@ -169,6 +205,10 @@ class LlamaCppBackend:
     def _piece(self, token: int) -> bytes:
         marker = self._markers.get(token)
         return marker if marker is not None else self._model.detokenize([token], special=False)
+
+    def _token_bytes(self, token: int) -> bytes:
+        """A token as logprobs show it: control tokens as their text (`<|im_end|>`)."""
+        return self._model.detokenize([token], special=True)
 
     def _is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))

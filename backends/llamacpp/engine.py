@@ -22,10 +22,11 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from backends.base import ErrorEvent, Event, FinishReason
+from backends.base import ErrorEvent, Event, FinishReason, TokenLogprob
 from backends.grammar import Constraint
 from backends.job import BaseJob
 from backends.llamacpp.speculative import DraftModel, common_prefix, logits_row
+from backends.logprobs import token_logprob
 from backends.speculation.cost import DraftCost, StepTimes
 from backends.speculation.policy import Speculation
 
@@ -129,6 +130,7 @@ class Job(BaseJob):
     stored_logits: np.ndarray | None = None  # the whole prompt was cached with its logits
     grammar: Constraint | None = None  # constrained decoding (backends.grammar)
     argmax: bool = False  # greedy without penalties: the sampler chain would pick the argmax
+    logprob: TokenLogprob | None = None  # the sampled token's, until _accept streams it
 
 
 @dataclass(frozen=True)
@@ -157,11 +159,14 @@ class Slot:
 
 class BatchEngine:
     def __init__(self, ctx: Any, n_seq: int, n_ctx_seq: int, n_batch: int,
-                 detokenize: Callable[[int], bytes], is_eog: Callable[[int], bool]) -> None:
+                 detokenize: Callable[[int], bytes], is_eog: Callable[[int], bool],
+                 token_bytes: Callable[[int], bytes] | None = None) -> None:
         from llama_cpp._internals import LlamaBatch
 
         self.ctx, self.n_ctx_seq, self.n_batch = ctx, n_ctx_seq, n_batch
         self.detokenize, self.is_eog = detokenize, is_eog
+        # a token as logprobs show it (control tokens too): the answer's text hides them
+        self.token_bytes = token_bytes or detokenize
         self.slots = [Slot(i) for i in range(n_seq)]
         self.waiting: deque[Job] = deque()
         self.batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq, verbose=False)
@@ -437,22 +442,35 @@ class BatchEngine:
         chain samples there as it would without one. A greedy request without penalties
         takes the row's argmax (the first, as llama.cpp's greedy sampler does) without the
         chain, which would first copy all of the vocabulary's logits into a candidate array
-        (0.2 ms a token with Qwen's 152k)."""
+        (0.2 ms a token with Qwen's 152k). A request for logprobs gets them from the row as
+        the model gave it, before the grammar's mask."""
+        raw = (logits_row(self.ctx.ctx, row, self.n_vocab).copy()
+               if job.request.logprobs is not None else None)
         if job.grammar is not None:
             job.grammar.mask(logits_row(self.ctx.ctx, row, self.n_vocab))
         if job.argmax:
-            return int(np.argmax(logits_row(self.ctx.ctx, row, self.n_vocab)))
-        return job.sampler.sample(self.ctx, row)
+            token = int(np.argmax(logits_row(self.ctx.ctx, row, self.n_vocab)))
+        else:
+            token = job.sampler.sample(self.ctx, row)
+        return self._with_logprob(job, raw, token)
+
+    def _with_logprob(self, job: Job, raw: np.ndarray | None, token: int) -> int:
+        """Keep the token's log-probability for `_accept`, if the request asked for it."""
+        if raw is not None:
+            job.logprob = token_logprob(raw, token, job.request.logprobs or 0,
+                                        self.token_bytes)
+        return token
 
     def _sample_from(self, job: Job, logits: np.ndarray) -> int:
         """What `_sample` does (llama_sampler_sample), on stored logits (which stay
         unmasked: the next request with this prompt may have another grammar)."""
         sampler = job.sampler
+        raw = logits if job.request.logprobs is not None else None
         if job.grammar is not None:
             logits = logits.copy()
             job.grammar.mask(logits)
         if job.argmax:
-            return int(np.argmax(logits))
+            return self._with_logprob(job, raw, int(np.argmax(logits)))
         data = (llama_cpp.llama_token_data * self.n_vocab)()
         view = np.ctypeslib.as_array(data)
         view["id"], view["logit"], view["p"] = np.arange(self.n_vocab), logits, 0.0
@@ -461,10 +479,11 @@ class BatchEngine:
         llama_cpp.llama_sampler_apply(sampler.sampler, ctypes.byref(candidates))
         token = data[candidates.selected].id
         llama_cpp.llama_sampler_accept(sampler.sampler, token)
-        return token
+        return self._with_logprob(job, raw, token)
 
     def _accept(self, slot: Slot, token: int) -> list[tuple[str, Event]]:
         job = slot.job
+        logprob, job.logprob = job.logprob, None
         if self.is_eog(token):
             return self._finish(slot, "stop")
         if job.grammar is not None:
@@ -472,7 +491,7 @@ class BatchEngine:
         job.n_out += 1
         if job.spec is not None and job.spec.lookup is not None:
             job.spec.lookup.extend([token])
-        events = job.emitted(self.detokenize(token))
+        events = job.emitted(self.detokenize(token), logprob)
         if job.text.stopped:
             return events + self._finish(slot, "stop")
         if job.n_out >= job.max_new:
