@@ -35,6 +35,13 @@ class Tokenize(Call[list[int]]):
 
 
 @dataclass(frozen=True)
+class Detokenize(Call[list[str]]):
+    """Each sequence of token ids as text (control tokens as their text)."""
+    call_id: str
+    sequences: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
 class Embed(Call[tuple[list[list[float]], int]]):
     call_id: str
     texts: tuple[str, ...]

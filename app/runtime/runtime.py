@@ -31,7 +31,7 @@ from app.runtime.backend_choice import (
 )
 from app.runtime.backend_table import capabilities, check_backend
 from app.runtime.generation import Generation
-from app.runtime.protocol import Embed, Tokenize
+from app.runtime.protocol import Detokenize, Embed, Tokenize
 from app.runtime.remote_streams import Remotes
 from app.runtime.thinking import ThinkingSupport, local_support
 from app.runtime.worker_handle import EventSink, Worker
@@ -276,6 +276,12 @@ class Runtime:
 
     def tokenize(self, name: str, text: str) -> list[int]:
         return self._worker(name).call(lambda cid: Tokenize(cid, text))
+
+    def detokenize(self, name: str, sequences: list[list[int]]) -> list[str]:
+        """Each sequence of token ids as the model's text (ids out of its vocabulary are a
+        clear error)."""
+        return self._worker(name).call(
+            lambda cid: Detokenize(cid, tuple(tuple(s) for s in sequences)))
 
     def embed(self, name: str, texts: list[str]) -> tuple[list[list[float]], int]:
         """L2-normalised embeddings of `texts`, and the number of tokens read."""

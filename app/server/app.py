@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.errors import ModelNotFoundError
 from app.runtime import Runtime
-from app.server import ollama, openai
+from app.server import ollama, openai, tokens
 from app.server.access_log import AccessLog
 from app.server.bridge import Admission, ServerBusyError
 from app.server.errors import ApiError
@@ -168,6 +168,13 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     runtime.parallel = settings.parallel
     app.include_router(openai.router)
     app.include_router(ollama.router)
+    app.include_router(tokens.router)
+
+    @app.api_route("/", methods=["GET", "HEAD"], tags=["ollama"],
+                   response_class=PlainTextResponse)
+    def root() -> str:
+        """What Ollama answers here: clients probe it to find a running server."""
+        return "Ollama is running"
 
     @app.get("/health", tags=["ember"])
     def health() -> dict:

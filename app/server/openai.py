@@ -62,6 +62,23 @@ def list_models(request: Request) -> ModelList:
                         for m in remote])
 
 
+@router.get("/models/{model:path}", response_model=ModelCard, responses={404: {}, 502: {}})
+def get_model(model: str, request: Request) -> ModelCard:
+    """One model of /v1/models: a local id (or id:QUANT), or a remote NAME/model."""
+    runtime = request.app.state.runtime
+    name = check_model_name(model)
+    runtime.check_model(name)  # 404 for a model that does not exist
+    if runtime.is_remote(name):
+        remote, _ = runtime.remote_models()
+        found = next((m for m in remote if m.ref == name), None)
+        if found is not None:
+            return ModelCard(id=found.ref, created=found.created,
+                             owned_by=f"remote:{found.endpoint}")
+        return ModelCard(id=name, created=0, owned_by=f"remote:{name.split('/', 1)[0]}")
+    installed = runtime.store.get(name)
+    return ModelCard(id=model, created=int(installed.installed_at))
+
+
 def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
     fmt = body.response_format
     if fmt is None or fmt.type == "text":

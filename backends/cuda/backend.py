@@ -27,6 +27,7 @@ from backends.base import (
     Message,
     ModelFiles,
     SpeculativeParams,
+    check_token_ids,
 )
 from backends.chat_format.base import OutputParser
 from backends.chat_format.markers import marker_pieces
@@ -120,6 +121,11 @@ class CudaBackend:
 
     def tokenize(self, text: str) -> list[int]:
         return self._loaded()[1].tokenize(text)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        tokenizer = self._loaded()[1]
+        check_token_ids(tokens, tokenizer.vocab_size())
+        return tokenizer.decode(tokens)
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         raise InvalidRequestError("the cuda backend does not compute embeddings yet; load the "

@@ -22,6 +22,8 @@ class Tokenizer(Protocol):
     def piece(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
     def vocabulary(self) -> list[str]: ...  # every token's text, by id
+    def vocab_size(self) -> int: ...
+    def decode(self, tokens: list[int]) -> str: ...  # ids as text, control tokens included
     def grammar_vocab(self, n_vocab: int) -> GrammarVocab: ...  # for constrained decoding
     def close(self) -> None: ...  # frees a GGUF vocabulary's llama.cpp model
 
@@ -70,6 +72,12 @@ class GGUFTokenizer:
 
     def vocabulary(self) -> list[str]:
         return [self._model.token_get_text(i) for i in range(self._model.n_vocab())]
+
+    def vocab_size(self) -> int:
+        return self._model.n_vocab()
+
+    def decode(self, tokens: list[int]) -> str:
+        return self._model.detokenize(tokens, special=True).decode("utf-8", "replace")
 
     def grammar_vocab(self, n_vocab: int) -> GrammarVocab:
         """llama.cpp's vocabulary, as the llama.cpp backend builds it (valid until close)."""
@@ -139,6 +147,12 @@ class HFTokenizer:
     def vocabulary(self) -> list[str]:
         by_id = {i: t for t, i in self._tok.get_vocab(with_added_tokens=True).items()}
         return [by_id.get(i, "") for i in range(self._tok.get_vocab_size(with_added_tokens=True))]
+
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self._tok.decode(tokens, skip_special_tokens=False)
 
     def grammar_vocab(self, n_vocab: int) -> GrammarVocab:
         special = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()

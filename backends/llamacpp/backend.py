@@ -25,6 +25,7 @@ from backends.base import (
     LoadPlan,
     Message,
     ModelFiles,
+    check_token_ids,
 )
 from backends.chat_format.base import OutputParser
 from backends.chat_format.markers import marker_pieces
@@ -196,6 +197,11 @@ class LlamaCppBackend:
 
     def tokenize(self, text: str) -> list[int]:
         return self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        model = self._loaded()
+        check_token_ids(tokens, model.n_vocab())
+        return model.detokenize(tokens, special=True).decode("utf-8", "replace")
 
     def tokenize_special(self, text: str) -> list[int]:
         return self._model.tokenize(text.encode("utf-8"), add_bos=False, special=True)

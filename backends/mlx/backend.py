@@ -31,6 +31,7 @@ from backends.base import (
     Message,
     ModelFiles,
     SpeculativeParams,
+    check_token_ids,
 )
 from backends.chat_format.base import OutputParser
 from backends.chat_format.markers import marker_pieces
@@ -119,6 +120,11 @@ class MlxBackend:
 
     def tokenize(self, text: str) -> list[int]:
         return self._tokenizer().tokenizer.encode(text, add_special_tokens=False).ids
+
+    def detokenize(self, tokens: list[int]) -> str:
+        tok = self._tokenizer()
+        check_token_ids(tokens, len(tok.pieces))
+        return tok.tokenizer.decode(tokens, skip_special_tokens=False)
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         raise InvalidRequestError("this backend has no embeddings: the mlx backend runs "

@@ -20,6 +20,7 @@ from backends.base import LoadPlan
 from backends.cuda import CudaBackend
 from backends.cuda.engine import GREEDY, Engine, EngineConfig
 from backends.cuda.sequence import Sequence
+from backends.errors import InvalidRequestError
 from backends.llamacpp import LlamaCppBackend
 from tests.support import REPO
 
@@ -224,6 +225,10 @@ def test_tokens_equal_llama_cpp_for_tricky_strings(qwen, qwen_cuda):
     try:
         for text in tricky:
             assert qwen_cuda.tokenize(text) == reference.tokenize(text), text
+            tokens = reference.tokenize(text)
+            assert qwen_cuda.detokenize(tokens) == reference.detokenize(tokens) == text
+        with pytest.raises(InvalidRequestError, match="token 0 is -1"):
+            qwen_cuda.detokenize([-1])
     finally:
         reference.unload()
 

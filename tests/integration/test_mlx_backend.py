@@ -17,7 +17,7 @@ from app.runtime import Runtime
 from app.runtime.convert_to_mlx import convert_to_mlx
 from app.store import InstalledModel
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
-from backends.errors import EmberError, ModelFileError
+from backends.errors import EmberError, InvalidRequestError, ModelFileError
 from backends.mlx.backend import MlxBackend
 from tests.support import REPO
 
@@ -82,6 +82,11 @@ def test_teacher_forced_top1_agrees_with_llama_cpp_on_real_text(qwen, qwen_mlx):
 def test_tokenizer_built_from_the_gguf_matches_llama_cpp(backend, runtime, qwen):
     text = "def f(x):\n    return x ** 2  # ünïcode ✓ <|im_start|>"
     assert backend.tokenize(text) == runtime.tokenize(qwen.ref, text)
+    assert backend.detokenize(backend.tokenize(text)) == text
+    assert backend.detokenize(backend.tokenize(text)) == runtime.detokenize(
+        qwen.ref, [runtime.tokenize(qwen.ref, text)])[0]
+    with pytest.raises(InvalidRequestError, match="token 1 is 10000000"):
+        backend.detokenize([1, 10_000_000])
 
 
 def test_greedy_chat_answer_writes_a_python_function(backend):
