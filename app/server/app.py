@@ -19,11 +19,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.errors import ModelNotFoundError
 from app.runtime import Runtime
-from app.server import ollama, openai, tokens
+from app.server import ollama, openai, responses, tokens
 from app.server.access_log import AccessLog
 from app.server.bridge import Admission, ServerBusyError
 from app.server.errors import ApiError
 from app.server.metrics import Metrics
+from app.server.response_store import ResponseStore
 from app.server.schemas import ReasoningField
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 
@@ -163,10 +164,12 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     app.state.settings = settings
     app.state.metrics = Metrics()
     app.state.admission = Admission(capacity=settings.parallel, queue_limit=settings.queue_limit)
+    app.state.responses = ResponseStore()  # for the Responses API's previous_response_id
     if runtime.idle_ttl_s is None:
         runtime.idle_ttl_s = settings.idle_ttl_s
     runtime.parallel = settings.parallel
     app.include_router(openai.router)
+    app.include_router(responses.router)
     app.include_router(ollama.router)
     app.include_router(tokens.router)
 

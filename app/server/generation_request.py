@@ -1,20 +1,36 @@
-"""API fields -> Ember's GenerationRequest, for both API dialects: sampling, the conversation
-(with its tool calls, tool results and thinking), the offered tools, the tool choice and the
-thinking setting. Every route maps its wire here and nowhere else; the answer goes back
-through app.server.openai_wire and app.server.ollama_wire. Problems are InvalidRequestErrors
+"""API fields -> Ember's GenerationRequest, for every API dialect (OpenAI's chat completions
+and Responses, Ollama): sampling, the conversation (with its tool calls, tool results and
+thinking), the offered tools, the tool choice and the thinking setting. Every route maps its
+wire here and nowhere else; the answer goes back through app.server.openai_wire,
+responses_wire and ollama_wire. Problems are InvalidRequestErrors
 whose `param` is the wire path (`messages[2].tool_calls[0].function.arguments`)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from app.server.ollama_schemas import OllamaMessage, Think
+from app.server.responses_schemas import (
+    FormatJsonObject,
+    FormatJsonSchema,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionChoice,
+    FunctionTool,
+    InputItem,
+    MessageItem,
+    ReasoningConfig,
+    ReasoningItem,
+    TextConfig,
+    TextParts,
+)
 from app.server.schemas import (
     ChatCompletionRequest,
     ChatMessage,
     NamedToolChoice,
     SpeculativeOptions,
+    ToolChoiceMode,
     ToolDef,
 )
 from backends.base import (
@@ -93,6 +109,84 @@ def ollama_messages(messages: list[OllamaMessage]) -> tuple[Message, ...]:
     return _named_results(tuple(out))
 
 
+@dataclass
+class _AssistantTurn:
+    """Consecutive reasoning, assistant message and function_call items: one assistant turn,
+    as one answer of the model produced them."""
+    reasoning: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def messages(self) -> list[Message]:
+        """The turn, unless it has nothing the model can read (OpenAI's reasoning items
+        carry only encrypted_content, and an empty turn would read as an empty answer)."""
+        if not (self.text or self.reasoning or self.calls):
+            return []
+        return [Message("assistant", "".join(self.text), reasoning="\n".join(self.reasoning),
+                        tool_calls=tuple(self.calls))]
+
+
+def _parts_text(content: str | TextParts) -> str:
+    return content if isinstance(content, str) else "".join(p.text for p in content)
+
+
+def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...] = (), *,
+                       from_model: bool = False) -> tuple[Message, ...]:
+    """The Responses API's input after the conversation `earlier` (previous_response_id's):
+    a string is a user turn; runs of reasoning, assistant message and function_call items
+    become one assistant turn (the reasoning its thinking, the calls its tool_calls);
+    function_call_output items become tool turns, each answering a call made before it.
+    `from_model`: the items are a response's own output, kept as they are (a call whose
+    arguments are not a JSON object is refused when a later request carries it)."""
+    if isinstance(items, str):
+        return _named_results((*earlier, Message("user", items)))
+    out = list(earlier)
+    calls = {c.id for m in earlier for c in m.tool_calls}
+    turn: _AssistantTurn | None = None
+    for i, item in enumerate(items):
+        if isinstance(item, ReasoningItem | FunctionCallItem) or (
+                isinstance(item, MessageItem) and item.role == "assistant"):
+            turn = turn or _AssistantTurn()
+            if isinstance(item, ReasoningItem):
+                thought = "".join(p.text for p in item.content or ())
+                turn.reasoning += [thought] if thought else []
+            elif isinstance(item, FunctionCallItem):
+                if not from_model:
+                    _check_arguments(item, f"input[{i}].arguments")
+                calls.add(item.call_id)
+                turn.calls.append(ToolCall(item.call_id, item.name, item.arguments))
+            else:
+                turn.text.append(_parts_text(item.content))
+            continue
+        if turn is not None:
+            out += turn.messages()
+            turn = None
+        if isinstance(item, FunctionCallOutputItem):
+            if item.call_id not in calls:
+                raise InvalidRequestError(
+                    f"input[{i}]: function_call_output for call_id {item.call_id[:80]!r}, but "
+                    "no function_call with that call_id comes before it in the conversation",
+                    f"input[{i}].call_id")
+            out.append(Message("tool", _parts_text(item.output), tool_call_id=item.call_id))
+        else:
+            out.append(Message("system" if item.role == "developer" else item.role,
+                               _parts_text(item.content)))
+    if turn is not None:
+        out += turn.messages()
+    return _named_results(tuple(out))
+
+
+def _check_arguments(item: FunctionCallItem, param: str) -> None:
+    try:
+        args = json.loads(item.arguments or "{}")
+    except ValueError as e:
+        raise InvalidRequestError(f"{param}: the arguments of function_call {item.name!r} are "
+                                  f"not JSON ({e})", param) from e
+    if not isinstance(args, dict):
+        raise InvalidRequestError(f"{param}: the arguments of function_call {item.name!r} "
+                                  "must be a JSON object", param)
+
+
 def _named_results(messages: tuple[Message, ...]) -> tuple[Message, ...]:
     """A tool result that names only its call gets the call's tool name too: some templates
     (Llama 3, gpt-oss) render results under the tool's name, and OpenAI clients send ids."""
@@ -116,6 +210,31 @@ def offered_tools(defs: list[ToolDef] | None) -> tuple[Tool, ...]:
                  for d in defs or ())
 
 
+def responses_tools(tools: list[FunctionTool] | None) -> tuple[Tool, ...]:
+    """The Responses API's function tools (its wire has no `function` level)."""
+    return tuple(Tool(name=t.name, description=t.description or "",
+                      parameters=({"type": "object", "properties": {}}
+                                  if t.parameters is None else t.parameters))
+                 for t in tools or ())
+
+
+def responses_tool_choice(choice: ToolChoiceMode | FunctionChoice | None) -> ToolChoice:
+    if choice is None:
+        return ToolChoice("auto")
+    if isinstance(choice, FunctionChoice):
+        return ToolChoice("function", choice.name)
+    return ToolChoice(choice)
+
+
+def responses_param(param: str | None) -> str | None:
+    """A wire path of GenerationRequest.validate (chat completions' `tools[1].function.name`,
+    `tool_choice.function.name`) on the Responses API's wire, which has no `function` level."""
+    if param and param.startswith(("tools[", "tool_choice.")):
+        head, _, rest = param.partition(".function")
+        return head + rest
+    return param
+
+
 def openai_tool_choice(choice: str | NamedToolChoice | None) -> ToolChoice:
     """OpenAI's default is auto (none without tools, which offers nothing either way)."""
     if choice is None:
@@ -131,6 +250,7 @@ EFFORTS: dict[str, tuple[bool, ReasoningEffort | None]] = {
     "minimal": (True, "low"),  # OpenAI's lowest level; Ember's scale starts at low
     "low": (True, "low"), "medium": (True, "medium"), "high": (True, "high"),
     "max": (True, "high"),  # Ollama's newest level
+    "xhigh": (True, "high"),  # OpenAI's level above high (Responses API)
 }
 
 
@@ -188,6 +308,14 @@ def openai_thinking(body: ChatCompletionRequest) -> Thinking:
     return knobs.thinking()
 
 
+def responses_thinking(reasoning: ReasoningConfig | None) -> Thinking:
+    """`reasoning.effort`; its `summary` asks for what Ember does not make (a summary)."""
+    knobs = _ThinkingKnobs()
+    if reasoning is not None and reasoning.effort is not None:
+        knobs.level("reasoning.effort", reasoning.effort)
+    return knobs.thinking()
+
+
 def ollama_thinking(think: Think | None) -> Thinking:
     """Ollama's `think`: true, false, or a level (which also turns thinking on)."""
     knobs = _ThinkingKnobs()
@@ -213,6 +341,14 @@ def chat_request(messages: tuple[Message, ...], params: SamplingParams,
         tools=offered, tool_choice=tool_choice or ToolChoice(),
         parallel_tool_calls=parallel_tool_calls, thinking=thinking or Thinking(),
         logprobs=logprobs)
+
+
+def responses_format(text: TextConfig | None) -> tuple[bool, dict | None]:
+    """`text.format` as json_mode and json_schema (chat completions' response_format)."""
+    fmt = text.format if text is not None else None
+    if isinstance(fmt, FormatJsonSchema):
+        return True, fmt.schema_
+    return isinstance(fmt, FormatJsonObject), None
 
 
 def plain_messages(*turns: tuple[str, str]) -> tuple[Message, ...]:

@@ -19,6 +19,7 @@ from app.server.app import ServerSettings, create_app
 from backends.base import (
     Capabilities,
     DoneEvent,
+    ErrorEvent,
     GenerationRequest,
     OutputEvent,
     ReasoningEvent,
@@ -45,6 +46,7 @@ class ScriptedRuntime:
     script: list[OutputEvent] = field(default_factory=list)
     finish: str = "stop"  # the engine's own reason: stop or length
     cut_call: bool = False  # max_tokens cut the last call off (it is left out of the end)
+    fail: str | None = None  # end with an ErrorEvent of this message instead of a DoneEvent
     requests: list[GenerationRequest] = field(default_factory=list)
     idle_ttl_s: float | None = None
     parallel: int = 1
@@ -81,6 +83,9 @@ class ScriptedRuntime:
         for event in self.script:
             answer.add(event)
             sink.put(event)
+        if self.fail is not None:
+            sink.put(ErrorEvent(self.fail))
+            return _Generation()
         calls = answer.tool_calls(drop_last=self.cut_call)
         reason = "tool_calls" if self.finish == "stop" and calls else self.finish
         stats = Stats(prompt_tokens=7, completion_tokens=len(self.script), ttft_s=0.01,
