@@ -13,9 +13,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from backends.errors import InvalidRequestError
+
+if TYPE_CHECKING:  # backends.chat_format.base imports this module
+    from backends.chat_format.base import OutputParser
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 # "tool_calls": the answer ended by calling tools (the client runs them and sends the results)
@@ -167,6 +170,10 @@ class GenerationRequest:
     # each generated token's log-probability (LogprobEvent, DoneEvent.logprobs) with this many
     # of the most likely tokens at its position; None: none
     logprobs: int | None = None
+    # True: drop the oldest turns to fit the context (the desktop chat and the CLI, which
+    # show it: DoneEvent's stats.truncated). False (every API route): a prompt that does not
+    # fit is an InvalidRequestError naming the numbers, never cut.
+    truncate: bool = False
 
     def validate(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -374,6 +381,8 @@ class LoadPlan:
     # weight-only quantization at load: "int8" or "int4" (the cuda backend's kernels/);
     # None keeps the weights in the backend's float dtype
     quant: str | None = None
+    # the KV cache's type: "f16", or "q8_0" (llama.cpp only) where it lets a larger context fit
+    kv_cache: str = "f16"
 
 
 class ModelFiles(Protocol):
@@ -411,6 +420,9 @@ class Backend(Protocol):
     def fail_all(self, message: str) -> list[tuple[str, Event]]: ...
     def tokenize(self, text: str) -> list[int]: ...
     def detokenize(self, tokens: list[int]) -> str: ...
+    # the prompt as tokens, whether turns were dropped to fit (request.truncate), the parser
+    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool,
+                                                                 OutputParser]: ...
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]: ...
     def unload(self) -> None: ...
 

@@ -12,23 +12,49 @@ from backends.chat_format.render import ChatTemplate
 from backends.errors import InvalidRequestError
 
 
+def answer_room(n_ctx: int, max_tokens: int | None) -> int:
+    """Tokens of the context kept free for the answer: max_tokens (else a quarter of the
+    context), at most half the context, at least one."""
+    return max(1, min(max_tokens or n_ctx // 4, n_ctx // 2))
+
+
+def prompt_limit(n_ctx: int, max_tokens: int | None) -> int:
+    """The longest prompt a context of `n_ctx` tokens takes with room for the answer."""
+    return n_ctx - answer_room(n_ctx, max_tokens)
+
+
+def check_prompt_fits(request: GenerationRequest, prompt_tokens: int, n_ctx: int) -> None:
+    """A request that may not be cut (`truncate` False: every API route) whose prompt does
+    not fit the context with room for its answer is the caller's error, never cut."""
+    limit = prompt_limit(n_ctx, request.sampling.max_tokens)
+    if not request.truncate and prompt_tokens > limit:
+        raise InvalidRequestError(
+            f"the prompt is {prompt_tokens} tokens; with room for the answer "
+            f"({n_ctx - limit} tokens) the loaded context ({n_ctx} tokens) holds {limit}: "
+            "shorten the prompt, ask for fewer max_tokens, or load the model with a larger "
+            "context")
+
+
 def fit_prompt(request: GenerationRequest, n_ctx: int, encode: Callable[[str], list[int]],
                render: Callable[[tuple], str]) -> tuple[list[int], bool]:
     """The prompt as tokens, and whether something had to be dropped to fit the context.
 
-    A conversation loses its oldest turns after the system prompt, one at a time, until it
-    fits with room to answer; the last message is always kept. A raw prompt keeps its end.
+    A request that may not be cut (`truncate` False) gets its whole prompt: whether it fits
+    is check_prompt_fits's question. Otherwise a conversation loses its oldest turns after
+    the system prompt, one at a time, until it fits with room to answer; the last message
+    is always kept. A raw prompt keeps its end.
     """
-    wanted = request.sampling.max_tokens or n_ctx // 4
-    limit = n_ctx - max(1, min(wanted, n_ctx // 2))
+    limit = prompt_limit(n_ctx, request.sampling.max_tokens)
     if request.prompt is not None:
         tokens = encode(request.prompt)
-        return (tokens, False) if len(tokens) <= limit else (tokens[-limit:], True)
+        if not request.truncate or len(tokens) <= limit:
+            return tokens, False
+        return tokens[-limit:], True
     messages = list(request.messages or ())
     truncated = False
     while True:
         tokens = encode(render(tuple(messages)))
-        if len(tokens) <= limit:
+        if not request.truncate or len(tokens) <= limit:
             return tokens, truncated
         first = 1 if messages[0].role == "system" else 0
         if len(messages) - first <= 1:

@@ -155,12 +155,13 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
             if system:
                 raise EmberError(f"--system needs a chat model; {target.ref} takes a raw prompt")
             request = GenerationRequest(prompt=prompt, sampling=sampling,
-                                        speculative=speculative)
+                                        speculative=speculative, truncate=True)
         else:
             messages = (((Message("system", system),) if system else ())
                         + (Message("user", prompt),))
             request = GenerationRequest(messages=messages, sampling=sampling,
-                                        speculative=speculative, thinking=thinking)
+                                        speculative=speculative, thinking=thinking,
+                                        truncate=True)
         request.validate()
         generation = rt.generate(target.ref, request, backend=backend)
         done = None
@@ -273,7 +274,8 @@ def chat(model: str, system: str | None, backend: str | None, quant: str | None,
             history.append(Message("user", line))
             messages = ((Message("system", system),) if system else ()) + tuple(history)
             generation = rt.generate(target.ref, GenerationRequest(
-                messages=messages, sampling=sampling, thinking=thinking), backend=backend)
+                messages=messages, sampling=sampling, thinking=thinking, truncate=True),
+                backend=backend)
             answer = reasoning = ""
             printer = AnswerPrinter(hide=hide_thinking)
             try:

@@ -6,10 +6,11 @@ The formula term by term, and where each constant comes from: docs/notes/fit-mod
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from app.config import env_int
+from app.config import ConfigError, env_int
 from app.hardware import HardwareProfile
 
 GB = 1e9
@@ -18,6 +19,7 @@ GPU_SHARE = 0.95  # of free VRAM
 CUDA_CONTEXT_BYTES = 400 << 20
 DEFAULT_CONTEXT = 4096
 MIN_CONTEXT = 512
+KV_CACHE_TYPES = ("f16", "q8_0")  # what EMBER_KV_CACHE may force (q8_0: llama.cpp only)
 TYPICAL_FILL = 1024  # tokens in the context when decode speed is quoted
 CPU_FLOPS_PER_CORE = 48e9  # prefill: 96 tokens/s x 1 GFLOP/token, 2 cores (docs/notes/fit-model.md)
 GPU_FLOPS_PER_GBPS = 60e9  # effective prefill FLOP/s per GB/s of bandwidth (tensor cores)
@@ -69,6 +71,7 @@ class Fit:
     budget_bytes: int  # of the device that binds (GPU memory for full GPU, else RAM)
     decode_tokens_per_s: float
     prefill_tokens_per_s: float
+    kv_cache: str = "f16"  # the KV cache's type: "f16" (the backend's float) or "q8_0"
 
     @property
     def label(self) -> str:
@@ -119,6 +122,13 @@ def memory_budget(hw: HardwareProfile) -> int:
     return gpu if kind == "nvidia" and gpu > 0 else ram
 
 
+FitAt = Callable[[int, int, str], Fit]  # (context, parallel, KV cache type) -> Fit
+
+
+def context_label(context: int) -> str:
+    return f"{context // 1024}k" if context % 1024 == 0 else str(context)
+
+
 def shrink_to_fit(fit_at: Callable[[int, int], Fit], ctx: int,
                   parallel: int) -> tuple[Fit, int, int]:
     """Every backend's load rule: halve the parallel sequences, then the context, until the
@@ -134,6 +144,44 @@ def shrink_to_fit(fit_at: Callable[[int, int], Fit], ctx: int,
     return fit, ctx, parallel
 
 
+def kv_cache_setting() -> str | None:
+    """EMBER_KV_CACHE: the KV cache type the user forces, or None (the fit model picks)."""
+    raw = os.environ.get("EMBER_KV_CACHE", "").strip()
+    if not raw:
+        return None
+    if raw.lower() not in KV_CACHE_TYPES:
+        raise ConfigError(f"EMBER_KV_CACHE={raw!r} is not a KV cache type: use "
+                          f"{' or '.join(KV_CACHE_TYPES)}, or leave it unset (Ember then "
+                          "picks q8_0 only where f16 would not fit the context)")
+    return raw.lower()
+
+
+def choose_kv_cache(fit_at: FitAt, ctx: int, parallel: int, kv_types: tuple[str, ...],
+                    backend: str) -> tuple[Fit, int, int, str]:
+    """shrink_to_fit with the KV cache type EMBER_KV_CACHE forces, else f16 unless it would
+    cut the context and q8_0 (about half the bytes) keeps more of it. Returns the fit,
+    context, parallel sequences and what the plan's reason says about the KV cache ("" for
+    f16 chosen on its own)."""
+    forced = kv_cache_setting()
+    if forced is not None and forced not in kv_types:
+        fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, kv_types[0]), ctx, parallel)
+        return fit, c, p, (f"KV cache {kv_types[0]}: EMBER_KV_CACHE={forced} is the llamacpp "
+                           f"backend's, the {backend} backend keeps its own")
+    if forced is not None:
+        fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, forced), ctx, parallel)
+        return fit, c, p, f"KV cache {forced} (EMBER_KV_CACHE)" if forced != "f16" else ""
+    fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, "f16"), ctx, parallel)
+    if "q8_0" not in kv_types or c == ctx:
+        return fit, c, p, ""
+    q8, qc, qp = shrink_to_fit(lambda c, p: fit_at(c, p, "q8_0"), ctx, parallel)
+    if q8.placement == "wont_fit" or qc <= c:
+        return fit, c, p, ""
+    f16_bytes = fit_at(qc, qp, "f16").memory.kv_cache
+    return q8, qc, qp, (f"KV cache q8_0: {context_label(qc)} context fits in "
+                        f"{q8.memory.kv_cache / GB:.2f} GB instead of {f16_bytes / GB:.2f} GB "
+                        f"(f16 would fit {context_label(c)})")
+
+
 @dataclass(frozen=True)
 class SizedLoad:
     """What the load rule settled on: the fit at the chosen context and parallel sequences,
@@ -145,21 +193,25 @@ class SizedLoad:
     reason: str
 
 
-def size_load(fit_at: Callable[[int, int], Fit], hw: HardwareProfile, trained_context: int,
+def size_load(fit_at: FitAt, hw: HardwareProfile, trained_context: int,
               context: int | None, parallel: int,
-              headline: Callable[[Fit, int, int], str]) -> SizedLoad:
+              headline: Callable[[Fit, int, int], str], kv_types: tuple[str, ...] = ("f16",),
+              backend: str = "llamacpp") -> SizedLoad:
     """The one load-plan rule, for every backend: the context asked for (else EMBER_CONTEXT,
     else DEFAULT_CONTEXT) within the model's trained context; `parallel` sequences halved,
-    then the context, until `fit_at(context, parallel)` fits (shrink_to_fit); EMBER_THREADS
-    or the physical cores. The reason is `headline(fit, context, threads)`, then the
-    parallel sequences and a cut context, if any."""
-    wanted = context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT
-    ctx = max(MIN_CONTEXT, min(wanted, trained_context))
-    fit, ctx, parallel = shrink_to_fit(fit_at, ctx, parallel)
+    then the context, until `fit_at(context, parallel, kv)` fits (shrink_to_fit), with the
+    KV cache type of `kv_types` that fits the most (choose_kv_cache); EMBER_THREADS or the
+    physical cores. The reason is `headline(fit, context, threads)`, then the parallel
+    sequences, a cut context and a KV cache other than f16, if any."""
+    wanted = min(context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT, trained_context)
+    ctx = max(MIN_CONTEXT, wanted)
+    fit, ctx, parallel, kv_note = choose_kv_cache(fit_at, ctx, parallel, kv_types, backend)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
     reason = headline(fit, ctx, threads)
     if parallel > 1:
         reason += f"; {parallel} parallel sequences"
-    if ctx < min(wanted, trained_context):
+    if ctx < wanted:
         reason += f" (context cut from {wanted} to fit)"
+    if kv_note:
+        reason += f"; {kv_note}"
     return SizedLoad(fit, ctx, parallel, threads, reason)

@@ -150,9 +150,10 @@ def plan_cuda_load(name: str, arch: Arch, params: int, variant: Variant, hw: Har
     """The cuda engine's load plan (app.fit.base.size_load's rule) on its own memory."""
     where = "GPU, bfloat16" if on_gpu(hw) else "CPU, float32"
     sized = size_load(
-        lambda c, p: estimate_cuda(name, arch, params, variant, hw, c, p, weight_dtype),
+        lambda c, p, _kv: estimate_cuda(name, arch, params, variant, hw, c, p, weight_dtype),
         hw, trained_context, context, parallel,
-        lambda fit, ctx, threads: f"Ember's engine on the {where}: {fit.memory.describe(ctx)}")
+        lambda fit, ctx, threads: f"Ember's engine on the {where}: {fit.memory.describe(ctx)}",
+        backend="cuda")
     reason = sized.reason + ("; will not fit" if sized.fit.placement == "wont_fit" else "")
     return LoadPlan(context=sized.context, threads=sized.threads,
                     gpu_layers=-1 if on_gpu(hw) else 0, batch=MAX_TOKENS,

@@ -25,7 +25,9 @@ from app.registry import Arch, Variant
 from backends.base import LoadPlan
 
 UBATCH = 512
-KV_BYTES = 2  # f16
+# Bytes per K or V value by the KV cache's type: a q8_0 block holds 32 values in 34 bytes
+# (32 int8 and a 16-bit scale), ggml's block_q8_0.
+KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
 OVERHEAD_BYTES = 112 << 20  # worker process baseline (docs/notes/fit-model.md)
 BUFFER_FIXED_BYTES = 4 << 20
 BUFFER_PER_CONTEXT_BYTES = 256
@@ -58,8 +60,8 @@ def weight_bytes(variant: Variant, params: int) -> int:
     return int(params * BITS_PER_WEIGHT.get(variant.quant, 16.0) / 8)
 
 
-def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1) -> int:
-    per_cell_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES
+def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1, kv: str = "f16") -> int:
+    per_cell_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES[kv]
     if arch.sliding_window and arch.sliding_pattern:
         global_layers = arch.layers // arch.sliding_pattern
         local_cells = min(context, arch.sliding_window + UBATCH)
@@ -67,7 +69,7 @@ def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1) -> int:
         global_layers, local_cells = arch.layers, 0
     local_layers = arch.layers - global_layers
     cells = global_layers * context + local_layers * local_cells
-    return per_cell_layer * cells * parallel
+    return int(per_cell_layer * cells * parallel)
 
 
 def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
@@ -92,20 +94,22 @@ def active_share(arch: Arch, params: int) -> float:
 
 
 def memory(arch: Arch, weights: int, context: int, parallel: int = 1, on_gpu: bool = False,
-           repacked: int = 0) -> Memory:
+           repacked: int = 0, kv: str = "f16") -> Memory:
     return Memory(weights=weights, repacked=0 if on_gpu else repacked,
-                  kv_cache=kv_cache_bytes(arch, context, parallel),
+                  kv_cache=kv_cache_bytes(arch, context, parallel, kv),
                   buffers=buffer_bytes(arch, context, on_gpu), overhead=OVERHEAD_BYTES)
 
 
 def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: HardwareProfile,
-             context: int, parallel: int = 1, repacked: int | None = None) -> Fit:
-    """`repacked`: the exact bytes of repackable tensors when the file is at hand."""
+             context: int, parallel: int = 1, repacked: int | None = None,
+             kv: str = "f16") -> Fit:
+    """`repacked`: the exact bytes of repackable tensors when the file is at hand; `kv`: the
+    KV cache's type (KV_BYTES)."""
     weights = weight_bytes(variant, params)
     if repacked is None:
         repacked = repacked_bytes(variant, weights, hw)
-    on_gpu_mem = memory(arch, weights, context, parallel, on_gpu=True)
-    cpu_mem = memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked)
+    on_gpu_mem = memory(arch, weights, context, parallel, on_gpu=True, kv=kv)
+    cpu_mem = memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked, kv=kv)
     gpu_budget, ram_budget, kind = budgets(hw)
     layers = arch.layers
     # Weights outside the repeated layers (embeddings, output) stay with the first device.
@@ -129,7 +133,7 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
             placement, gpu_layers, headroom = "wont_fit", 0, ram_budget - cpu_mem.total
 
     share = active_share(arch, params)
-    per_token = weights * share + kv_cache_bytes(arch, min(context, TYPICAL_FILL))
+    per_token = weights * share + kv_cache_bytes(arch, min(context, TYPICAL_FILL), kv=kv)
     cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
     gpu_bw = gpu_bandwidth(hw, kind) * GB * EFFICIENCY.get(kind or "cpu", 0.55)
     if placement == "full_gpu":
@@ -148,7 +152,7 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     decode = 0.0 if placement == "wont_fit" else round(1 / seconds, 1)
     prefill = 0.0 if placement == "wont_fit" else round(flops / flops_per_token, 1)
     return Fit(spec_id, variant.format, variant.quant, context, parallel, mem, placement,
-               gpu_layers, layers, headroom, budget, decode, prefill)
+               gpu_layers, layers, headroom, budget, decode, prefill, kv)
 
 
 def arch_from_gguf(info: GGUFInfo) -> Arch:
@@ -187,11 +191,13 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
     repacked = file_repacked_bytes(info, hw)
     sized = size_load(
-        lambda c, p: estimate(info.name, arch, info.params, variant, hw, c, p, repacked),
+        lambda c, p, kv: estimate(info.name, arch, info.params, variant, hw, c, p, repacked,
+                                  kv),
         hw, info.context_length, context, parallel,
-        lambda fit, ctx, threads: f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads")
+        lambda fit, ctx, threads: f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads",
+        kv_types=tuple(KV_BYTES))
     fit = sized.fit
     gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)
     return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=gpu_layers,
                     parallel=sized.parallel, reason=sized.reason,
-                    memory_bytes=fit.memory.total)
+                    memory_bytes=fit.memory.total, kv_cache=fit.kv_cache)

@@ -54,9 +54,10 @@ def plan_mlx_load(config: dict, model: ModelFiles, hw: HardwareProfile,
     params = int(weights * 8 / BITS_PER_WEIGHT.get(variant.quant, 16.0))
     where = "Metal, unified memory" if hw.apple_chip else "CPU (mlx[cpu])"
     sized = size_load(
-        lambda c, p: estimate(model.id, arch, params, variant, hw, c, p, repacked=0),
+        lambda c, p, _kv: estimate(model.id, arch, params, variant, hw, c, p, repacked=0),
         hw, trained, context, parallel,
-        lambda fit, ctx, threads: f"MLX on {where}: {fit.memory.describe(ctx)}")
+        lambda fit, ctx, threads: f"MLX on {where}: {fit.memory.describe(ctx)}",
+        backend="mlx")
     # The prefill step: mlx[cpu] prefilled about one prompt token a second on the 2-core VMs
     # (docs/notes/mlx-on-cpu.md), so short steps keep a cancel (checked between steps) from
     # waiting minutes.

@@ -228,8 +228,9 @@ class ChatController(QObject):
             speculative = (SpeculativeParams(method="draft", draft_model=s.draft_model)
                            if s.draft_model else SpeculativeParams(method="lookup"))
         thinking = thinking_for(think_setting(conv.thinking, self.support))
+        # truncate: the oldest turns drop out of a long chat, and the window says so
         return GenerationRequest(messages=system + tuple(history), sampling=sampling,
-                                 speculative=speculative, thinking=thinking)
+                                 speculative=speculative, thinking=thinking, truncate=True)
 
     def _generate(self) -> None:
         self.view.show_banner("")

@@ -35,6 +35,14 @@ class Tokenize(Call[list[int]]):
 
 
 @dataclass(frozen=True)
+class CountTokens(Call[int]):
+    """The request's prompt tokens as the model's template and tokenizer make them (whole:
+    an API request's prompt is never cut)."""
+    call_id: str
+    request: GenerationRequest
+
+
+@dataclass(frozen=True)
 class Detokenize(Call[list[str]]):
     """Each sequence of token ids as text (control tokens as their text)."""
     call_id: str

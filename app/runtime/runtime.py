@@ -31,16 +31,19 @@ from app.runtime.backend_choice import (
 )
 from app.runtime.backend_table import capabilities, check_backend
 from app.runtime.generation import Generation
-from app.runtime.protocol import Detokenize, Embed, Tokenize
+from app.runtime.protocol import CountTokens, Detokenize, Embed, Tokenize
 from app.runtime.remote_streams import Remotes
 from app.runtime.thinking import ThinkingSupport, local_support
 from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
 from backends.base import Capabilities, GenerationRequest, LoadPlan
 from backends.errors import EmberError, InvalidRequestError
+from backends.prompt import answer_room, prompt_limit
 from backends.remote import RemoteModel
 
 QUANTS = ("int8", "int4")  # weight formats the cuda backend packs at load (kernels/quant.py)
+LARGEST_CONTEXT = 1 << 30  # asks the fit model for the most it gives (the trained context caps it)
+RELOAD_WAIT_S = 120.0  # how long a reload for a larger context waits for running answers
 log = logging.getLogger(__name__)
 
 
@@ -194,6 +197,54 @@ class Runtime:
             worker = Worker(model, plan, backend)
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
+
+    def fit_context(self, name: str, request: GenerationRequest, backend: str | None = None,
+                    context: int | None = None) -> int:
+        """Make the local model `name` ready to take `request` whole, and return its prompt's
+        tokens. The model is loaded first if it is not (with `context` where the request asks
+        for one, else as it is or by its default plan) and counts the prompt with its own
+        template and tokenizer. A prompt that does not fit with room for its answer reloads
+        the model with the largest context the fit model gives it here (not just enough: a
+        growing agent conversation should not reload every turn), with a q8_0 KV cache where
+        that fits more. Too long even for that, or for the `context` asked for, is an
+        InvalidRequestError naming the numbers: a prompt is never cut silently."""
+        worker = self._worker_with_context(name, backend, context)
+        max_tokens = request.sampling.max_tokens
+        tokens = worker.call(lambda cid: CountTokens(cid, request))
+        if tokens <= prompt_limit(worker.plan.context, max_tokens):
+            return tokens
+        ref = worker.model.ref
+        if context is not None:
+            raise prompt_too_long(tokens, max_tokens, context,
+                                  f"the context asked for ({ref})", "ask for a larger one")
+        largest = self._plan(worker.model, LARGEST_CONTEXT, worker.backend, worker.plan.quant)
+        if tokens > prompt_limit(largest.context, max_tokens):
+            raise prompt_too_long(tokens, max_tokens, largest.context,
+                                  f"the largest context this machine can give {ref} "
+                                  f"({largest.reason})", "use a model with a longer context")
+        log.info("reloading %s with a %d-token context: a %d-token prompt does not fit its %d",
+                 ref, largest.context, tokens, worker.plan.context)
+        self._wait_idle(worker)
+        self.load(name, largest.context, worker.backend, quant=worker.plan.quant)
+        return tokens
+
+    def _worker_with_context(self, name: str, backend: str | None,
+                             context: int | None) -> Worker:
+        if context is None:
+            return self._worker(name, backend)
+        ref = self.load(name, context, backend).model.ref
+        with self._lock:
+            return self._workers[ref]
+
+    @staticmethod
+    def _wait_idle(worker: Worker) -> None:
+        """Let the answers running on `worker` end before it is reloaded (at most
+        RELOAD_WAIT_S: then they end with an error, rather than this request wait on)."""
+        deadline = time.monotonic() + RELOAD_WAIT_S
+        while worker.busy and worker.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if worker.busy:
+            log.warning("reloading %s while it still answers: those answers end", worker.label)
 
     def _plan(self, model: InstalledModel, context: int | None,
               backend: str = "llamacpp", quant: str | None = None) -> LoadPlan:
@@ -365,6 +416,16 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def prompt_too_long(tokens: int, max_tokens: int | None, context: int, limit: str,
+                    advice: str) -> InvalidRequestError:
+    """The 400 of a prompt that does not fit `context` with room for its answer."""
+    room = answer_room(context, max_tokens)
+    return InvalidRequestError(
+        f"the prompt is {tokens} tokens, and with room for the answer ({room} tokens) it needs "
+        f"a context of {tokens + room}; {limit} is {context} tokens: shorten the prompt (drop "
+        f"old turns or long tool output), ask for fewer max_tokens, or {advice}")
 
 
 def _changes(worker: Worker, backend: str, context: int | None, gpu_layers: int | None,

@@ -167,8 +167,9 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     started), then the generation's events. `backend` is the request's choice of backend
     for a local model, `context` the context it asks to load it with (Ollama's num_ctx);
     a local model's request must fit what that backend and context can do
-    (app.server.serving). The model checks run in a thread: for a remote model it asks the
-    remote server, for a local one that is not loaded it reads the model's file."""
+    (app.server.serving), and its prompt the context it is loaded with, or the largest one
+    this machine gives it (Runtime.fit_context). The model checks run in a thread: for a
+    remote model it asks the remote server, a local one they load."""
     request.validate()
     if backend is not None:
         check_backend(backend)
@@ -177,6 +178,10 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     if not runtime.is_remote(model):  # a remote server checks its own limits
         serving = await anyio.to_thread.run_sync(runtime.serving, model, backend, context)
         check_serving(request, serving, model, max_tokens_param)
+        # Loads the model, and reloads it with a larger context when the prompt needs one
+        # (a 400 here when no context this machine allows holds it: never cut, never a 200
+        # that fails inside its stream).
+        await anyio.to_thread.run_sync(runtime.fit_context, model, request, backend, context)
     elif request.logprobs is not None:
         raise InvalidRequestError(f"{model} is a remote model, whose logprobs Ember does not "
                                   "pass on yet: ask without them", "logprobs")

@@ -226,8 +226,6 @@ async def _respond(request: Request, body: OllamaBase, model: str,
     gen_request = replace(gen_request, logprobs=top_logprobs(body.logprobs, body.top_logprobs))
     events = await open_events(state, model, gen_request, field, keep_alive, backend,
                                context=num_ctx, max_tokens_param="options.num_predict")
-    if num_ctx and not state.runtime.is_remote(model):
-        await anyio.to_thread.run_sync(state.runtime.load, model, num_ctx, backend)
     started = time.monotonic()
 
     pending: list[TokenLogprob] = []  # token logprobs not yet sent, for the next line

@@ -40,7 +40,7 @@ from backends.cuda.tokenizer import Tokenizer, load_tokenizer
 from backends.errors import BackendError, InvalidRequestError
 from backends.grammar import Constraint, GrammarVocab, request_constraint
 from backends.job import BaseJob
-from backends.prompt import chat_prompt, run_alone
+from backends.prompt import chat_prompt, check_prompt_fits, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
@@ -146,6 +146,7 @@ class CudaBackend:
                cancelled: CancelFlag | None = None) -> None:
         engine, _ = self._loaded()
         prompt, truncated, output = self.prompt_tokens(request)
+        check_prompt_fits(request, len(prompt), self._context)
         grammar = self._constraint(request, prompt)
         if request.speculative is not None and request.speculative.method == "draft":
             self._use_draft(request.speculative)

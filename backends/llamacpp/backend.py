@@ -35,13 +35,14 @@ from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab
 from backends.llamacpp.engine import BatchEngine, Job
 from backends.llamacpp.speculative import DraftModel, logits_row
 from backends.logprobs import log_softmax_at
-from backends.prompt import chat_prompt, run_alone
+from backends.prompt import chat_prompt, check_prompt_fits, run_alone
 from backends.speculation.policy import Speculation
 from backends.text import TextStream
 
 ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers meaning "every layer"
 EMBED_MAX_TOKENS = 512  # per input of an embeddings request
 PENALTY_LAST_N = 64  # llama.cpp's default repeat-penalty window
+KV_CACHE_TYPES = ("f16", "q8_0")
 
 
 class LlamaCppBackend:
@@ -72,6 +73,9 @@ class LlamaCppBackend:
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
+        if plan.kv_cache not in KV_CACHE_TYPES:
+            raise BackendError(f"KV cache type {plan.kv_cache!r}: the llamacpp backend takes "
+                               f"{' or '.join(KV_CACHE_TYPES)}")
         set_verbose(False)
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
@@ -91,6 +95,11 @@ class LlamaCppBackend:
             cparams.kv_unified = False
             cparams.n_threads = cparams.n_threads_batch = plan.threads
             cparams.swa_full = False  # sliding-window layers keep only their window
+            if plan.kv_cache == "q8_0":
+                # llama.cpp runs a quantized V cache only inside flash attention: ask for it
+                # rather than leave it to "auto", which would fail the load where it says no.
+                cparams.type_k = cparams.type_v = llama_cpp.GGML_TYPE_Q8_0
+                cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
             self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
         except (ValueError, RuntimeError) as e:
             self.unload()
@@ -271,6 +280,7 @@ class LlamaCppBackend:
                cancelled: CancelFlag | None = None) -> None:
         """Queue a request in the engine; `step()` then yields its events."""
         prompt, truncated, output = self.prompt_tokens(request)
+        check_prompt_fits(request, len(prompt), self._n_ctx_seq)
         budget = self._n_ctx_seq - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine

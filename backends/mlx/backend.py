@@ -43,7 +43,7 @@ from backends.mlx.sampler import make_processors, make_sampler
 from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
 from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
 from backends.mlx_dir import kv_bytes_per_token, read_config
-from backends.prompt import chat_prompt, run_alone
+from backends.prompt import chat_prompt, check_prompt_fits, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
@@ -146,6 +146,7 @@ class MlxBackend:
     def submit(self, stream_id: str, request: GenerationRequest,
                cancelled: CancelFlag | None = None) -> None:
         prompt, truncated, output = self.prompt_tokens(request)
+        check_prompt_fits(request, len(prompt), self._n_ctx)
         grammar = self._constraint(request, prompt)
         budget = self._n_ctx - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -149,22 +150,37 @@ def test_overlong_conversation_drops_oldest_turns_and_says_truncated(store, qwen
     with Runtime(store=store) as rt:
         rt.load(qwen.ref, context=512)
         request = GenerationRequest(messages=tuple(history),
-                                    sampling=SamplingParams(temperature=0, max_tokens=16))
+                                    sampling=SamplingParams(temperature=0, max_tokens=16),
+                                    truncate=True)
         text, stats = rt.generate(qwen.ref, request).result()
         assert stats.truncated is True
         assert stats.prompt_tokens + 16 <= 512
         assert "done" in text.lower()
 
         short = GenerationRequest(messages=(Message("user", "Say hi"),),
-                                  sampling=SamplingParams(temperature=0, max_tokens=8))
+                                  sampling=SamplingParams(temperature=0, max_tokens=8),
+                                  truncate=True)
         assert rt.generate(qwen.ref, short).result()[1].truncated is False
 
 
 def test_a_last_message_longer_than_the_context_is_a_clear_error(store, qwen):
     with Runtime(store=store) as rt:
         rt.load(qwen.ref, context=512)
-        request = ask("word " * 2000, SamplingParams(max_tokens=16))
+        request = replace(ask("word " * 2000, SamplingParams(max_tokens=16)), truncate=True)
         with pytest.raises(InvalidRequestError, match="the last message alone is"):
+            rt.generate(qwen.ref, request).result()
+
+
+def test_a_conversation_that_may_not_be_cut_is_refused_whole_with_its_numbers(store, qwen):
+    filler = "Here is some context about the project. " * 20
+    history = [Message("user", f"Note {i}: {filler}") for i in range(6)]
+    request = GenerationRequest(messages=(*history, Message("user", "Say done")),
+                                sampling=SamplingParams(temperature=0, max_tokens=16))
+    with Runtime(store=store) as rt:
+        rt.load(qwen.ref, context=512)
+        with pytest.raises(InvalidRequestError,
+                           match=r"the prompt is 1\d{3} tokens; with room for the answer \(16 "
+                                 r"tokens\) the loaded context \(512 tokens\) holds 496"):
             rt.generate(qwen.ref, request).result()
 
 

@@ -74,6 +74,10 @@ class ScriptedRuntime:
                        Capabilities(formats=("gguf",), grammar=self.grammar),
                        context or self.context, loaded=context is None)
 
+    def fit_context(self, name: str, request: GenerationRequest, backend: str | None = None,
+                    context: int | None = None) -> int:
+        return 7  # the prompt tokens its answers report: always fits
+
     # -- generating ------------------------------------------------------------------------
     def generate(self, name: str, request: GenerationRequest, sink,
                  backend: str | None = None) -> _Generation:

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
+from app.hardware import HardwareProfile
 from app.runtime import Runtime
 from app.server.app import ServerSettings, create_app
 from app.store import Store
@@ -22,8 +23,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(store: Store, **kw: object) -> Iterator[tuple[str, Runtime]]:
-    runtime = Runtime(store=store)
+def live_server(store: Store, hardware: HardwareProfile | None = None,
+                **kw: object) -> Iterator[tuple[str, Runtime]]:
+    """`hardware`: the machine the fit model plans for (a simulated one: app.hardware's)."""
+    runtime = Runtime(store=store, hardware=hardware)
     port = free_port()
     app = create_app(runtime, ServerSettings(port=port, **kw))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
