@@ -242,7 +242,8 @@ def test_beyond_the_queue_limit_requests_get_429_with_retry_after(store, qwen):
                 "messages": [{"role": "user", "content": "Write a long story."}]}
         with httpx.stream("POST", url + "/v1/chat/completions", json=body,
                           timeout=60) as first:
-            next(first.iter_lines())  # the first request is running
+            lines = first.iter_lines()  # kept: a dropped iterator closes the stream
+            next(lines)  # the first request is running
             second = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
             assert second.status_code == 429
             assert int(second.headers["retry-after"]) >= 1
