@@ -265,6 +265,9 @@ class Stats:
     reasoning_tokens: int = 0  # completion tokens spent thinking (part of completion_tokens)
     # why speculative decoding was switched off for this request, if it was (e.g. a grammar)
     speculation_off: str = ""
+    # the request's stop string that ended the answer (finish_reason "stop"), if one did;
+    # None when the model ended it (or a remote server did not say which string matched)
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True)
