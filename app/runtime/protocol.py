@@ -35,6 +35,13 @@ class Tokenize(Call[list[int]]):
 
 
 @dataclass(frozen=True)
+class CountPromptTokens(Call[int]):
+    """How many tokens the request's whole prompt is (its chat template rendered)."""
+    call_id: str
+    request: GenerationRequest
+
+
+@dataclass(frozen=True)
 class Embed(Call[tuple[list[list[float]], int]]):
     call_id: str
     texts: tuple[str, ...]

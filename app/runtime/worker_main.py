@@ -20,6 +20,7 @@ from app import logs
 from app.runtime.backend_table import make_backend
 from app.runtime.protocol import (
     Cancel,
+    CountPromptTokens,
     Embed,
     Generate,
     Loaded,
@@ -32,11 +33,19 @@ from app.runtime.protocol import (
     Tokenize,
 )
 from app.store import InstalledModel
-from backends.base import DoneEvent, ErrorEvent, LoadPlan
+from backends.base import Backend, DoneEvent, ErrorEvent, LoadPlan
 from backends.errors import EmberError
 
 log = logging.getLogger(__name__)
 
+
+def _answer(backend: Backend, call: Tokenize | CountPromptTokens | Embed) -> object:
+    """What the backend method of a call's name returns."""
+    if isinstance(call, Tokenize):
+        return backend.tokenize(call.text)
+    if isinstance(call, CountPromptTokens):
+        return backend.count_prompt_tokens(call.request)
+    return backend.embed(list(call.texts))
 
 
 def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
@@ -65,7 +74,8 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
                 capabilities=backend.capabilities()))
 
-    jobs: queue.Queue[Generate | Tokenize | Embed | Shutdown] = queue.Queue()
+    jobs: queue.Queue[Generate | Tokenize | CountPromptTokens | Embed | Shutdown] = \
+        queue.Queue()
     cancels: dict[str, threading.Event] = {}
     lock = threading.Lock()
 
@@ -89,13 +99,13 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 with lock:
                     if msg.stream_id in cancels:  # a finished stream has nothing to cancel
                         cancels[msg.stream_id].set()
-            elif isinstance(msg, Tokenize | Embed):
+            elif isinstance(msg, Tokenize | CountPromptTokens | Embed):
                 jobs.put(msg)
 
     threading.Thread(target=read_commands, daemon=True, name="ember-worker-reader").start()
     # Drain every queued command, then take one engine step; block only when idle.
     while True:
-        job: Generate | Tokenize | Embed | Shutdown | None
+        job: Generate | Tokenize | CountPromptTokens | Embed | Shutdown | None
         try:
             job = jobs.get(block=not backend.has_work())
         except queue.Empty:
@@ -103,11 +113,9 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
         if isinstance(job, Shutdown):
             break
         try:
-            if isinstance(job, Tokenize | Embed):
+            if isinstance(job, Tokenize | CountPromptTokens | Embed):
                 try:
-                    value = (backend.tokenize(job.text) if isinstance(job, Tokenize)
-                             else backend.embed(list(job.texts)))
-                    send(Reply(job.call_id, value=value))
+                    send(Reply(job.call_id, value=_answer(backend, job)))
                 except EmberError as e:
                     send(Reply(job.call_id, error=str(e), invalid=True))
                 except Exception as e:
