@@ -13,12 +13,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from backends.errors import InvalidRequestError
-
-if TYPE_CHECKING:  # backends.chat_format.base imports this module
-    from backends.chat_format.base import OutputParser
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 # "tool_calls": the answer ended by calling tools (the client runs them and sends the results)
@@ -281,6 +278,9 @@ class Stats:
     reasoning_tokens: int = 0  # completion tokens spent thinking (part of completion_tokens)
     # why speculative decoding was switched off for this request, if it was (e.g. a grammar)
     speculation_off: str = ""
+    # the request's stop string that ended the answer (finish_reason "stop"), if one did;
+    # None when the model ended it (or a remote server did not say which string matched)
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True)
@@ -406,7 +406,9 @@ class ModelFiles(Protocol):
 class Backend(Protocol):
     """`generate` runs one request. The worker serves many at once through `submit` (queue
     a request under a stream id) and `step` (advance every running request by one decode,
-    returning the events it produced); `fail_all` ends them all after a failed step."""
+    returning the events it produced); `fail_all` ends them all after a failed step.
+    `count_prompt_tokens` is the length of the request's whole prompt (its chat template
+    rendered, nothing dropped to fit the context)."""
     name: str
 
     def capabilities(self) -> Capabilities: ...
@@ -420,9 +422,7 @@ class Backend(Protocol):
     def fail_all(self, message: str) -> list[tuple[str, Event]]: ...
     def tokenize(self, text: str) -> list[int]: ...
     def detokenize(self, tokens: list[int]) -> str: ...
-    # the prompt as tokens, whether turns were dropped to fit (request.truncate), the parser
-    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool,
-                                                                 OutputParser]: ...
+    def count_prompt_tokens(self, request: GenerationRequest) -> int: ...
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]: ...
     def unload(self) -> None: ...
 

@@ -116,7 +116,7 @@ class BaseJob:
             end=time.perf_counter(), finish_reason=reason, truncated=self.truncated,
             cached_tokens=cached_tokens, draft_tokens=draft_tokens,
             accepted_tokens=accepted_tokens, reasoning_tokens=self.reasoning_tokens,
-            speculation_off=self.speculation_off)
+            speculation_off=self.speculation_off, stop_sequence=self.text.matched)
         events.append((self.stream_id, DoneEvent(
             stats, "".join(self.answer.content), reasoning="".join(self.answer.reasoning),
             tool_calls=calls, logprobs=tuple(self.logprobs))))

@@ -79,6 +79,15 @@ def chat_prompt(request: GenerationRequest, n_ctx: int, encode: Callable[[str], 
     return tokens, truncated, chat.parser(request, rendered[-1] if rendered else None)
 
 
+def count_prompt(request: GenerationRequest, encode: Callable[[str], list[int]],
+                 chat: ChatTemplate) -> int:
+    """How many tokens the request's whole prompt is: the `prompt_tokens` its generation
+    reports whenever it fits the context (fit_prompt drops nothing then)."""
+    if request.prompt is not None:
+        return len(encode(request.prompt))
+    return len(encode(chat.render(request.messages or (), request)))
+
+
 def run_alone(backend: Backend, request: GenerationRequest,
               cancelled: CancelFlag | None = None) -> Iterator[Event]:
     """One request's events (the backend's other requests, if any, advance too)."""

@@ -289,7 +289,7 @@ class RemoteBackend:
         """The events of one request; never raises for a server's or the network's failure:
         that is the final ErrorEvent, after the text already received."""
         path = "/chat/completions" if request.messages is not None else "/completions"
-        run = Received(time.monotonic())
+        run = Received(time.monotonic(), stops=request.sampling.stop)
         try:
             if stream:
                 yield from self._stream(path, model, request, cancelled, run)
@@ -314,6 +314,7 @@ class RemoteBackend:
             events = (message_events(choice["message"]) if "message" in choice
                       else [TokenEvent(choice["text"])] if choice["text"] else [])
             run.finish = choice.get("finish_reason")
+            run.matched(choice)
             run.usage = body.get("usage")
         except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError):
             raise self._garbage(response.text) from None
@@ -418,6 +419,8 @@ class Received:
     chunks: int = 0
     finish: str | None = None
     usage: dict | None = None
+    stops: tuple[str, ...] = ()  # the request's stop strings
+    stop_sequence: str | None = None  # the one that ended the answer, if the server says
 
     def __post_init__(self) -> None:
         self.text: list[str] = []
@@ -448,6 +451,14 @@ class Received:
             call = self.calls.setdefault(event.index, _Call(event.id, event.name, []))
             call.arguments.append(event.arguments)
 
+    def matched(self, choice: dict) -> None:
+        """Which stop string ended the answer: vLLM says so in the choice's `stop_reason`
+        (a stop token's id there is not one of the request's strings); OpenAI and
+        llama-server do not, and then it stays unknown."""
+        said = choice.get("stop_reason")
+        if isinstance(said, str) and said in self.stops:
+            self.stop_sequence = said
+
     def chunk(self, chunk: dict) -> list[Event] | None:
         """The events of one stream chunk (chat delta or completion text); None if the chunk
         is not a valid one."""
@@ -472,6 +483,7 @@ class Received:
                 events.append(TokenEvent(choice["text"]))
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
+                self.matched(choice)
         for event in events:
             self.record(event)
         return events
@@ -543,5 +555,6 @@ class Received:
             cached_tokens=int(details.get("cached_tokens") or 0)
             if isinstance(details, dict) else 0,
             reasoning_tokens=int(out_details.get("reasoning_tokens") or 0)
-            if isinstance(out_details, dict) else 0)
+            if isinstance(out_details, dict) else 0,
+            stop_sequence=self.stop_sequence if finish == "stop" else None)
         return DoneEvent(stats, "".join(self.text), "".join(self.reasoning), calls)

@@ -11,7 +11,8 @@ def request_stats(*, prompt_tokens: int, completion_tokens: int, started: float,
                   first_at: float | None, last_at: float | None, end: float,
                   finish_reason: FinishReason, truncated: bool, cached_tokens: int = 0,
                   draft_tokens: int = 0, accepted_tokens: int = 0,
-                  reasoning_tokens: int = 0, speculation_off: str = "") -> Stats:
+                  reasoning_tokens: int = 0, speculation_off: str = "",
+                  stop_sequence: str | None = None) -> Stats:
     """`started`, `first_at` (first token), `last_at` (last token) and `end` on one clock.
     Decode speed counts the tokens after the first over the time they took, so the prompt's
     evaluation (or a prompt cache hit) does not count."""
@@ -24,4 +25,4 @@ def request_stats(*, prompt_tokens: int, completion_tokens: int, started: float,
         finish_reason=finish_reason, truncated=truncated, total_s=round(end - started, 4),
         cached_tokens=cached_tokens, draft_tokens=draft_tokens,
         accepted_tokens=accepted_tokens, reasoning_tokens=reasoning_tokens,
-        speculation_off=speculation_off)
+        speculation_off=speculation_off, stop_sequence=stop_sequence)

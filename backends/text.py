@@ -6,7 +6,8 @@ import codecs
 
 
 class TextStream:
-    """Accumulates decoded bytes; `push` returns the text that is safe to send now."""
+    """Accumulates decoded bytes; `push` returns the text that is safe to send now.
+    `matched` is the stop string that ended the text, if one did."""
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self.stops = stops
@@ -14,13 +15,14 @@ class TextStream:
         self.text = ""
         self.emitted = 0
         self.stopped = False
+        self.matched: str | None = None
 
     def push(self, data: bytes) -> str:
         self.text += self._decoder.decode(data)
         hit = find_stop(self.text, self.stops, self.emitted)
         if hit is not None:
-            self.text = self.text[:hit]
-            self.stopped = True
+            self.text = self.text[:hit[0]]
+            self.stopped, self.matched = True, hit[1]
             return self._flush()
         safe = len(self.text) - held_back(self.text, self.stops)
         if safe <= self.emitted:
@@ -40,13 +42,17 @@ class TextStream:
         return out
 
 
-def find_stop(text: str, stops: tuple[str, ...], emitted: int) -> int | None:
-    """Index of the earliest stop string in `text` (only the unsent tail can hold a new one)."""
+def find_stop(text: str, stops: tuple[str, ...], emitted: int) -> tuple[int, str] | None:
+    """Index of the earliest stop string in `text`, and that string (the first one given
+    among those found there); only the unsent tail can hold a new one."""
     if not stops:
         return None
     window = max(0, emitted - max(len(s) for s in stops))
-    hits = [i for s in stops if (i := text.find(s, window)) >= 0]
-    return min(hits) if hits else None
+    hits = [(i, n, s) for n, s in enumerate(stops) if (i := text.find(s, window)) >= 0]
+    if not hits:
+        return None
+    index, _, stop = min(hits)
+    return index, stop
 
 
 def held_back(text: str, stops: tuple[str, ...]) -> int:

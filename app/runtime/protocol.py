@@ -35,9 +35,8 @@ class Tokenize(Call[list[int]]):
 
 
 @dataclass(frozen=True)
-class CountTokens(Call[int]):
-    """The request's prompt tokens as the model's template and tokenizer make them (whole:
-    an API request's prompt is never cut)."""
+class CountPromptTokens(Call[int]):
+    """How many tokens the request's whole prompt is (its chat template rendered)."""
     call_id: str
     request: GenerationRequest
 

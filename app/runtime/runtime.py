@@ -31,7 +31,7 @@ from app.runtime.backend_choice import (
 )
 from app.runtime.backend_table import capabilities, check_backend
 from app.runtime.generation import Generation
-from app.runtime.protocol import CountTokens, Detokenize, Embed, Tokenize
+from app.runtime.protocol import CountPromptTokens, Detokenize, Embed, Tokenize
 from app.runtime.remote_streams import Remotes
 from app.runtime.thinking import ThinkingSupport, local_support
 from app.runtime.worker_handle import EventSink, Worker
@@ -210,7 +210,7 @@ class Runtime:
         InvalidRequestError naming the numbers: a prompt is never cut silently."""
         worker = self._worker_with_context(name, backend, context)
         max_tokens = request.sampling.max_tokens
-        tokens = worker.call(lambda cid: CountTokens(cid, request))
+        tokens = worker.call(lambda cid: CountPromptTokens(cid, request))
         if tokens <= prompt_limit(worker.plan.context, max_tokens):
             return tokens
         ref = worker.model.ref
@@ -333,6 +333,19 @@ class Runtime:
         clear error)."""
         return self._worker(name).call(
             lambda cid: Detokenize(cid, tuple(tuple(s) for s in sequences)))
+
+    def count_prompt_tokens(self, name: str, request: GenerationRequest,
+                            backend: str | None = None) -> int:
+        """How many tokens the request's prompt is for the local model `name` (loading it if
+        need be): its chat template rendered with the request's tools and thinking setting,
+        tokenized by the model. A generation of the same request reports the same
+        `prompt_tokens`, unless it had to drop old turns to fit the context."""
+        request.validate()
+        if self.is_remote(name):
+            raise InvalidRequestError(f"{name} is a remote model: its server renders and "
+                                      "tokenizes its prompts, and Ember cannot count them "
+                                      "for it (counting runs on local models only)")
+        return self._worker(name, backend).call(lambda cid: CountPromptTokens(cid, request))
 
     def embed(self, name: str, texts: list[str]) -> tuple[list[list[float]], int]:
         """L2-normalised embeddings of `texts`, and the number of tokens read."""

@@ -20,7 +20,7 @@ from app import logs
 from app.runtime.backend_table import make_backend
 from app.runtime.protocol import (
     Cancel,
-    CountTokens,
+    CountPromptTokens,
     Detokenize,
     Embed,
     Generate,
@@ -40,13 +40,13 @@ from backends.errors import EmberError
 log = logging.getLogger(__name__)
 
 
-
-def _answer(backend: Backend, call: Tokenize | CountTokens | Detokenize | Embed) -> object:
+def _answer(backend: Backend,
+            call: Tokenize | CountPromptTokens | Detokenize | Embed) -> object:
     """The value of a command that gets one Reply: its backend method's."""
     if isinstance(call, Tokenize):
         return backend.tokenize(call.text)
-    if isinstance(call, CountTokens):
-        return len(backend.prompt_tokens(call.request)[0])
+    if isinstance(call, CountPromptTokens):
+        return backend.count_prompt_tokens(call.request)
     if isinstance(call, Detokenize):
         return [backend.detokenize(list(tokens)) for tokens in call.sequences]
     return backend.embed(list(call.texts))
@@ -78,7 +78,7 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
                 capabilities=backend.capabilities()))
 
-    jobs: queue.Queue[Generate | Tokenize | CountTokens | Detokenize | Embed | Shutdown] = (
+    jobs: queue.Queue[Generate | Tokenize | CountPromptTokens | Detokenize | Embed | Shutdown] = (
         queue.Queue())
     cancels: dict[str, threading.Event] = {}
     lock = threading.Lock()
@@ -103,13 +103,13 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 with lock:
                     if msg.stream_id in cancels:  # a finished stream has nothing to cancel
                         cancels[msg.stream_id].set()
-            elif isinstance(msg, Tokenize | CountTokens | Detokenize | Embed):
+            elif isinstance(msg, Tokenize | CountPromptTokens | Detokenize | Embed):
                 jobs.put(msg)
 
     threading.Thread(target=read_commands, daemon=True, name="ember-worker-reader").start()
     # Drain every queued command, then take one engine step; block only when idle.
     while True:
-        job: Generate | Tokenize | CountTokens | Detokenize | Embed | Shutdown | None
+        job: Generate | Tokenize | CountPromptTokens | Detokenize | Embed | Shutdown | None
         try:
             job = jobs.get(block=not backend.has_work())
         except queue.Empty:
@@ -117,10 +117,9 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
         if isinstance(job, Shutdown):
             break
         try:
-            if isinstance(job, Tokenize | CountTokens | Detokenize | Embed):
+            if isinstance(job, Tokenize | CountPromptTokens | Detokenize | Embed):
                 try:
-                    value = _answer(backend, job)
-                    send(Reply(job.call_id, value=value))
+                    send(Reply(job.call_id, value=_answer(backend, job)))
                 except EmberError as e:
                     send(Reply(job.call_id, error=str(e), invalid=True))
                 except Exception as e:

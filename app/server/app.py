@@ -19,10 +19,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.errors import ModelNotFoundError
 from app.runtime import Runtime
-from app.server import ollama, openai, responses, tokens
+from app.server import anthropic, ollama, openai, responses, tokens
 from app.server.access_log import AccessLog
 from app.server.bridge import Admission, ServerBusyError
-from app.server.errors import ApiError
+from app.server.errors import ApiError, error_body
 from app.server.metrics import Metrics
 from app.server.response_store import ResponseStore
 from app.server.schemas import ReasoningField
@@ -84,7 +84,8 @@ class Guard:
             given = given or headers.get("x-api-key", "")
             if not hmac.compare_digest(given.encode(), key.encode()):
                 return await _send_error(scope, send, ApiError(
-                    401, "missing or wrong API key: send 'Authorization: Bearer KEY'",
+                    401, "missing or wrong API key: send 'Authorization: Bearer KEY' (or "
+                    "'x-api-key: KEY')",
                     code="invalid_api_key"))
         limit = self.settings.max_body_bytes
         length = headers.get("content-length")
@@ -107,8 +108,8 @@ class Guard:
 
 
 async def _send_error(scope: Scope, send: Send, err: ApiError) -> None:
-    body = err.ollama() if scope["path"].startswith("/api/") else err.openai()
-    response = JSONResponse(body, status_code=err.status, headers=err.headers)
+    response = JSONResponse(error_body(scope["path"], err), status_code=err.status,
+                            headers=err.headers)
     await response(scope, _no_receive, send)
 
 
@@ -117,8 +118,8 @@ async def _no_receive() -> dict:
 
 
 def _error_response(request: Request, err: ApiError) -> JSONResponse:
-    body = err.ollama() if request.url.path.startswith("/api/") else err.openai()
-    return JSONResponse(body, status_code=err.status, headers=err.headers)
+    return JSONResponse(error_body(request.url.path, err), status_code=err.status,
+                        headers=err.headers)
 
 
 def wire_path(loc: tuple | list, body: object, missing: bool = False) -> str | None:
@@ -137,6 +138,27 @@ def wire_path(loc: tuple | list, body: object, missing: bool = False) -> str | N
         elif missing and i == len(loc) - 1:
             parts.append(f".{key}")
     return "".join(parts).lstrip(".") or None
+
+
+def document_400_not_422(app: FastAPI) -> None:
+    """FastAPI documents a 422 for every body it validates; this app answers those with a
+    400 in the route's API shape (`invalid` below), which the routes document themselves:
+    the 422s, and the schemas only they used, leave the OpenAPI document."""
+    make = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            doc = make()
+            for operations in doc.get("paths", {}).values():
+                for operation in operations.values():
+                    operation.get("responses", {}).pop("422", None)
+            schemas = doc.get("components", {}).get("schemas", {})
+            for unused in ("HTTPValidationError", "ValidationError"):
+                schemas.pop(unused, None)
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> FastAPI:
@@ -159,7 +181,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
             await anyio.to_thread.run_sync(runtime.shutdown)
 
     app = FastAPI(title="Ember", version=__version__, lifespan=lifespan,
-                  description="OpenAI- and Ollama-compatible API of Ember, a local LLM app.")
+                  description="OpenAI-, Ollama- and Anthropic-compatible API of Ember, a local "
+                              "LLM app.")
     app.state.runtime = runtime
     app.state.settings = settings
     app.state.metrics = Metrics()
@@ -178,6 +201,9 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     def root() -> str:
         """What Ollama answers here: clients probe it to find a running server."""
         return "Ollama is running"
+    app.include_router(anthropic.router)
+
+    document_400_not_422(app)
 
     @app.get("/health", tags=["ember"])
     def health() -> dict:

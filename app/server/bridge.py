@@ -1,6 +1,6 @@
-"""What the OpenAI and Ollama routes share: turning API requests into GenerationRequests,
-admission (a bounded queue, then 429), streaming Runtime events into async code, and
-cancelling a generation when its client goes away."""
+"""What the API routes (OpenAI, Ollama, Anthropic) share: turning API requests into
+GenerationRequests, admission (a bounded queue, then 429), streaming Runtime events into async
+code, and cancelling a generation when its client goes away."""
 
 from __future__ import annotations
 
@@ -157,6 +157,27 @@ async def embed(request: Request, model: str, texts: list[str]) -> tuple[list[li
         state.admission.leave()
     access_log.note_prompt_tokens(tokens)
     return vectors, tokens
+
+
+async def count_prompt_tokens(state: State, model: str, request: GenerationRequest,
+                              backend: str | None = None) -> int:
+    """The length of the request's prompt for `model` (Runtime.count_prompt_tokens), after
+    the same checks a generation gets first (400, 404, then 429 when the queue is full):
+    counting may load the model, so it takes its turn like any request."""
+    request.validate()
+    if backend is not None:
+        check_backend(backend)
+    runtime = state.runtime
+    await anyio.to_thread.run_sync(runtime.check_model, model)
+    state.admission.check()
+    state.admission.enter()
+    try:
+        tokens = await anyio.to_thread.run_sync(runtime.count_prompt_tokens, model, request,
+                                                backend)
+    finally:
+        state.admission.leave()
+    access_log.note_prompt_tokens(tokens)
+    return tokens
 
 
 async def open_events(state: State, model: str, request: GenerationRequest, endpoint: str,

@@ -1,5 +1,6 @@
-"""Errors as the two APIs shape them: OpenAI {"error": {message, type, param, code}}, Ollama
-{"error": "message"}. The route prefix decides which shape a response gets."""
+"""Errors as the three APIs shape them: OpenAI {"error": {message, type, param, code}}, Ollama
+{"error": "message"}, Anthropic {"type": "error", "error": {type, message}}. The route's path
+decides which shape a response gets (`error_body`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,34 @@ class ApiError(Exception):
 
     def ollama(self) -> dict:
         return {"error": self.message}
+
+    @property
+    def anthropic_type(self) -> str:
+        """Anthropic's error type for the status (its API reference, "HTTP errors")."""
+        if self.status >= 500:
+            return "overloaded_error" if self.status in (503, 529) else "api_error"
+        return ANTHROPIC_TYPES.get(self.status, "invalid_request_error")
+
+    def anthropic(self) -> dict:
+        return {"type": "error", "error": {"type": self.anthropic_type, "message": self.message}}
+
+
+ANTHROPIC_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                   413: "request_too_large", 429: "rate_limit_error"}
+ANTHROPIC_PATH = "/v1/messages"
+
+
+def is_anthropic_path(path: str) -> bool:
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
+def error_body(path: str, err: ApiError) -> dict:
+    """The error in the shape of the API that `path` belongs to."""
+    if path.startswith("/api/"):
+        return err.ollama()
+    if is_anthropic_path(path):
+        return err.anthropic()
+    return err.openai()
 
 
 def error_for_event(event: ErrorEvent) -> ApiError:

@@ -1,15 +1,35 @@
 """API fields -> Ember's GenerationRequest, for every API dialect (OpenAI's chat completions
-and Responses, Ollama): sampling, the conversation (with its tool calls, tool results and
-thinking), the offered tools, the tool choice and the thinking setting. Every route maps its
-wire here and nowhere else; the answer goes back through app.server.openai_wire,
-responses_wire and ollama_wire. Problems are InvalidRequestErrors
-whose `param` is the wire path (`messages[2].tool_calls[0].function.arguments`)."""
+and Responses, Ollama, Anthropic): sampling, the conversation (with its tool calls, tool
+results and thinking), the offered tools, the tool choice and the thinking setting. Every
+route maps its wire here and nowhere else; the answer goes back through app.server.openai_wire,
+responses_wire, ollama_wire and anthropic_wire. Problems are InvalidRequestErrors whose
+`param` is the wire path (`messages[2].tool_calls[0].function.arguments`)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
 
+from app.server.anthropic_schemas import (
+    AnthropicToolChoice,
+    ContentBlockIn,
+    DocumentBlock,
+    ImageBlock,
+    MessageIn,
+    OutputConfig,
+    RedactedThinkingBlockIn,
+    TextBlock,
+    ThinkingBlockIn,
+    ThinkingConfig,
+    ThinkingDisabled,
+    ThinkingEnabled,
+    ToolChoiceAny,
+    ToolChoiceNone,
+    ToolChoiceTool,
+    ToolIn,
+    ToolResultBlockIn,
+    ToolUseBlockIn,
+)
 from app.server.ollama_schemas import OllamaMessage, Think
 from app.server.responses_schemas import (
     FormatJsonObject,
@@ -187,6 +207,110 @@ def _check_arguments(item: FunctionCallItem, param: str) -> None:
                                   "must be a JSON object", param)
 
 
+BLOCK_SEPARATOR = "\n\n"  # between the text blocks of one Anthropic turn (or system)
+
+
+def _unsupported(block: ImageBlock | DocumentBlock, where: str) -> InvalidRequestError:
+    what = "images (vision)" if isinstance(block, ImageBlock) else "documents"
+    return InvalidRequestError(f"{where}: {block.type} blocks are not supported yet: Ember's "
+                               f"models read text only, not {what}; send the content as "
+                               "text blocks", where)
+
+
+def anthropic_system(system: str | list[TextBlock] | None) -> tuple[Message, ...]:
+    """Anthropic's top-level `system`, as the conversation's system message."""
+    text = system if isinstance(system, str) else BLOCK_SEPARATOR.join(
+        b.text for b in system or ())
+    return (Message("system", text),) if text else ()
+
+
+def anthropic_messages(system: str | list[TextBlock] | None,
+                       messages: list[MessageIn]) -> tuple[Message, ...]:
+    """Anthropic's conversation as Ember's: the system prompt first; an assistant turn's text,
+    thinking (kept as its reasoning; redacted thinking cannot be read and is dropped) and
+    tool_use blocks (ToolCalls, `input` as JSON text) become one assistant message; a user
+    turn's tool_result blocks become `tool` messages, in order, each answering a tool_use of
+    the assistant turn just before it (as Anthropic requires), then its text blocks one user
+    message. A result marked `is_error` reads "Error: ..." (a chat template has no other way
+    to tell the model). Images and documents are refused: Ember's models read text only."""
+    out = list(anthropic_system(system))
+    offered: dict[str, str] = {}  # the tool_use ids (-> names) of the last assistant turn
+    for i, m in enumerate(messages):
+        blocks: list[ContentBlockIn] = [TextBlock(type="text", text=m.content)] \
+            if isinstance(m.content, str) else m.content
+        if not blocks:
+            raise InvalidRequestError(f"messages[{i}].content: a turn needs at least one "
+                                      "content block", f"messages[{i}].content")
+        if m.role == "assistant":
+            out.append(_assistant_turn(blocks, f"messages[{i}]"))
+            offered = {c.id: c.name for c in out[-1].tool_calls}
+        else:
+            out += _user_turn(blocks, f"messages[{i}]", offered)
+            offered = {}
+    return tuple(out)
+
+
+def _assistant_turn(blocks: list[ContentBlockIn], where: str) -> Message:
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[ToolCall] = []
+    for j, b in enumerate(blocks):
+        if isinstance(b, TextBlock):
+            texts.append(b.text)
+        elif isinstance(b, ThinkingBlockIn):
+            thoughts.append(b.thinking)
+        elif isinstance(b, ToolUseBlockIn):
+            calls.append(ToolCall(id=b.id, name=b.name,
+                                  arguments=json.dumps(b.input, ensure_ascii=False)))
+        elif isinstance(b, ImageBlock | DocumentBlock):
+            raise _unsupported(b, f"{where}.content[{j}]")
+        elif not isinstance(b, RedactedThinkingBlockIn):
+            raise InvalidRequestError(f"{where}.content[{j}]: an assistant turn cannot carry a "
+                                      f"{b.type} block (tool results go in the user turn "
+                                      "after the call)", f"{where}.content[{j}].type")
+    return Message("assistant", BLOCK_SEPARATOR.join(texts),
+                   reasoning=BLOCK_SEPARATOR.join(thoughts), tool_calls=tuple(calls))
+
+
+def _user_turn(blocks: list[ContentBlockIn], where: str,
+               offered: dict[str, str]) -> list[Message]:
+    texts: list[str] = []
+    results: list[Message] = []
+    for j, b in enumerate(blocks):
+        here = f"{where}.content[{j}]"
+        if isinstance(b, TextBlock):
+            texts.append(b.text)
+        elif isinstance(b, ToolResultBlockIn):
+            if b.tool_use_id not in offered:
+                made = ", ".join(offered) or "none"
+                raise InvalidRequestError(
+                    f"{here}.tool_use_id: a tool_result for {b.tool_use_id[:80]!r}, but the "
+                    f"assistant turn just before it made no tool_use with that id (it made: "
+                    f"{made})", f"{here}.tool_use_id")
+            results.append(Message("tool", _result_text(b, here), tool_call_id=b.tool_use_id,
+                                   name=offered[b.tool_use_id]))
+        elif isinstance(b, ImageBlock | DocumentBlock):
+            raise _unsupported(b, here)
+        else:
+            raise InvalidRequestError(f"{here}: a user turn cannot carry a {b.type} block "
+                                      "(only the assistant's turns do)", f"{here}.type")
+    text = [Message("user", BLOCK_SEPARATOR.join(texts))] if texts else []
+    return results + text
+
+
+def _result_text(block: ToolResultBlockIn, where: str) -> str:
+    if block.content is None or isinstance(block.content, str):
+        text = block.content or ""
+    else:
+        parts = []
+        for k, part in enumerate(block.content):
+            if not isinstance(part, TextBlock):
+                raise _unsupported(part, f"{where}.content[{k}]")
+            parts.append(part.text)
+        text = BLOCK_SEPARATOR.join(parts)
+    return f"Error: {text}" if block.is_error else text
+
+
 def _named_results(messages: tuple[Message, ...]) -> tuple[Message, ...]:
     """A tool result that names only its call gets the call's tool name too: some templates
     (Llama 3, gpt-oss) render results under the tool's name, and OpenAI clients send ids."""
@@ -233,6 +357,42 @@ def responses_param(param: str | None) -> str | None:
         head, _, rest = param.partition(".function")
         return head + rest
     return param
+
+
+def anthropic_tools(tools: list[ToolIn] | None) -> tuple[Tool, ...]:
+    """Anthropic's custom tools (name, description, input_schema); its server tools (web
+    search, code execution...) run on Anthropic's side and are refused."""
+    out = []
+    for i, t in enumerate(tools or ()):
+        if t.type not in (None, "custom"):
+            raise InvalidRequestError(
+                f"tools[{i}]: {t.type[:60]!r} is one of Anthropic's server tools, which run on "
+                "Anthropic's servers; Ember passes custom tools (name, description, "
+                "input_schema) to the model", f"tools[{i}].type")
+        if t.input_schema is None:
+            raise InvalidRequestError(f"tools[{i}].input_schema: the tool {t.name[:60]!r} "
+                                      "needs its input_schema (a JSON schema of an object)",
+                                      f"tools[{i}].input_schema")
+        out.append(Tool(name=t.name, description=t.description or "",
+                        parameters=t.input_schema))
+    return tuple(out)
+
+
+def anthropic_tool_choice(choice: AnthropicToolChoice | None,
+                          offered: tuple[Tool, ...]) -> tuple[ToolChoice, bool]:
+    """The tool choice, and whether parallel calls are allowed (`disable_parallel_tool_use`
+    false, Anthropic's default). auto is the default; any is OpenAI's required."""
+    if choice is None:
+        return ToolChoice("auto"), True
+    if isinstance(choice, ToolChoiceNone):
+        return ToolChoice("none"), True
+    if isinstance(choice, ToolChoiceAny | ToolChoiceTool) and not offered:
+        raise InvalidRequestError(f"tool_choice {choice.type!r} needs tools to choose from: "
+                                  "offer some in `tools`", "tool_choice")
+    parallel = not choice.disable_parallel_tool_use
+    if isinstance(choice, ToolChoiceTool):
+        return ToolChoice("function", choice.name), parallel
+    return ToolChoice("required" if isinstance(choice, ToolChoiceAny) else "auto"), parallel
 
 
 def openai_tool_choice(choice: str | NamedToolChoice | None) -> ToolChoice:
@@ -313,6 +473,33 @@ def responses_thinking(reasoning: ReasoningConfig | None) -> Thinking:
     knobs = _ThinkingKnobs()
     if reasoning is not None and reasoning.effort is not None:
         knobs.level("reasoning.effort", reasoning.effort)
+    return knobs.thinking()
+
+
+ANTHROPIC_EFFORTS: dict[str, ReasoningEffort] = {
+    "low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+
+
+def anthropic_thinking(config: ThinkingConfig | None, max_tokens: int | None,
+                       output: OutputConfig | None = None) -> Thinking:
+    """`thinking`: enabled turns it on, disabled off, adaptive (and none) keeps the model's
+    own default; `output_config.effort` is the effort (for templates that take one), without
+    switching thinking on or off. `budget_tokens` is checked as Anthropic checks it (at
+    least 1024, by the schema, and below max_tokens), but Ember cannot hold a model to it:
+    no backend stops the thinking after a number of tokens, so only max_tokens bounds it
+    (thinking tokens count toward max_tokens, as on Anthropic's API)."""
+    knobs = _ThinkingKnobs()
+    if output is not None and output.effort is not None:
+        knobs.set("output_config.effort", None, ANTHROPIC_EFFORTS[output.effort])
+    if isinstance(config, ThinkingEnabled):
+        if max_tokens is not None and config.budget_tokens >= max_tokens:
+            raise InvalidRequestError(
+                f"thinking.budget_tokens ({config.budget_tokens}) must be less than max_tokens "
+                f"({max_tokens}): the thinking is part of the answer's tokens",
+                "thinking.budget_tokens")
+        knobs.set("thinking.type", True)
+    elif isinstance(config, ThinkingDisabled):
+        knobs.set("thinking.type", False)
     return knobs.thinking()
 
 

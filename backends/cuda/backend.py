@@ -40,7 +40,7 @@ from backends.cuda.tokenizer import Tokenizer, load_tokenizer
 from backends.errors import BackendError, InvalidRequestError
 from backends.grammar import Constraint, GrammarVocab, request_constraint
 from backends.job import BaseJob
-from backends.prompt import chat_prompt, check_prompt_fits, run_alone
+from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
@@ -140,6 +140,10 @@ class CudaBackend:
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
         """As the llama.cpp backend (backends.prompt)."""
         return chat_prompt(request, self._context, self._loaded()[1].encode, self.chat)
+
+    def count_prompt_tokens(self, request: GenerationRequest) -> int:
+        """The whole prompt's length, as `prompt_tokens` counts it (backends.prompt)."""
+        return count_prompt(request, self._loaded()[1].encode, self.chat)
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,

@@ -35,7 +35,7 @@ from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab
 from backends.llamacpp.engine import BatchEngine, Job
 from backends.llamacpp.speculative import DraftModel, logits_row
 from backends.logprobs import log_softmax_at
-from backends.prompt import chat_prompt, check_prompt_fits, run_alone
+from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
 from backends.speculation.policy import Speculation
 from backends.text import TextStream
 
@@ -241,6 +241,11 @@ class LlamaCppBackend:
         """The prompt as tokens, whether something was dropped to fit, and the parser of the
         answer (backends.prompt)."""
         return chat_prompt(request, self._n_ctx_seq, self._encode, self.chat)
+
+    def count_prompt_tokens(self, request: GenerationRequest) -> int:
+        """The whole prompt's length, as `prompt_tokens` counts it (backends.prompt)."""
+        self._loaded()
+        return count_prompt(request, self._encode, self.chat)
 
     def _constraint(self, request: GenerationRequest, prompt: list[int]) -> Constraint | None:
         """The request's grammar (JSON mode, a schema, tool calls), if it has one. The

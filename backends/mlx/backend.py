@@ -43,7 +43,7 @@ from backends.mlx.sampler import make_processors, make_sampler
 from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
 from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
 from backends.mlx_dir import kv_bytes_per_token, read_config
-from backends.prompt import chat_prompt, check_prompt_fits, run_alone
+from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
@@ -141,6 +141,10 @@ class MlxBackend:
         """The prompt as tokens, whether something was dropped to fit, and the parser of the
         answer (backends.prompt, the llama.cpp backend's rule)."""
         return chat_prompt(request, self._n_ctx, self._tokenizer().encode, self.chat)
+
+    def count_prompt_tokens(self, request: GenerationRequest) -> int:
+        """The whole prompt's length, as `prompt_tokens` counts it (backends.prompt)."""
+        return count_prompt(request, self._tokenizer().encode, self.chat)
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,

@@ -1,7 +1,8 @@
 """A Runtime stand-in for the server's unit tests: one local model, run by a backend with the
 capabilities and context a test gives; each generation records its GenerationRequest and
 answers with the events a test scripts, then the DoneEvent a backend's job would make of them
-(backends.job.Answer), so the routes' mapping and wire shapes are tested without a model."""
+(backends.job.Answer), or the ErrorEvent of a backend that fails, so the routes' mapping and
+wire shapes are tested without a model. Its prompt count is the prompt_tokens it reports."""
 
 from __future__ import annotations
 
@@ -46,7 +47,10 @@ class ScriptedRuntime:
     script: list[OutputEvent] = field(default_factory=list)
     finish: str = "stop"  # the engine's own reason: stop or length
     cut_call: bool = False  # max_tokens cut the last call off (it is left out of the end)
-    fail: str | None = None  # end with an ErrorEvent of this message instead of a DoneEvent
+    stop_sequence: str | None = None  # the stop string the engine says ended the answer
+    prompt_tokens: int = 7
+    fail: str | None = None  # the backend fails after the script: an ErrorEvent, no DoneEvent
+    cached_tokens: int = 0
     requests: list[GenerationRequest] = field(default_factory=list)
     idle_ttl_s: float | None = None
     parallel: int = 1
@@ -92,12 +96,23 @@ class ScriptedRuntime:
             return _Generation()
         calls = answer.tool_calls(drop_last=self.cut_call)
         reason = "tool_calls" if self.finish == "stop" and calls else self.finish
-        stats = Stats(prompt_tokens=7, completion_tokens=len(self.script), ttft_s=0.01,
-                      decode_tokens_per_s=50.0, finish_reason=reason,  # type: ignore[arg-type]
-                      truncated=False, total_s=0.1,
-                      reasoning_tokens=sum(isinstance(e, ReasoningEvent) for e in self.script))
+        stats = Stats(prompt_tokens=self.prompt_tokens, completion_tokens=len(self.script),
+                      ttft_s=0.01, decode_tokens_per_s=50.0,
+                      finish_reason=reason,  # type: ignore[arg-type]
+                      truncated=False, total_s=0.1, cached_tokens=self.cached_tokens,
+                      reasoning_tokens=sum(isinstance(e, ReasoningEvent) for e in self.script),
+                      stop_sequence=self.stop_sequence)
         sink.put(DoneEvent(stats, "".join(answer.content), "".join(answer.reasoning), calls))
         return _Generation()
+
+    def count_prompt_tokens(self, name: str, request: GenerationRequest,
+                            backend: str | None = None) -> int:
+        """What its generations report as prompt_tokens (a real model's count is the
+        integration tests' business)."""
+        request.validate()
+        with self._lock:
+            self.requests.append(request)
+        return self.prompt_tokens
 
     # -- the rest of the Runtime the app touches -------------------------------------------
     def keep_alive(self, name: str, seconds: float | None) -> None:

@@ -44,7 +44,8 @@ def _parameters(method: Callable[..., object]) -> list[tuple[str, object]]:
 
 
 def test_the_protocol_lists_every_method_a_worker_calls() -> None:
-    assert METHODS == ["capabilities", "detokenize", "embed", "fail_all", "generate",
+    assert METHODS == ["capabilities", "count_prompt_tokens", "detokenize", "embed",
+                       "fail_all", "generate",
                        "has_work", "load", "step", "submit", "tokenize", "unload"]
     assert Backend.__annotations__ == {"name": "str"}
 

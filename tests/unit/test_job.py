@@ -45,3 +45,28 @@ def test_a_job_streams_safe_text_and_ends_with_what_the_stop_holdback_kept():
     assert rest == ("s1", TokenEvent("ST")) and stream == "s1"
     assert isinstance(done, DoneEvent) and done.text == "hello ST"
     assert done.stats.finish_reason == "cancelled" and done.stats.completion_tokens == 2
+
+
+def test_the_stop_string_that_ended_an_answer_is_in_its_stats():
+    job = BaseJob("s2", GenerationRequest(prompt="x"), None, truncated=False,
+                  text=TextStream(("END", "ST", "OP")))
+    assert job.emitted(b"one STOP") == [("s2", TokenEvent("one "))]
+    assert job.text.stopped and job.text.matched == "ST"  # the earliest in the text
+    *_, (_, done) = job.finish("stop", prompt_tokens=1, completion_tokens=2, cached_tokens=0)
+    assert isinstance(done, DoneEvent) and done.text == "one "
+    assert done.stats.stop_sequence == "ST"
+
+
+def test_an_answer_the_model_ended_names_no_stop_string():
+    job = BaseJob("s3", GenerationRequest(prompt="x"), None, truncated=False,
+                  text=TextStream(("END",)))
+    job.emitted(b"the EN")  # held back: it could have been END
+    *_, (_, done) = job.finish("stop", prompt_tokens=1, completion_tokens=2, cached_tokens=0)
+    assert isinstance(done, DoneEvent) and done.text == "the EN"
+    assert done.stats.stop_sequence is None
+
+
+def test_of_two_stop_strings_found_at_one_place_the_first_given_is_named():
+    text = TextStream(("ab", "a"))
+    assert text.push(b"xxab") == "xx"
+    assert text.matched == "ab"

@@ -24,7 +24,7 @@ from backends.base import (
     TokenEvent,
 )
 from backends.errors import BackendError, RemoteError
-from backends.remote import Endpoint, RemoteBackend, request_body
+from backends.remote import Endpoint, Received, RemoteBackend, request_body
 from tests.support.fake_openai import fake_server
 
 ASK = GenerationRequest(messages=(Message("user", "hi"),),
@@ -207,3 +207,18 @@ def test_cancelling_a_stalled_remote_generation_ends_it_at_once_as_cancelled(fak
     assert time.monotonic() - started < 1.0  # not the server's 3 s stall
     assert len(rest) == 1 and isinstance(rest[0], DoneEvent)
     assert rest[0].stats.finish_reason == "cancelled" and rest[0].text == "Hel"
+
+
+def test_a_servers_stop_reason_names_the_stop_string_only_when_it_is_one_of_the_request():
+    """vLLM says which stop string ended the answer (`stop_reason`); a stop token's id, or a
+    server that says nothing (OpenAI, llama-server), leaves it unknown."""
+    def ended(stops: tuple[str, ...], choice: dict) -> str | None:
+        run = Received(0.0, stops=stops)
+        run.chunk({"choices": [{"index": 0, "delta": {"content": "hi"}}]})
+        run.chunk({"choices": [{"index": 0, "delta": {}, **choice}]})
+        return run.done().stats.stop_sequence
+
+    assert ended(("END", "STOP"), {"finish_reason": "stop", "stop_reason": "STOP"}) == "STOP"
+    assert ended(("END",), {"finish_reason": "stop", "stop_reason": 151645}) is None
+    assert ended(("END",), {"finish_reason": "stop"}) is None
+    assert ended(("END",), {"finish_reason": "length", "stop_reason": "END"}) is None

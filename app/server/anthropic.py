@@ -1,0 +1,139 @@
+"""Anthropic-compatible routes: /v1/messages (whole and streamed) and
+/v1/messages/count_tokens, which Claude Code and other agents built on Anthropic's SDK speak.
+
+Errors on these paths come in Anthropic's shape (app.server.errors.error_body). The
+`anthropic-version` and `anthropic-beta` headers are accepted whatever they say; the key
+comes as `x-api-key` (or `Authorization: Bearer`), checked by the app's Guard."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from app.server import anthropic_wire
+from app.server.anthropic_schemas import (
+    AnthropicErrorResponse,
+    CountTokensRequest,
+    MessageResponse,
+    MessagesRequest,
+    ThinkingAdaptive,
+    ThinkingEnabled,
+    TokenCount,
+)
+from app.server.anthropic_wire import sse
+from app.server.bridge import check_model_name, collect, count_prompt_tokens, open_events
+from app.server.errors import error_for_event
+from app.server.generation_request import (
+    anthropic_messages,
+    anthropic_thinking,
+    anthropic_tool_choice,
+    anthropic_tools,
+    chat_request,
+    sampling,
+)
+from backends.base import DoneEvent, ErrorEvent, GenerationRequest, LogprobEvent, SamplingParams
+
+router = APIRouter(prefix="/v1", tags=["anthropic"])
+
+ERRORS: dict[int | str, dict] = {
+    status: {"model": AnthropicErrorResponse, "description": what} for status, what in (
+        (400, "The request is malformed (invalid_request_error): the message names the field"),
+        (401, "Missing or wrong API key (authentication_error)"),
+        (404, "No such model (not_found_error)"),
+        (413, "The request body is too large (request_too_large)"),
+        (429, "Too many requests queued (rate_limit_error)"),
+        (500, "The model failed (api_error)"),
+        (502, "A remote model's server failed (api_error)"))}
+STREAMED: dict[int | str, dict] = {200: {
+    "description": "The message (application/json), or with `stream` its server-sent events "
+                   "(text/event-stream)",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+
+
+def _generation_request(body: CountTokensRequest, params: SamplingParams,
+                        max_tokens: int | None) -> GenerationRequest:
+    tools = anthropic_tools(body.tools)
+    choice, parallel = anthropic_tool_choice(body.tool_choice, tools)
+    output = body.output_config
+    schema = output.format.schema_ if output is not None and output.format is not None \
+        else None
+    return chat_request(anthropic_messages(body.system, body.messages), params,
+                        json_schema=schema, offered=tools, tool_choice=choice,
+                        parallel_tool_calls=parallel,
+                        thinking=anthropic_thinking(body.thinking, max_tokens, output))
+
+
+def _shows_thinking(body: CountTokensRequest) -> bool:
+    """display "omitted": thinking blocks come without their text."""
+    config = body.thinking
+    return not (isinstance(config, ThinkingEnabled | ThinkingAdaptive)
+                and config.display == "omitted")
+
+
+@router.post("/messages", response_model=MessageResponse, responses=STREAMED | ERRORS)
+async def messages(body: MessagesRequest, request: Request) -> Response:
+    """A message, whole or streamed (`stream`: server-sent events message_start, ping,
+    content_block_start/delta/stop per block, message_delta, message_stop).
+
+    A streamed message_start says 0 input tokens: Ember knows the prompt's length only when
+    the answer ends, so message_delta carries the real usage (input_tokens included, which
+    Anthropic's SDK takes over into the message). `thinking.budget_tokens` is checked but
+    not enforced: only max_tokens bounds the thinking (anthropic_thinking says why)."""
+    model = check_model_name(body.model)
+    params = sampling(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                      stop=body.stop_sequences, max_tokens=body.max_tokens)
+    gen_request = _generation_request(body, params, body.max_tokens)
+    events = await open_events(request.app.state, model, gen_request, "messages",
+                               backend=body.backend)
+    message_id = anthropic_wire.new_message_id()
+    show_thinking = _shows_thinking(body)
+    if not body.stream:
+        final = await collect(events)
+        answer = MessageResponse(
+            id=message_id, model=body.model,
+            content=anthropic_wire.content(final, show_thinking),
+            stop_reason=anthropic_wire.stop_reason(final.stats),
+            stop_sequence=anthropic_wire.matched_stop(final.stats),
+            usage=anthropic_wire.usage(final.stats))
+        return JSONResponse(answer.model_dump())
+
+    blocks = anthropic_wire.StreamBlocks(show_thinking)
+
+    async def stream() -> AsyncIterator[str]:
+        start = MessageResponse(id=message_id, model=body.model, content=[], stop_reason=None,
+                                usage=anthropic_wire.usage_unknown())
+        yield sse("message_start", {"type": "message_start", "message": start.model_dump()})
+        yield sse("ping", {"type": "ping"})
+        async for event in events:
+            if isinstance(event, DoneEvent):
+                for line in blocks.close():
+                    yield line
+                yield sse("message_delta", {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": anthropic_wire.stop_reason(event.stats),
+                              "stop_sequence": anthropic_wire.matched_stop(event.stats)},
+                    "usage": anthropic_wire.usage(event.stats).model_dump()})
+                yield sse("message_stop", {"type": "message_stop"})
+            elif isinstance(event, ErrorEvent):
+                yield sse("error", error_for_event(event).anthropic())
+            elif not isinstance(event, LogprobEvent):  # Anthropic's API has no logprobs
+                for line in blocks.of(event):
+                    yield line
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
+
+
+@router.post("/messages/count_tokens", response_model=TokenCount, responses=ERRORS)
+async def count_tokens(body: CountTokensRequest, request: Request) -> TokenCount:
+    """The prompt's length for the model: its chat template rendered with the tools and the
+    thinking setting, tokenized by the model (loaded if need be). A message of the same
+    request reports the same count (usage input_tokens + cache_read_input_tokens), unless
+    its prompt had to lose old turns to fit the context. Local models only: a remote
+    model's server tokenizes its own prompts (a 400 says so)."""
+    model = check_model_name(body.model)
+    gen_request = _generation_request(body, sampling(), None)
+    return TokenCount(input_tokens=await count_prompt_tokens(
+        request.app.state, model, gen_request, body.backend))
