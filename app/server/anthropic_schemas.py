@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from app.server.model_name import ModelName
 from app.server.schemas import TOKEN_COUNT_MAX
 
 
@@ -184,7 +185,7 @@ class Metadata(BaseModel):
 class CountTokensRequest(BaseModel):
     """What /v1/messages/count_tokens reads: a Messages request without its sampling."""
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
+    model: ModelName
     system: Annotated[Annotated[str, Tag("text")] | Annotated[list[TextBlock], Tag("blocks")],
                       TEXT_OR_BLOCKS] | None = None
     messages: list[MessageIn] = Field(min_length=1, max_length=1000)

@@ -6,6 +6,7 @@ import contextlib
 import hmac
 import ipaddress
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -14,6 +15,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
@@ -21,11 +24,13 @@ from app.errors import ModelNotFoundError
 from app.runtime import Runtime
 from app.server import anthropic, ollama, openai, responses, tokens
 from app.server.access_log import AccessLog
+from app.server.anthropic_schemas import AnthropicErrorResponse
 from app.server.bridge import Admission, ServerBusyError
-from app.server.errors import ApiError, error_body
+from app.server.errors import ApiError, error_body, is_anthropic_path
 from app.server.metrics import Metrics
+from app.server.ollama_schemas import OllamaError
 from app.server.response_store import ResponseStore
-from app.server.schemas import ReasoningField
+from app.server.schemas import ErrorResponse, ReasoningField
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 
 IDLE_SWEEP_S = 5.0
@@ -140,25 +145,70 @@ def wire_path(loc: tuple | list, body: object, missing: bool = False) -> str | N
     return "".join(parts).lstrip(".") or None
 
 
-def document_400_not_422(app: FastAPI) -> None:
-    """FastAPI documents a 422 for every body it validates; this app answers those with a
-    400 in the route's API shape (`invalid` below), which the routes document themselves:
-    the 422s, and the schemas only they used, leave the OpenAPI document."""
+ERROR_MODELS: dict[str, type[BaseModel]] = {
+    "openai": ErrorResponse, "ollama": OllamaError, "anthropic": AnthropicErrorResponse}
+ERROR_STATUSES = {400: "The request is malformed: the message names the field",
+                  401: "Missing or wrong API key (when the server has one)",
+                  404: "No such model, or no such stored item",
+                  413: "The request body is too large",
+                  429: "Too many requests queued: retry after the Retry-After header's seconds",
+                  500: "The model failed, or its worker crashed",
+                  502: "A remote model's server failed"}
+
+
+def api_shape(path: str) -> str:
+    """Which API's error shape a path answers in (app.server.errors.error_body)."""
+    if path.startswith("/api/"):
+        return "ollama"
+    return "anthropic" if is_anthropic_path(path) else "openai"
+
+
+def document_errors(app: FastAPI, open_paths: tuple[str, ...]) -> None:
+    """The OpenAPI document states the statuses the server really answers, in the shapes it
+    answers them: FastAPI documents a 422 for every body it validates, which this app answers
+    with a 400 in the route's API shape (`invalid` below), so the 422s (and the schemas only
+    they used) leave; every route behind the key may answer 401 and every body 413 (the
+    Guard); and each error status a route lists gets its API's error body."""
     make = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema is None:
             doc = make()
-            for operations in doc.get("paths", {}).values():
-                for operation in operations.values():
-                    operation.get("responses", {}).pop("422", None)
-            schemas = doc.get("components", {}).get("schemas", {})
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
             for unused in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(unused, None)
+            for model in ERROR_MODELS.values():
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(schema.pop("$defs", {}))
+                schemas.setdefault(model.__name__, schema)
+            for path, operations in doc.get("paths", {}).items():
+                ref = {"$ref": f"#/components/schemas/{ERROR_MODELS[api_shape(path)].__name__}"}
+                for operation in operations.values():
+                    responses = operation.setdefault("responses", {})
+                    responses.pop("422", None)
+                    if path not in open_paths:
+                        responses.setdefault("401", {})
+                    if "requestBody" in operation:
+                        responses.setdefault("413", {})
+                    for status, response in responses.items():
+                        if int(status) >= 400:
+                            response.setdefault("description", ERROR_STATUSES[int(status)])
+                            response.setdefault("content",
+                                                {"application/json": {"schema": ref}})
             app.openapi_schema = doc
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def route_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the OpenAPI document gives `path`, sorted."""
+    methods: set[str] = set()
+    for template, operations in app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            methods |= {m.upper() for m in operations}
+    return sorted(methods)
 
 
 def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> FastAPI:
@@ -196,14 +246,14 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     app.include_router(ollama.router)
     app.include_router(tokens.router)
 
-    @app.api_route("/", methods=["GET", "HEAD"], tags=["ollama"],
-                   response_class=PlainTextResponse)
+    @app.get("/", tags=["ollama"], response_class=PlainTextResponse, operation_id="root_get")
+    @app.head("/", tags=["ollama"], response_class=PlainTextResponse, operation_id="root_head")
     def root() -> str:
         """What Ollama answers here: clients probe it to find a running server."""
         return "Ollama is running"
     app.include_router(anthropic.router)
 
-    document_400_not_422(app)
+    document_errors(app, settings.open_paths)
 
     @app.get("/health", tags=["ember"])
     def health() -> dict:
@@ -218,6 +268,22 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> JSONResponse:
         return _error_response(request, err)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def no_route(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        """An unknown path or method, in the API's error shape; a 405's Allow names every
+        method the path has (Starlette's names only the first route that matched it)."""
+        path, method = request.url.path, request.method
+        headers = dict(err.headers or {})
+        if err.status_code == 405:
+            allowed = route_methods(app, path)
+            headers["Allow"] = ", ".join(allowed)
+            message = f"{method} is not allowed on {path[:200]}: it takes {', '.join(allowed)}"
+        elif err.status_code == 404:
+            message = f"no route {method} {path[:200]} (this server's API is at /docs)"
+        else:
+            message = str(err.detail)
+        return _error_response(request, ApiError(err.status_code, message, headers=headers))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:

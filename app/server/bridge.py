@@ -19,15 +19,10 @@ from app.runtime import Runtime
 from app.runtime.backend_table import check_backend
 from app.server import access_log
 from app.server.metrics import Metrics
+from app.server.model_name import name_problem
 from app.server.serving import check_serving
 from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
 from backends.errors import InvalidRequestError
-
-# A model name is an id with an optional :QUANT, never a path; or a remote model, NAME/model,
-# whose model part is the remote server's own id (which may hold "/" and ":").
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9._-]{1,32})?$")
-REMOTE_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}/[A-Za-z0-9._:@/+-]{1,160}$")
-
 
 MAX_EMBED_INPUTS = 256
 
@@ -41,9 +36,9 @@ class ServerBusyError(Exception):
 def check_model_name(name: str) -> str:
     """The model name of a request, checked; every route that names a model comes here, so
     this is where the request's log line learns it (app.server.access_log)."""
-    if not (MODEL_NAME.match(name) or REMOTE_MODEL_NAME.match(name)) or ".." in name:
-        raise InvalidRequestError(f"invalid model name {name[:80]!r}: use an id such as "
-                                  "qwen2.5-coder-0.5b-instruct or id:QUANT, or REMOTE/model")
+    problem = name_problem(name)
+    if problem is not None:
+        raise InvalidRequestError(problem, "model")
     access_log.note_model(name)
     return name
 

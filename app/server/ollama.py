@@ -16,6 +16,7 @@ from fastapi.responses import StreamingResponse
 from app import __version__
 from app.pull.install import pull as download
 from app.pull.progress import Progress
+from app.registry import load_registry
 from app.runtime.model_traits import model_traits
 from app.runtime.remote_streams import RemoteModel
 from app.server import ollama_wire, openai_wire
@@ -60,6 +61,17 @@ from backends.base import (
 from backends.errors import EmberError
 
 router = APIRouter(prefix="/api", tags=["ollama"])
+
+
+STREAMED = {200: {"description": "The whole answer (application/json), or with `stream` (the "
+                               "default) its chunks, a line of JSON each (application/x-ndjson)",
+                  "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}
+
+
+def errors(*statuses: int) -> dict[int | str, dict]:
+    """The error statuses a route documents (app.server.app.document_errors adds 401, 413 and
+    Ollama's error body)."""
+    return {status: {} for status in statuses}
 NS = 1_000_000_000
 
 
@@ -104,7 +116,7 @@ def tags(request: Request) -> dict:
             + [_remote_tag(m) for m in remote]}
 
 
-@router.post("/show")
+@router.post("/show", responses=errors(400, 404))
 def show(body: OllamaModelRequest, request: Request) -> dict:
     runtime = request.app.state.runtime
     name = _name(body.ref)
@@ -129,7 +141,7 @@ def ps(request: Request) -> dict:
                         "context_length": lm.plan.context} for lm in runtime.loaded()]}
 
 
-@router.delete("/delete")
+@router.delete("/delete", responses=errors(400, 404))
 def delete(body: OllamaModelRequest, request: Request) -> dict:
     runtime = request.app.state.runtime
     name = _name(body.ref)
@@ -139,9 +151,12 @@ def delete(body: OllamaModelRequest, request: Request) -> dict:
     return {}
 
 
-@router.post("/pull", response_model=None)
+@router.post("/pull", response_model=None, responses=STREAMED | errors(400, 404, 500))
 async def pull(body: OllamaPullRequest, request: Request) -> StreamingResponse | dict:
+    """Ollama's pull from Ember's registry; a name the registry lacks is a 404 before any
+    stream starts, a failure while downloading is the stream's last line (as Ollama's)."""
     name = _name(body.ref)
+    load_registry().get(name.partition(":")[0])
     store = request.app.state.runtime.store
     send, receive = anyio.create_memory_object_stream[dict](max_buffer_size=1024)
     cancel = threading.Event()
@@ -281,7 +296,7 @@ async def _respond(request: Request, body: OllamaBase, model: str,
     return StreamingResponse(ndjson(), media_type="application/x-ndjson")
 
 
-@router.post("/embed")
+@router.post("/embed", responses=errors(400, 404, 500))
 async def embed_route(body: OllamaEmbedRequest, request: Request) -> dict:
     model = _name(body.model)
     texts = [body.input] if isinstance(body.input, str) else body.input
@@ -291,13 +306,14 @@ async def embed_route(body: OllamaEmbedRequest, request: Request) -> dict:
             "total_duration": int((time.monotonic() - started) * NS), "load_duration": 0}
 
 
-@router.post("/embeddings")
+@router.post("/embeddings", responses=errors(400, 404, 500))
 async def embeddings_legacy(body: OllamaLegacyEmbeddingRequest, request: Request) -> dict:
     vectors, _ = await embed(request, _name(body.model), [body.prompt])
     return {"embedding": vectors[0]}
 
 
-@router.post("/chat", response_model=None)
+@router.post("/chat", response_model=None,
+             responses=STREAMED | errors(400, 404, 429, 500, 502))
 async def chat(body: OllamaChatRequest, request: Request) -> StreamingResponse | dict:
     model = _name(body.model)
     if not body.messages:  # Ollama: an empty chat loads (or with keep_alive 0 unloads)
@@ -310,7 +326,8 @@ async def chat(body: OllamaChatRequest, request: Request) -> StreamingResponse |
     return await _respond(request, body, model, gen_request, "message")
 
 
-@router.post("/generate", response_model=None)
+@router.post("/generate", response_model=None,
+             responses=STREAMED | errors(400, 404, 429, 500, 502))
 async def generate(body: OllamaGenerateRequest, request: Request) -> StreamingResponse | dict:
     model = _name(body.model)
     if not body.prompt:

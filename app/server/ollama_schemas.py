@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
-from app.server.schemas import TOKEN_COUNT_MAX, SpeculativeOptions, ToolDef
+from app.server.model_name import LocalModelName, ModelName
+from app.server.schemas import TOKEN_COUNT_MAX, EmbeddingInput, SpeculativeOptions, ToolDef
 from backends.base import MAX_TOP_LOGPROBS
 
 # Ollama's `think`: a switch, or a level (gpt-oss takes levels only); "max" is Ollama's
@@ -56,9 +58,14 @@ class OllamaMessage(BaseModel):
     tool_call_id: str | None = Field(None, max_length=200)
 
 
+class OllamaError(BaseModel):
+    """Ollama's error body."""
+    error: str
+
+
 class OllamaBase(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
+    model: ModelName
     stream: bool = True
     format: str | dict[str, Any] | None = None
     options: OllamaOptions | None = None
@@ -82,9 +89,19 @@ class OllamaGenerateRequest(OllamaBase):
 
 
 class OllamaModelRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-    model: str | None = Field(None, max_length=200)
-    name: str | None = Field(None, max_length=200)  # older clients send "name"
+    # one of the two names is required (the schema says so too)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, json_schema_extra={
+        "anyOf": [{"required": [key], "properties": {key: {"type": "string"}}}
+              for key in ("model", "name")]})
+    model: ModelName | None = None
+    name: ModelName | None = None  # older clients send "name"
+
+    @model_validator(mode="after")
+    def _named(self) -> OllamaModelRequest:
+        if not (self.model or self.name):
+            raise PydanticCustomError("missing", "Field required: name the model (\"model\", "
+                                      "or \"name\" as older clients send it)")
+        return self
 
     @property
     def ref(self) -> str:
@@ -93,14 +110,14 @@ class OllamaModelRequest(BaseModel):
 
 class OllamaEmbedRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
-    input: str | list[str] = Field(min_length=1)
+    model: LocalModelName
+    input: EmbeddingInput
     keep_alive: str | int | float | None = None
 
 
 class OllamaLegacyEmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
+    model: LocalModelName
     prompt: str = Field(min_length=1)
 
 

@@ -27,6 +27,7 @@ from app.server.generation_request import (
     top_logprobs,
     with_speculative,
 )
+from app.server.model_name import ModelName
 from app.server.schemas import (
     ChatChoice,
     ChatCompletion,
@@ -62,8 +63,9 @@ def list_models(request: Request) -> ModelList:
                         for m in remote])
 
 
-@router.get("/models/{model:path}", response_model=ModelCard, responses={404: {}, 502: {}})
-def get_model(model: str, request: Request) -> ModelCard:
+@router.get("/models/{model:path}", response_model=ModelCard,
+            responses={400: {}, 404: {}, 502: {}})
+def get_model(model: ModelName, request: Request) -> ModelCard:
     """One model of /v1/models: a local id (or id:QUANT), or a remote NAME/model."""
     runtime = request.app.state.runtime
     name = check_model_name(model)
@@ -91,7 +93,7 @@ def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
 
 
 @router.post("/chat/completions", response_model=ChatCompletion,
-             responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
+             responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}, 502: {}})
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     model = check_model_name(body.model)
     json_mode, schema = _json_settings(body)
@@ -168,7 +170,7 @@ def _float32_le(vector: list[float]) -> bytes:
 
 
 @router.post("/embeddings", response_model=EmbeddingResponse,
-             responses={400: {}, 401: {}, 404: {}, 500: {}})
+             responses={400: {}, 401: {}, 404: {}, 500: {}, 502: {}})
 async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingResponse:
     model = check_model_name(body.model)
     texts = [body.input] if isinstance(body.input, str) else body.input
@@ -184,7 +186,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingRespo
 
 
 @router.post("/completions", response_model=Completion,
-             responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}})
+             responses={400: {}, 401: {}, 404: {}, 429: {}, 500: {}, 502: {}})
 async def completions(body: CompletionRequest,
                       request: Request) -> Completion | StreamingResponse:
     model = check_model_name(body.model)

@@ -47,7 +47,7 @@ from backends.errors import InvalidRequestError
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 ERRORS: dict[int | str, dict] = {status: {"model": ErrorResponse}
-                                 for status in (400, 401, 404, 429, 500)}
+                                 for status in (400, 401, 404, 429, 500, 502)}
 
 
 def _store(request: Request) -> ResponseStore:

@@ -7,9 +7,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
+from app.server.model_name import ModelName
 from app.server.schemas import TOKEN_COUNT_MAX, ToolChoiceMode
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
@@ -174,7 +183,7 @@ class ReasoningConfig(BaseModel):
 
 
 class FormatText(BaseModel):
-    type: Literal["text"] = "text"
+    type: Literal["text"]  # required, as the discriminator reads it
 
 
 class FormatJsonObject(BaseModel):
@@ -195,7 +204,7 @@ class TextConfig(BaseModel):
     `verbosity` is OpenAI's hint to its own models; it is accepted and ignored."""
     model_config = ConfigDict(extra="ignore")
     format: Annotated[FormatText | FormatJsonObject | FormatJsonSchema,
-                      Field(discriminator="type")] = FormatText()
+                      Field(discriminator="type")] = FormatText(type="text")
 
 
 class ResponseCreateRequest(BaseModel):
@@ -204,7 +213,7 @@ class ResponseCreateRequest(BaseModel):
     is accepted and ignored: Ember's reasoning items carry their text, there is no
     encrypted reasoning, no logprobs or sources to add."""
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
+    model: ModelName
     input: Input
     instructions: str | None = None
     tools: list[Annotated[FunctionTool, BeforeValidator(_function_tool)]] | None = Field(
@@ -221,8 +230,13 @@ class ResponseCreateRequest(BaseModel):
     metadata: dict[str, str] | None = None
     text: TextConfig | None = None
     include: list[str] | None = None
-    background: bool | None = None  # true is refused: every response is answered at once
-    conversation: str | dict[str, Any] | None = None  # refused: use previous_response_id
+    # Taken so that their refusals can name them, and documented as what is accepted: true is
+    # refused (every response is answered at once); a conversation object is refused (use
+    # previous_response_id).
+    background: Annotated[bool | None, WithJsonSchema(
+        {"anyOf": [{"const": False}, {"type": "null"}], "title": "Background"})] = None
+    conversation: Annotated[str | dict[str, Any] | None, WithJsonSchema(
+        {"type": "null", "title": "Conversation"})] = None
 
 
 # ---------------------------------------------------------------------------- output

@@ -4,10 +4,11 @@ app.server.ollama_schemas."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from app.server.model_name import LocalModelName, ModelName
 from backends.base import MAX_DRAFT, MAX_TOP_LOGPROBS
 
 # A sanity bound for token counts on the wire; the real one is the model's context, which
@@ -126,7 +127,7 @@ class SpeculativeOptions(BaseModel):
 
 class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
+    model: ModelName
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(None, ge=1, le=TOKEN_COUNT_MAX)
@@ -166,10 +167,18 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
 
+# One text or a list of them, neither empty. The validator reads it as one union with one
+# bound (its errors name the bound, not the union member it tried); the schema states the
+# bound on each member, where JSON Schema applies it (minLength to strings, minItems to lists).
+EmbeddingInput = Annotated[str | list[str], Field(min_length=1), WithJsonSchema({
+    "anyOf": [{"type": "string", "minLength": 1},
+              {"type": "array", "items": {"type": "string"}, "minItems": 1}]})]
+
+
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(max_length=200)
-    input: str | list[str] = Field(min_length=1)
+    model: LocalModelName
+    input: EmbeddingInput
     encoding_format: Literal["float", "base64"] = "float"  # the openai SDK asks for base64
     user: str | None = None
 

@@ -8,6 +8,8 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.server.bridge import check_model_name
+from app.server.errors import ApiError
+from app.server.model_name import LocalModelName
 from backends.errors import InvalidRequestError
 
 router = APIRouter(tags=["ember"])
@@ -17,8 +19,8 @@ MAX_TOKENS_IN = 1 << 20  # ids in one /detokenize request
 
 class TokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str | None = Field(None, max_length=200, description="the loaded model if omitted "
-                              "and only one is loaded")
+    model: LocalModelName | None = Field(None, description="the loaded model if omitted and "
+                                    "only one is loaded")
     content: str
     with_pieces: bool = False  # each token with its text
 
@@ -34,7 +36,7 @@ class TokenizeResponse(BaseModel):
 
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str | None = Field(None, max_length=200)
+    model: LocalModelName | None = None
     tokens: list[int] = Field(max_length=MAX_TOKENS_IN)
 
 
@@ -48,10 +50,12 @@ def _model(request: Request, name: str | None) -> str:
     runtime = request.app.state.runtime
     if name is None:
         loaded = [m.model.ref for m in runtime.loaded()]
-        if len(loaded) != 1:
-            raise InvalidRequestError(
-                f"name the model: {len(loaded)} models are loaded"
-                + (f" ({', '.join(loaded)})" if loaded else ""), "model")
+        if not loaded:  # no model to stand for the one left out: not there (404)
+            raise ApiError(404, "no model is loaded: name the model to tokenize with",
+                           "model", code="model_not_found")
+        if len(loaded) > 1:
+            raise InvalidRequestError(f"name the model: {len(loaded)} models are loaded "
+                                      f"({', '.join(loaded)})", "model")
         name = loaded[0]
     name = check_model_name(name)
     if runtime.is_remote(name):

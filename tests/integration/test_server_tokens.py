@@ -27,7 +27,7 @@ def post(server, path: str, body: dict) -> httpx.Response:
 
 def test_nothing_loaded_asks_for_the_model_then_tokenize_loads_it(server, qwen):
     r = post(server, "/tokenize", {"content": "hi"})
-    assert r.status_code == 400 and "name the model: 0 models are loaded" in r.text
+    assert r.status_code == 404 and "no model is loaded: name the model" in r.text
     tokens = post(server, "/tokenize", {"model": qwen.ref, "content": TEXT}).json()["tokens"]
     assert tokens == server[1].tokenize(qwen.ref, TEXT)
     assert "<|im_start|>" not in str(tokens) and len(tokens) > 10
