@@ -65,7 +65,9 @@ class RawLogits:
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         self.rows.append(logits)
-        return logits
+        # a new handle on the same data: mlx-lm's repetition penalty assigns into the row it
+        # gets (`logits[:, tokens] = ...`), which would rewrite the one kept here
+        return mx.array(logits)
 
 
 class GrammarProcessor:
