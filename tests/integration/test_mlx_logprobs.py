@@ -1,7 +1,7 @@
 """Log-probabilities of generated tokens on the mlx backend (mlx[cpu]), with Qwen2.5-Coder
 converted to MLX: they are the model's own raw distribution (teacher-forced scoring of the
-same tokens gives the same numbers, a repeat penalty or a grammar notwithstanding), and a
-speculative request's come from the model's verification rows.
+same tokens gives the same numbers, a repeat penalty notwithstanding), and a speculative
+request's come from the model's verification rows: the target's, not the draft model's.
 
 MLX on this CPU is slow (about a token a second for the 0.5B, a prompt token costing as much
 as a generated one): short prompts, 16 tokens, one loaded backend."""
@@ -18,7 +18,7 @@ from backends.base import (
     SpeculativeParams,
 )
 from backends.mlx.backend import MlxBackend
-from tests.support.logprobs import check_against_scoring, generate, teacher_forced
+from tests.support.logprobs import TOLERANCE, check_against_scoring, generate, teacher_forced
 
 TOKENS = 16
 REPEATS = "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2,"  # prompt lookup finds what follows
@@ -53,6 +53,28 @@ def test_speculative_logprobs_come_from_the_verification_rows(backend):
     done = generate(backend, request)
     assert done.stats.accepted_tokens >= 3  # some tokens came from verified proposals
     check_against_scoring(done, teacher_forced(backend, request, done), n_top=2, greedy=True)
+
+
+def test_logprobs_with_a_draft_model_are_the_targets(backend, qwen15_mlx, qwen_mlx):
+    """The 0.5B proposes for the 1.5B: the logprobs are the 1.5B's own, far from the 0.5B's
+    scores of the same tokens."""
+    target = MlxBackend()
+    target.load(qwen15_mlx, LoadPlan(context=128, threads=2, parallel=1, batch=64))
+    try:
+        request = GenerationRequest(
+            prompt="def add(a, b):", sampling=SamplingParams(temperature=0.0, max_tokens=12),
+            logprobs=1, speculative=SpeculativeParams(
+                method="draft", draft_model=qwen_mlx.ref, draft_path=str(qwen_mlx.path),
+                max_draft=3))
+        done = generate(target, request)
+        assert done.stats.accepted_tokens >= 3  # some tokens came from verified proposals
+        check_against_scoring(done, teacher_forced(target, request, done), n_top=1,
+                              greedy=True)
+        by_draft = teacher_forced(backend, request, done)
+        got = sum(e.logprob for e in done.logprobs)
+        assert abs(got - sum(by_draft)) > 100 * TOLERANCE, (got, sum(by_draft))
+    finally:
+        target.unload()
 
 
 def test_a_request_without_logprobs_gets_none(backend):
