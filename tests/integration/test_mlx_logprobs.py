@@ -9,7 +9,10 @@ as a generated one): short prompts, 16 tokens, one loaded backend."""
 from __future__ import annotations
 
 import pytest
+from fastapi.testclient import TestClient
 
+from app.runtime import Runtime
+from app.server.app import create_app
 from backends.base import (
     GenerationRequest,
     LoadPlan,
@@ -82,3 +85,21 @@ def test_a_request_without_logprobs_gets_none(backend):
         prompt="def add(a, b):", sampling=SamplingParams(temperature=0.0, max_tokens=4))))
     assert not any(isinstance(e, LogprobEvent) for e in events)
     assert events[-1].logprobs == ()
+
+
+def test_openai_chat_logprobs_come_from_the_mlx_worker(store, qwen_mlx):
+    """Through the Runtime's worker and the OpenAI route (which answered 400 before this
+    backend reported logprobs)."""
+    with Runtime(store=store) as runtime, TestClient(create_app(runtime)) as client:
+        r = client.post("/v1/chat/completions", json={
+            "model": qwen_mlx.ref, "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 2})
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert runtime.loaded()[0].backend == "mlx"
+    choice = answer["choices"][0]
+    content = choice["logprobs"]["content"]
+    assert len(content) == answer["usage"]["completion_tokens"] > 0
+    assert "".join(e["token"] for e in content) == choice["message"]["content"]
+    for e in content:
+        assert len(e["top_logprobs"]) == 2 and e["token"] == e["top_logprobs"][0]["token"]
