@@ -42,11 +42,11 @@ BACKENDS: dict[str, BackendEntry] = {e.name: e for e in (
                               embeddings=True, grammar=True, logprobs=True)),
     BackendEntry("cuda", "backends.cuda.backend", "CudaBackend", "cuda",
                  Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
-                              embeddings=False, grammar=True),
+                              embeddings=False, grammar=True, logprobs=True),
                  needs="on a machine with an NVIDIA GPU"),
     BackendEntry("mlx", "backends.mlx.backend", "MlxBackend", "mlx",
                  Capabilities(formats=("mlx",), batching=True, speculative=True,
-                              embeddings=False, grammar=True)),
+                              embeddings=False, grammar=True, logprobs=True)),
 )}
 NAMES = tuple(BACKENDS)  # ("llamacpp", "cuda", "mlx"): the choices users see
 SPECULATIVE = tuple(n for n, e in BACKENDS.items() if e.capabilities.speculative)

@@ -33,4 +33,5 @@ def check_serving(request: GenerationRequest, serving: Serving, model: str,
     if request.logprobs is not None and not serving.capabilities.logprobs:
         raise InvalidRequestError(
             f"the {serving.backend} backend that runs {model} does not report logprobs yet: "
-            "ask without them, or run the model on the llamacpp backend", "logprobs")
+            "ask without them, or run the model on a local backend (llamacpp, mlx or cuda)",
+            "logprobs")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from backends.base import (
@@ -40,6 +41,7 @@ from backends.cuda.tokenizer import Tokenizer, load_tokenizer
 from backends.errors import BackendError, InvalidRequestError
 from backends.grammar import Constraint, GrammarVocab, request_constraint
 from backends.job import BaseJob
+from backends.logprobs import log_softmax_at, token_logprob
 from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
@@ -76,7 +78,7 @@ class CudaBackend:
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
-                            grammar=True)
+                            grammar=True, logprobs=True)
 
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)
@@ -157,7 +159,7 @@ class CudaBackend:
         budget = self._context - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
         seq = Sequence(prompt, request.sampling, max_new, speculative=request.speculative,
-                       grammar=grammar)
+                       grammar=grammar, logprobs=request.logprobs)
         engine.add(seq)
         self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated=truncated,
                                   text=TextStream(request.sampling.stop), output=output)
@@ -201,6 +203,19 @@ class CudaBackend:
         model.load_weights(weights.tensors)
         engine.use_draft(model.eval(), path)
 
+    def score(self, tokens: list[int], start: int) -> list[float]:
+        """Teacher-forced log-probabilities: log p(tokens[i] | tokens[:i]) for each i from
+        `start` on, from one pass over fresh KV blocks (Engine.score), between the steps of
+        any other work. What a request's logprobs are checked against."""
+        engine, _ = self._loaded()
+        if not 0 < start <= len(tokens):
+            raise InvalidRequestError(f"cannot score from token {start} of {len(tokens)}")
+        if start == len(tokens):
+            return []
+        logits = engine.score(tokens[:-1])  # row i: the distribution of tokens[i + 1]
+        return [float(log_softmax_at(logits[i - 1].cpu().numpy(), np.array([tokens[i]]))[0])
+                for i in range(start, len(tokens))]
+
     def has_work(self) -> bool:
         return self.engine is not None and self.engine.has_work()
 
@@ -222,6 +237,7 @@ class CudaBackend:
         tokens after that one leave the sequence)."""
         tok, seq = self._loaded()[1], job.seq
         first = len(seq) - len(tokens)
+        rows, seq.raw_rows = seq.raw_rows, []
         out: list[tuple[str, Event]] = []
         for i, token in enumerate(tokens):
             if tok.is_eog(token):
@@ -229,7 +245,9 @@ class CudaBackend:
                 del seq.tokens[first + i:]
                 return out + self._finish(job, "stop")
             marker = self._markers.get(token)
-            out += job.emitted(marker if marker is not None else tok.piece(token))
+            logprob = (token_logprob(rows[i].numpy(), token, seq.logprobs, tok.token_bytes)
+                       if seq.logprobs is not None else None)
+            out += job.emitted(marker if marker is not None else tok.piece(token), logprob)
             if job.text.stopped or first + i + 1 - seq.num_prompt >= seq.max_new:
                 del seq.tokens[first + i + 1:]
                 return out + self._finish(job, "stop" if job.text.stopped else "length")

@@ -53,6 +53,15 @@ def window_pool_size(model: ModelConfig, config: EngineConfig, per_seq: int) -> 
     return model.sliding_window, local * config.max_seqs
 
 
+def keep_raw_rows(seq: Sequence, rows: torch.Tensor) -> None:
+    """The model's rows for the tokens `seq` gets this step (one each; with speculation the
+    target's verification rows), before any grammar, penalty or sampling setting, for a
+    sequence whose request asked for logprobs. Row i is the distribution token i was drawn
+    from: the verified proposals and the token after them all come from the target."""
+    if seq.logprobs is not None:
+        seq.raw_rows += list(rows.float().cpu())
+
+
 class Engine:
     def __init__(self, model: CausalLM, config: EngineConfig, device: torch.device,
                  dtype: torch.dtype, is_eog: Callable[[int], bool] = lambda t: False) -> None:
@@ -118,6 +127,7 @@ class Engine:
             if s.draft:
                 tokens, scheduled[i] = self.speculator.verify(
                     s, logits[row:row + 1 + s.draft], self.is_eog)
+                keep_raw_rows(s.seq, logits[row:row + len(tokens)])
                 out += [(s.seq, t) for t in tokens]
             else:
                 plain.append(s.seq)
@@ -125,6 +135,8 @@ class Engine:
             row += 1 + s.draft
         self.scheduler.postprocess(scheduled)
         if plain:
+            for seq, r in zip(plain, plain_rows, strict=True):
+                keep_raw_rows(seq, logits[r:r + 1])
             tokens = self.sampler(logits[plain_rows], [s.sampling for s in plain],
                                   [s.tokens for s in plain], [id(s) for s in plain],
                                   [s.grammar for s in plain])

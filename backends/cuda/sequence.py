@@ -6,6 +6,8 @@ import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 
+import torch
+
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.kv_layout import BLOCK_SIZE
 from backends.grammar import Constraint
@@ -36,6 +38,11 @@ class Sequence:
     num_drafted: int = 0  # tokens proposed to the model by speculative decoding
     num_accepted: int = 0  # of those, the ones it accepted
     grammar: Constraint | None = None  # constrained decoding: masks each sampled row
+    # logprobs: None, or the request wants each token's (with this many top alternatives):
+    # the engine then keeps the raw logits row (float32, CPU) of every token it appends in
+    # `raw_rows`, in order, until the backend takes them
+    logprobs: int | None = None
+    raw_rows: list[torch.Tensor] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.tokens:

@@ -20,6 +20,7 @@ class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...  # a prompt: BOS added where the model wants
     def tokenize(self, text: str) -> list[int]: ...  # plain text, special tokens parsed
     def piece(self, token: int) -> bytes: ...
+    def token_bytes(self, token: int) -> bytes: ...  # as logprobs show it: control tokens too
     def is_eog(self, token: int) -> bool: ...
     def vocabulary(self) -> list[str]: ...  # every token's text, by id
     def vocab_size(self) -> int: ...
@@ -65,6 +66,11 @@ class GGUFTokenizer:
 
     def piece(self, token: int) -> bytes:
         return self._model.detokenize([token], special=False)
+
+    def token_bytes(self, token: int) -> bytes:
+        if not 0 <= token < self._model.n_vocab():  # a logits column past the vocabulary
+            return b""
+        return self._model.detokenize([token], special=True)
 
     def is_eog(self, token: int) -> bool:
         import llama_cpp
@@ -125,6 +131,8 @@ class HFTokenizer:
             eos_ids |= set(ids if isinstance(ids, list) else [ids])
         self._eos = {i for i in eos_ids if i is not None}
         self._bytes = _byte_decoder()
+        self._special = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()
+                         if t.special}
 
     def encode(self, text: str) -> list[int]:
         ids = self._tok.encode(text, add_special_tokens=False).ids
@@ -141,6 +149,11 @@ class HFTokenizer:
             return bytes(self._bytes[c] for c in text)
         return self._tok.decode([token], skip_special_tokens=True).encode("utf-8")
 
+    def token_bytes(self, token: int) -> bytes:
+        if token in self._special:  # its text (<|im_end|>), which `piece` leaves out
+            return self._special[token].encode("utf-8")
+        return self.piece(token)
+
     def is_eog(self, token: int) -> bool:
         return token in self._eos
 
@@ -155,11 +168,9 @@ class HFTokenizer:
         return self._tok.decode(tokens, skip_special_tokens=False)
 
     def grammar_vocab(self, n_vocab: int) -> GrammarVocab:
-        special = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()
-                   if t.special}
-        pieces = [b"" if i in special else self.piece(i)
+        pieces = [b"" if i in self._special else self.piece(i)
                   for i in range(self._tok.get_vocab_size(with_added_tokens=True))]
-        return vocab_from_pieces(pieces, special, self._eos, self.tokenize, n_vocab)
+        return vocab_from_pieces(pieces, self._special, self._eos, self.tokenize, n_vocab)
 
     def close(self) -> None:
         pass

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
 from backends.base import (
@@ -38,9 +40,10 @@ from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_pieces
+from backends.logprobs import log_softmax_at
 from backends.mlx.engine import Job, MlxEngine
 from backends.mlx.sampler import make_processors, make_sampler
-from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer
+from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer, prefill
 from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
 from backends.mlx_dir import kv_bytes_per_token, read_config
 from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
@@ -73,7 +76,8 @@ class MlxBackend:
         self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(formats=("mlx",), batching=True, speculative=True, grammar=True)
+        return Capabilities(formats=("mlx",), batching=True, speculative=True, grammar=True,
+                            logprobs=True)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
@@ -98,11 +102,17 @@ class MlxBackend:
         for token, text in marker_pieces(self.chat.fmt.special_markers, tok.tokenize).items():
             if 0 <= token < len(pieces):
                 pieces[token] = text
+        # logprobs show every token, control tokens as their text (<|im_end|>)
+        token_bytes = list(pieces)
+        for token in tok.special:
+            if 0 <= token < len(token_bytes):
+                token_bytes[token] = (tok.tokenizer.id_to_token(token) or "").encode("utf-8")
         kv_per_token = kv_bytes_per_token(config, float32_activations())
         self.engine = MlxEngine(
             mlx_model, pieces, tok.eog, parallel=max(1, plan.parallel),
             prefill_step=plan.batch, cache_entries=CACHE_ENTRIES_PER_SEQUENCE * plan.parallel,
-            cache_bytes=CACHE_ENTRIES_PER_SEQUENCE * plan.parallel * plan.context * kv_per_token)
+            cache_bytes=CACHE_ENTRIES_PER_SEQUENCE * plan.parallel * plan.context * kv_per_token,
+            token_bytes=token_bytes)
 
     def unload(self) -> None:
         if self.engine is not None:
@@ -204,6 +214,25 @@ class MlxBackend:
             model.set_dtype(mx.float32)
         self._draft = (str(folder), model)
         return model
+
+    def score(self, tokens: list[int], start: int) -> list[float]:
+        """Teacher-forced log-probabilities: log p(tokens[i] | tokens[:i]) for each i from
+        `start` on, in a KV cache of its own (the engine's are left alone), evaluated in the
+        shape generation evaluates them: tokens[:start - 1] in prefill pieces, then one
+        token at a time. What a request's logprobs are checked against."""
+        self._tokenizer()
+        assert self.engine is not None
+        if not 0 < start <= len(tokens):
+            raise InvalidRequestError(f"cannot score from token {start} of {len(tokens)}")
+        model = self.engine.model
+        cache = make_prompt_cache(model)
+        prefill(model, cache, tokens[:start - 1], self._batch)
+        out: list[float] = []
+        for i in range(start, len(tokens)):
+            logits = model(mx.array([[tokens[i - 1]]]), cache=cache)[0, -1]
+            row = np.array(logits.astype(mx.float32))
+            out += log_softmax_at(row, np.array([tokens[i]])).tolist()
+        return out
 
     def step(self) -> list[tuple[str, Event]]:
         return self.engine.step() if self.engine is not None else []

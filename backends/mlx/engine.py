@@ -22,13 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import mlx.core as mx
+import numpy as np
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import LRUPromptCache, trim_prompt_cache
 
 from backends.base import ErrorEvent, Event, FinishReason
 from backends.grammar import Constraint
 from backends.job import BaseJob
-from backends.mlx.sampler import GrammarProcessor
+from backends.logprobs import token_logprob
+from backends.mlx.sampler import GrammarProcessor, RawLogits
 from backends.mlx.speculative import Proposer, SpeculativeRun
 
 MODEL_KEY = "model"  # LRUPromptCache keys entries by model too; a backend holds one
@@ -48,12 +51,16 @@ class Job(BaseJob):
     max_draft: int = 0
     run: SpeculativeRun | None = None
     grammar: Constraint | None = None  # constrained decoding (a processor in the batch)
+    raw: RawLogits | None = None  # the raw rows of a batched request that asked for logprobs
 
 
 class MlxEngine:
     def __init__(self, model: Any, pieces: list[bytes], eog: frozenset[int], parallel: int,
-                 prefill_step: int, cache_entries: int, cache_bytes: int) -> None:
+                 prefill_step: int, cache_entries: int, cache_bytes: int,
+                 token_bytes: list[bytes] | None = None) -> None:
         self.model, self.pieces, self.eog = model, pieces, eog
+        # a token as logprobs show it (control tokens too): the answer's text hides them
+        self.token_bytes = token_bytes or pieces
         self.parallel, self.prefill_step = parallel, prefill_step
         self.cache = LRUPromptCache(max_size=cache_entries, max_bytes=cache_bytes)
         self.jobs: dict[int, Job] = {}  # BatchGenerator's uids; speculative jobs below 0
@@ -88,13 +95,16 @@ class MlxEngine:
             job.uid, self._next_solo_uid = self._next_solo_uid, self._next_solo_uid - 1
             self.jobs[job.uid] = job
             return
+        if job.request.logprobs is not None:
+            job.raw = RawLogits()  # first, so it sees the row before any other processor
         (job.uid,) = self.generator.insert(
             [rest], max_tokens=[job.max_new],
             caches=[cache] if cache is not None else None,
             all_tokens=[job.prompt[:job.reused]],
             samplers=[job.sampler],
-            logits_processors=[job.processors + ([GrammarProcessor(job.grammar)]
-                                                 if job.grammar is not None else [])],
+            logits_processors=[([job.raw] if job.raw is not None else []) + job.processors
+                               + ([GrammarProcessor(job.grammar)]
+                                  if job.grammar is not None else [])],
             stop_sequences=[StopSequences([[t] for t in sorted(self.eog)])])
         self.jobs[job.uid] = job
 
@@ -120,11 +130,12 @@ class MlxEngine:
             job = self.jobs.get(r.uid)
             if job is None:
                 continue
+            row = job.raw.rows.popleft() if job.raw is not None else None
             if r.finish_reason == "stop" and r.token in self.eog:
                 self._keep_cache(r.all_tokens, r.prompt_cache)
                 out += self._finish(job, "stop")
                 continue
-            out += self._accept(job, r.token)
+            out += self._accept(job, r.token, row)
             if job.uid not in self.jobs:  # a stop string ended it
                 continue
             if r.finish_reason is not None:
@@ -136,22 +147,35 @@ class MlxEngine:
         """One propose-and-verify round of a speculative request."""
         assert job.run is not None
         out: list[tuple[str, Event]] = []
-        for token in job.run.step(job.max_new - job.n_out):
+        tokens = job.run.step(job.max_new - job.n_out)
+        # with logprobs, each token's from the model's own verification row
+        rows = list(job.run.rows) if job.request.logprobs is not None else [None] * len(tokens)
+        for token, row in zip(tokens, rows, strict=True):
             if token in self.eog:
                 return out + self._remove(job, "stop")
-            out += self._accept(job, token)
+            out += self._accept(job, token, row)
             if job.uid not in self.jobs:  # a stop string ended it
                 return out
         if job.n_out >= job.max_new:
             out += self._remove(job, "length")
         return out
 
-    def _accept(self, job: Job, token: int) -> list[tuple[str, Event]]:
+    def _accept(self, job: Job, token: int,
+                row: mx.array | None = None) -> list[tuple[str, Event]]:
+        """Stream a token; `row`: the model's raw logits it came from, for its logprob."""
         job.n_out += 1
-        events = job.emitted(self.pieces[token] if 0 <= token < len(self.pieces) else b"")
+        logprob = None
+        if row is not None:
+            logprob = token_logprob(np.array(row.astype(mx.float32)).reshape(-1), token,
+                                    job.request.logprobs or 0, self._token_bytes)
+        events = job.emitted(self.pieces[token] if 0 <= token < len(self.pieces) else b"",
+                             logprob)
         if job.text.stopped:
             events += self._remove(job, "stop")
         return events
+
+    def _token_bytes(self, token: int) -> bytes:
+        return self.token_bytes[token] if 0 <= token < len(self.token_bytes) else b""
 
     def _remove(self, job: Job, reason: str) -> list[tuple[str, Event]]:
         """End a request the generator is still running (cancelled, or a stop string)."""

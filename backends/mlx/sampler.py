@@ -8,6 +8,7 @@ with a per-request key instead: a seeded request gives the same answer alone or 
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 
 import mlx.core as mx
@@ -50,6 +51,23 @@ def make_processors(s: SamplingParams) -> list:
         return []
     return make_logits_processors(repetition_penalty=s.repeat_penalty,
                                   repetition_context_size=PENALTY_LAST_N)
+
+
+class RawLogits:
+    """A request's first logits processor when it asks for logprobs: it keeps each row as the
+    model gave it, before penalties, a grammar's mask or temperature (BatchGenerator's
+    `Response.logprobs` is the log-softmax after the processors). BatchGenerator computes a
+    step ahead of the token it returns, so this holds the rows of the returned token and
+    the next; the engine takes them first in, first out."""
+
+    def __init__(self) -> None:
+        self.rows: deque[mx.array] = deque()
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        self.rows.append(logits)
+        # a new handle on the same data: mlx-lm's repetition penalty assigns into the row it
+        # gets (`logits[:, tokens] = ...`), which would rewrite the one kept here
+        return mx.array(logits)
 
 
 class GrammarProcessor:

@@ -114,6 +114,9 @@ class SpeculativeRun:
         check_trimmable(self.cache, "this model")
         self.tokens = list(prompt)
         self.cached = self.cache[0].offset if self.cache else 0  # prompt tokens in the cache
+        # the last round's verification rows, as the model gave them: row i is the one its
+        # i-th token was picked from (its logprob, if the request asked)
+        self.rows: mx.array = mx.zeros((0, 0))
         self.draft_tokens = self.accepted_tokens = 0
 
     def step(self, budget: int) -> list[int]:
@@ -127,6 +130,7 @@ class SpeculativeRun:
             proposals = proposals[:self.grammar.valid_prefix(proposals)]
         logits = self.model(mx.array([self.tokens[-1], *proposals])[None], cache=self.cache)[0]
         out = self._verify(logits, proposals)
+        self.rows = logits[:len(out)]
         accepted = len(out) - 1
         trim_prompt_cache(self.cache, len(proposals) - accepted)
         self.tokens += out

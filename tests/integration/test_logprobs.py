@@ -15,7 +15,6 @@ import pytest
 
 from app.runtime import Runtime
 from backends.base import (
-    DoneEvent,
     GenerationRequest,
     LoadPlan,
     LogprobEvent,
@@ -25,6 +24,7 @@ from backends.base import (
 )
 from backends.llamacpp.backend import LlamaCppBackend
 from tests.support.live_server import live_server
+from tests.support.logprobs import check_against_scoring, generate, teacher_forced
 
 PLAN = LoadPlan(context=1024, threads=2, parallel=1)
 HAIKU = (Message("user", "Write a haiku about a rusty bicycle."),)
@@ -40,23 +40,6 @@ def fresh(model) -> LlamaCppBackend:
     return backend
 
 
-def generate(backend: LlamaCppBackend, request: GenerationRequest) -> tuple[DoneEvent, int]:
-    events = list(backend.generate(request))
-    done = events[-1]
-    assert isinstance(done, DoneEvent)
-    streamed = [e.entry for e in events if isinstance(e, LogprobEvent)]
-    assert tuple(streamed) == done.logprobs  # one event per token, in order
-    assert len(done.logprobs) == done.stats.completion_tokens
-    prompt, _, _ = backend.prompt_tokens(request)
-    return done, len(prompt)
-
-
-def teacher_forced(backend: LlamaCppBackend, request: GenerationRequest,
-                   done: DoneEvent) -> list[float]:
-    prompt, _, _ = backend.prompt_tokens(request)
-    return backend.score(prompt + [e.id for e in done.logprobs], len(prompt))
-
-
 @pytest.mark.parametrize("sampling", [
     SamplingParams(temperature=0.0, max_tokens=24),
     SamplingParams(temperature=0.9, seed=7, max_tokens=24),
@@ -65,18 +48,9 @@ def test_logprobs_sum_to_the_teacher_forced_log_likelihood(qwen, sampling):
     backend = fresh(qwen)
     try:
         request = GenerationRequest(messages=HAIKU, sampling=sampling, logprobs=3)
-        done, _ = generate(backend, request)
-        scored = teacher_forced(backend, request, done)
-        total = sum(e.logprob for e in done.logprobs)
-        assert abs(total - sum(scored)) < 1e-3, (total, sum(scored))
-        for entry, alone in zip(done.logprobs, scored, strict=True):
-            assert abs(entry.logprob - alone) < 1e-3
-            assert entry.logprob <= 0 and len(entry.top) == 3
-            assert [t.logprob for t in entry.top] == sorted(
-                (t.logprob for t in entry.top), reverse=True)
-            if sampling.temperature == 0:  # greedy takes the most likely token
-                assert entry.token == entry.top[0].token and entry.logprob == entry.top[0].logprob
-        assert b"".join(e.bytes for e in done.logprobs).decode() == done.text
+        done = generate(backend, request)
+        check_against_scoring(done, teacher_forced(backend, request, done), n_top=3,
+                              greedy=sampling.temperature == 0)
     finally:
         backend.unload()
 
@@ -91,7 +65,7 @@ def test_speculative_logprobs_are_the_target_models(qwen, qwen15):
             speculative=SpeculativeParams(method="draft", draft_model=qwen.ref,
                                           draft_path=str(qwen.path), max_draft=4,
                                           adaptive=False))
-        done, _ = generate(target, request)
+        done = generate(target, request)
         assert done.stats.accepted_tokens > 8  # most tokens came from verified proposals
         by_target = teacher_forced(target, request, done)
         by_draft = teacher_forced(draft, request, done)

@@ -312,3 +312,32 @@ def test_speculation_past_a_sliding_window_equals_plain_greedy():
     assert [s.output for s in seqs] == plain
     assert seqs[0].num_accepted > 0 and seqs[1].num_accepted > 0
     assert seqs[1].num_accepted < seqs[1].num_drafted
+
+
+def test_logprob_rows_are_the_targets_raw_rows_with_speculation_and_a_penalty(tiny):
+    """A sequence that asks for logprobs gets, for every token, the row the target model gave
+    at its position (a verification row when a proposal held), before the repeat penalty
+    and temperature shape the draw: the rows of teacher-forced scoring. One that does not
+    ask keeps none."""
+    target, draft = tiny
+    engine = tiny_engine(target, draft)
+    sampled = SamplingParams(temperature=0.8, seed=3, repeat_penalty=1.5)
+    seqs = [Sequence(list(PROMPTS[1]), sampled, 20, speculative=DRAFT, logprobs=2),
+            Sequence(list(PROMPTS[0]), GREEDY, 20, speculative=DRAFT, logprobs=0),
+            Sequence(list(PROMPTS[3]), GREEDY, 20, speculative=LOOKUP)]
+    rows: dict[int, list[torch.Tensor]] = {id(s): [] for s in seqs}
+    for seq in seqs:
+        engine.add(seq)
+    while engine.has_work():
+        for seq, _ in engine.step():
+            rows[id(seq)] += seq.raw_rows
+            seq.raw_rows = []
+            if seq.num_output >= seq.max_new and seq.status.value != "finished":
+                engine.finish(seq)
+    for seq in seqs[:2]:
+        assert seq.num_accepted > 0  # some rows came from verification
+        scored = engine.score(seq.tokens[:-1])[seq.num_prompt - 1:]
+        got = torch.stack(rows[id(seq)])
+        assert got.shape == scored.shape
+        torch.testing.assert_close(got, scored, rtol=0, atol=1e-5)
+    assert rows[id(seqs[2])] == []
