@@ -21,6 +21,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app import __version__
 from app.history import STATUSES, THINKING_SETTINGS, Conversation, History, StoredMessage
@@ -84,7 +85,7 @@ class _Reader:
             raise ImportFormatError(f"{where}: expected an object, got {_kind(obj)}")
         self.obj, self.where = obj, where
 
-    def get(self, key: str, types: tuple[type, ...], optional: bool = False):
+    def get(self, key: str, types: tuple[type, ...], optional: bool = False) -> Any:
         if key not in self.obj:
             if optional:
                 return None
@@ -149,7 +150,7 @@ def _read_conversation(obj: object, where: str) -> ConversationTree:
         m = _read_message(raw, f"{where}.messages[{i}]", known)
         known.add(m.id)
         messages.append(m)
-    children = {m.parent_id: set() for m in messages}
+    children: dict[int | None, set[int]] = {m.parent_id: set() for m in messages}
     for m in messages:
         children[m.parent_id].add(m.id)
     for i, m in enumerate(messages):

@@ -147,6 +147,12 @@ def _conversation(row: sqlite3.Row) -> Conversation:
                         row["thinking"], row["shown_root_id"], row["preset"])
 
 
+def _rowid(cur: sqlite3.Cursor) -> int:
+    """The id an INSERT gave its row (always set after one)."""
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
 def _calls_json(calls: tuple[ToolCall, ...]) -> str | None:
     return json.dumps([{"id": c.id, "name": c.name, "arguments": c.arguments}
                        for c in calls]) if calls else None
@@ -239,7 +245,7 @@ class History:
             cur = self._db.execute(
                 "INSERT INTO conversations(title, model, system_prompt, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?)", (title, model, system_prompt, now, now))
-            conv_id = cur.lastrowid
+            conv_id = _rowid(cur)
         return self.get(conv_id)
 
     def get(self, conversation_id: int) -> Conversation:
@@ -376,7 +382,7 @@ class History:
                     (conversation_id, role, content, status,
                      json.dumps(stats) if stats else None, model, now, reasoning,
                      _calls_json(tool_calls), tool_call_id, tool_name, parent))
-                self._show(conversation_id, parent, cur.lastrowid)
+                self._show(conversation_id, parent, _rowid(cur))
                 self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?",
                                  (now, conversation_id))
                 self._db.execute("COMMIT")
@@ -404,7 +410,7 @@ class History:
                         " updated_at, thinking, preset) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (conv.title, conv.model, conv.system_prompt, conv.created_at,
                          conv.updated_at, conv.thinking, conv.preset))
-                    conv_id = cur.lastrowid
+                    conv_id = _rowid(cur)
                     ids: dict[int, int] = {}
                     for m in messages:
                         cur = self._db.execute(
@@ -416,7 +422,7 @@ class History:
                              m.created_at, m.reasoning, _calls_json(m.tool_calls),
                              m.tool_call_id, m.tool_name,
                              None if m.parent_id is None else ids[m.parent_id]))
-                        ids[m.id] = cur.lastrowid
+                        ids[m.id] = _rowid(cur)
                     for m in messages:
                         if m.shown_child_id is not None:
                             self._db.execute("UPDATE messages SET shown_child_id=? WHERE id=?",

@@ -27,6 +27,9 @@ chats that use it, one deleted leaves them on the app's settings.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import tomlkit
 
 from app.config import Paths, load_config, update_config
 from app.errors import ConfigError
@@ -88,7 +91,7 @@ class ModelLoad:
                               f"{self.kv_cache!r}")
 
 
-def _typed(cls: type, raw: object, where: str, **extra: object):
+def _typed(cls: type, raw: object, where: str, **extra: object) -> Any:
     """`cls` from a TOML table: unknown keys are ignored, a wrong type is an error."""
     if not isinstance(raw, dict):
         raise ConfigError(f"config.toml {where} must be a table")
@@ -127,7 +130,7 @@ def save_preset(preset: Preset, p: Paths | None = None, replaces: str | None = N
     """Add or replace `preset` (renaming the one called `replaces`)."""
     preset.validate()
 
-    def edit(doc) -> None:
+    def edit(doc: tomlkit.TOMLDocument) -> None:
         table = doc.setdefault(PRESETS, {})
         if replaces and replaces != preset.name and replaces in table:
             del table[replaces]
@@ -139,7 +142,7 @@ def save_preset(preset: Preset, p: Paths | None = None, replaces: str | None = N
 
 
 def delete_preset(name: str, p: Paths | None = None) -> None:
-    def edit(doc) -> None:
+    def edit(doc: tomlkit.TOMLDocument) -> None:
         table = doc.get(PRESETS, {})
         if name not in table:
             raise ConfigError(f"no preset {name!r}")
@@ -162,7 +165,7 @@ def save_model_load(ref: str, settings: ModelLoad, p: Paths | None = None) -> No
     """Remember `settings` for `ref`; all automatic forgets them."""
     settings.validate(ref)
 
-    def edit(doc) -> None:
+    def edit(doc: tomlkit.TOMLDocument) -> None:
         table = doc.setdefault(MODEL_LOAD, {})
         if settings == ModelLoad():
             table.pop(ref, None)

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.config import Paths
+from app.gui.presets_box import ModelLoadBox, PresetsBox
 from app.hardware import HardwareProfile
 from app.preferences import THEMES, Settings
 from app.runtime import endpoints
@@ -41,7 +42,7 @@ class SettingsDialog(QDialog):
 
     def __init__(self, settings: Settings, hardware: HardwareProfile, system_prompt: str,
                  installed: list[str], server_text: str, server_running: bool,
-                 home: Paths | None = None) -> None:
+                 home: Paths | None = None, model: str | None = None) -> None:
         super().__init__()
         self.home = home
         self.setWindowTitle("Settings")
@@ -106,6 +107,12 @@ class SettingsDialog(QDialog):
         form.addRow(self.speculative)
         form.addRow("Draft model", self.draft_model)
         layout.addWidget(engine)
+        # the model in use, if local: its own load settings (app.presets.ModelLoad)
+        self.model_load = ModelLoadBox(model, home) if model else None
+        if self.model_load is not None:
+            layout.addWidget(self.model_load)
+        self.presets = PresetsBox(home)
+        layout.addWidget(self.presets)
 
         look = QGroupBox("Appearance")
         form = QFormLayout(look)
