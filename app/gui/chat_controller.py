@@ -228,13 +228,24 @@ class ChatController(QObject):
         if self.busy or self.conversation_id is None:
             return
         messages = self.history.messages(self.conversation_id)
-        last = next((i for i in range(len(messages) - 1, -1, -1)
-                     if messages[i].role == "user"), None)
-        if last is None:
+        last = next((m for m in reversed(messages) if m.role == "user"), None)
+        if last is not None:
+            self.edit(last.id)
+
+    def edit(self, message_id: int) -> None:
+        """Put a question back in the composer, the conversation shown up to it; sending
+        adds a new version of it (Edit under each question, and Edit last message)."""
+        if self.busy or self.conversation_id is None:
             return
-        self._editing = messages[last]
-        self._cut_view(last)
-        self.view.composer.setPlainText(messages[last].content)
+        if self._editing is not None:  # another edit left unsent: the whole path again
+            self.open(self.conversation_id)
+        messages = self.history.messages(self.conversation_id)
+        index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
+        if index is None:
+            return
+        self._editing = messages[index]
+        self._cut_view(index)
+        self.view.composer.setPlainText(messages[index].content)
         self.view.composer.setFocus()
         self.view.set_streaming(False)
 
@@ -256,7 +267,8 @@ class ChatController(QObject):
         place = self.history.versions(self.conversation_id)
         for widget, message_id in zip(self.view.messages, self.shown_ids, strict=False):
             if message_id in place:
-                show_version(widget, place[message_id], self.switch_to, not self.busy)
+                show_version(widget, message_id, place[message_id], widget.role == "user",
+                             self.switch_to, self.edit, not self.busy)
 
     # presets
 

@@ -110,6 +110,25 @@ def test_edit_and_regenerate_keep_versions_and_the_switcher_shows_the_path_the_m
     assert switcher(window, 1).label.text() == "1/2"
 
 
+def test_edit_under_an_earlier_question_branches_there_and_keeps_the_turns_after_it(
+        qtbot, window: MainWindow):
+    send(qtbot, window, "Say one.")
+    wait_idle(qtbot, window)
+    send(qtbot, window, "Say two.")
+    wait_idle(qtbot, window)
+    before = shown(window)
+    assert switcher(window, 1) is None  # an answer with one version: no row under it
+    qtbot.mouseClick(switcher(window, 0).edit, Qt.MouseButton.LeftButton)
+    assert window.chat.composer.toPlainText() == "Say one." and window.chat.messages == []
+    sent = send(qtbot, window, "Say three.")
+    assert [(m.role, m.content) for m in sent] == [("user", "Say three.")]
+    wait_idle(qtbot, window)
+    assert [r for r, _ in shown(window)] == ["user", "assistant"]
+    assert switcher(window, 0).label.text() == "2/2"
+    qtbot.mouseClick(switcher(window, 0).previous, Qt.MouseButton.LeftButton)
+    assert shown(window) == before  # the first question with both turns after it
+
+
 def in_modal(qtbot, action: Callable[[], None]) -> None:
     """Run `action` once the modal dialog the next call opens is up (exec() blocks)."""
     QTimer.singleShot(100, action)
