@@ -35,8 +35,8 @@ class BranchSwitcher(QWidget):
             w.setFlat(True)
         for w in (self.previous, self.next):
             w.setFixedWidth(28)
-        for w in (self.previous, self.label, self.next, self.edit):
-            row.addWidget(w)
+        for part in (self.previous, self.label, self.next, self.edit):
+            row.addWidget(part)
         row.addStretch(1)
         self.version = Version(0, 1, ())
         self.previous.clicked.connect(lambda: self._step(-1))
@@ -48,8 +48,8 @@ class BranchSwitcher(QWidget):
         """The arrows show only for a message with more than one version."""
         self.version = version
         self.label.setText(f"{version.index + 1}/{version.count}")
-        for w in (self.previous, self.label, self.next):
-            w.setVisible(version.count > 1)
+        for part in (self.previous, self.label, self.next):
+            part.setVisible(version.count > 1)
         self.setVisible(version.count > 1 or self.editable)
 
     def set_enabled(self, on: bool) -> None:
