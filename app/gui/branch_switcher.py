@@ -35,6 +35,7 @@ class BranchSwitcher(QWidget):
             w.setFlat(True)
         for w in (self.previous, self.next):
             w.setFixedWidth(28)
+        self.edit.setFixedWidth(self.edit.fontMetrics().horizontalAdvance("Edit") + 20)
         for part in (self.previous, self.label, self.next, self.edit):
             row.addWidget(part)
         row.addStretch(1)

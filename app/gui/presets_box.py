@@ -230,6 +230,7 @@ class ModelLoadBox(QGroupBox):
         self.error = QLabel(error)
         self.error.setObjectName("note")
         self.error.setWordWrap(True)
+        self.error.setVisible(bool(error))
         form.addRow(self.error)
 
     def value(self) -> ModelLoad:

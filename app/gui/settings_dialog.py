@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -20,8 +21,10 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.config import Paths
@@ -47,7 +50,13 @@ class SettingsDialog(QDialog):
         self.home = home
         self.setWindowTitle("Settings")
         self.settings = settings
-        layout = QVBoxLayout(self)
+        # the groups scroll, the Save and Cancel buttons stay in view
+        outer = QVBoxLayout(self)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        body = QWidget()
+        layout = QVBoxLayout(body)
 
         chat = QGroupBox("This conversation and new ones")
         form = QFormLayout(chat)
@@ -110,6 +119,7 @@ class SettingsDialog(QDialog):
         # the model in use, if local: its own load settings (app.presets.ModelLoad)
         self.model_load = ModelLoadBox(model, home) if model else None
         if self.model_load is not None:
+            self.model_load.gpu_layers.setEnabled(can_offload)
             layout.addWidget(self.model_load)
         self.presets = PresetsBox(home)
         layout.addWidget(self.presets)
@@ -141,7 +151,10 @@ class SettingsDialog(QDialog):
                                    | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
+        scroll.setWidget(body)
+        outer.addWidget(scroll, 1)
+        outer.addWidget(buttons)
+        self.resize(body.sizeHint().width() + 40, min(body.sizeHint().height() + 80, 760))
 
     def _remotes_box(self) -> QGroupBox:
         """OpenAI-compatible servers (vLLM, SGLang, llama-server, another Ember): their models
