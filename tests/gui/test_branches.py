@@ -248,3 +248,43 @@ def test_a_models_load_settings_are_remembered_and_used_when_it_loads(
         assert window.chat.meter.maximum() == 2048
     finally:
         runtime.load(qwen.ref, context=4096, kv_cache="f16")  # the shared Runtime as it was
+
+
+def test_a_preset_is_changed_and_deleted_in_settings_and_its_chats_fall_back(
+        qtbot, window: MainWindow):
+    def make() -> None:
+        box = window.settings_dialog.presets
+        box.name.setText("Terse")
+        box.max_tokens.setValue(20)
+        qtbot.mouseClick(box.save_button, Qt.MouseButton.LeftButton)
+        window.settings_dialog.reject()
+
+    in_modal(qtbot, make)
+    window.open_settings()
+    window.new_chat()
+    picker = window.preset_picker
+    picker.setCurrentIndex(picker.findData("Terse"))
+    picker.activated.emit(picker.currentIndex())
+    assert window.controller.sampling().max_tokens == 20
+
+    def change_then_delete() -> None:
+        box = window.settings_dialog.presets
+        box.list.setCurrentRow(0)
+        assert box.name.text() == "Terse" and box.max_tokens.value() == 20
+        box.max_tokens.setValue(30)
+        qtbot.mouseClick(box.save_button, Qt.MouseButton.LeftButton)
+        assert window.controller.sampling().max_tokens == 30  # its chats follow the change
+        box.name.setText("")
+        qtbot.mouseClick(box.save_button, Qt.MouseButton.LeftButton)
+        assert "a preset needs a name" in box.error.text()
+        qtbot.mouseClick(box.delete_button, Qt.MouseButton.LeftButton)
+        assert box.list.count() == 0
+        window.settings_dialog.reject()
+
+    in_modal(qtbot, change_then_delete)
+    window.open_settings()
+    assert presets(window.home) == {}
+    assert [picker.itemText(i) for i in range(picker.count())] == ["No preset (Settings)"]
+    # the chat keeps the name, and takes the app's settings while no such preset exists
+    assert window.history.get(window.controller.conversation_id).preset == "Terse"
+    assert window.controller.sampling().max_tokens == window.settings.max_tokens == 6
