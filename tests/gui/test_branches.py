@@ -163,6 +163,16 @@ def test_ctrl_e_exports_and_the_json_imports_back_with_its_versions(
     window.export_dialog.path.setText(str(md))
     qtbot.mouseClick(window.export_dialog.save_button, Qt.MouseButton.LeftButton)
     assert "### Ember (version 2 of 2)" in md.read_text(encoding="utf-8")
+    window.new_chat()
+    window.conversations.rename_current("Second")
+    qtbot.keyClick(window, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    window.export_dialog.all.click()
+    assert Path(window.export_dialog.path.text()).name == "conversations.md"
+    window.export_dialog.path.setText(str(tmp_path / "conversations.md"))
+    qtbot.mouseClick(window.export_dialog.save_button, Qt.MouseButton.LeftButton)
+    everything = window.export_dialog.written.read_text(encoding="utf-8")
+    assert "# Second" in everything and "# Name a color." in everything
+    window.conversations.delete_current()
 
     window.import_file()  # the Import… action: Qt's file dialog
     chooser = window.import_dialog
