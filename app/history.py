@@ -8,6 +8,12 @@ by a crash or a kill, and is marked "interrupted" (kept, never dropped).
 Deleting a conversation only marks it deleted, so it can be undone; `purge_deleted` removes
 those marked a while ago.
 
+Messages form a tree: each has a parent (None for the first turn), and editing a message or
+regenerating an answer adds a sibling instead of dropping the old version. Each message
+remembers which of its children is shown (the conversation, which of its first turns), so the
+shown path, root to leaf, is what the window shows and what the model is given; switching to
+another version shows the path that version had below it (app.history_tree).
+
 An assistant turn keeps its thinking (`reasoning`) and the tool calls it made apart from its
 answer, and a tool result its call's id and tool name, so the model is given them back the way
 its template expects (WIRE-FORMATS.md C.7). The schema's version is SQLite's user_version;
@@ -23,10 +29,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.history_tree import Version, shown_path, versions
 from backends.base import ToolCall
 from backends.errors import EmberError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 1, as every history.db before tool calls and thinking was created. A new file is
 # created as version 1 and migrated like an old one, so both end with the same schema.
 SCHEMA_V1 = """
@@ -51,8 +58,8 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
-# MIGRATIONS[n] takes a version-n file to version n+1. Only ADD COLUMN: the rows stay as they
-# are, byte for byte, and the new columns start empty.
+# MIGRATIONS[n] takes a version-n file to version n+1. Only ADD COLUMN, and UPDATEs that fill
+# the new columns: the old columns stay as they are, byte for byte.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''",
@@ -63,6 +70,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # medium or high
         "ALTER TABLE conversations ADD COLUMN thinking TEXT",
     ),
+    2: (
+        # the message tree: an existing conversation becomes one path, each message the child
+        # of the one before it, each shown child the one after it
+        "ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id)"
+        " ON DELETE CASCADE",
+        "ALTER TABLE messages ADD COLUMN shown_child_id INTEGER",
+        "ALTER TABLE conversations ADD COLUMN shown_root_id INTEGER",
+        "ALTER TABLE conversations ADD COLUMN preset TEXT",  # app.presets: the chat's preset
+        "UPDATE messages SET parent_id=(SELECT MAX(p.id) FROM messages p WHERE"
+        " p.conversation_id=messages.conversation_id AND p.id<messages.id),"
+        " shown_child_id=(SELECT MIN(c.id) FROM messages c WHERE"
+        " c.conversation_id=messages.conversation_id AND c.id>messages.id)",
+        "UPDATE conversations SET shown_root_id=(SELECT MIN(m.id) FROM messages m WHERE"
+        " m.conversation_id=conversations.id)",
+        "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id)",
+    ),
 }
 THINKING_SETTINGS = ("off", "on", "low", "medium", "high")
 STATUSES = ("complete", "streaming", "interrupted", "stopped", "error")
@@ -70,6 +93,20 @@ STATUSES = ("complete", "streaming", "interrupted", "stopped", "error")
 
 class HistoryError(EmberError):
     pass
+
+
+class Leaf:
+    """add_message's default parent: the shown path's last message."""
+
+
+LEAF = Leaf()
+
+
+@dataclass(frozen=True)
+class _Node:
+    id: int
+    parent_id: int | None
+    shown_child_id: int | None
 
 
 @dataclass(frozen=True)
@@ -82,6 +119,8 @@ class Conversation:
     updated_at: float
     deleted_at: float | None = None
     thinking: str | None = None  # one of THINKING_SETTINGS; None: the model's default
+    shown_root_id: int | None = None  # which first turn is shown (the tree's roots)
+    preset: str | None = None  # the chat's preset (app.presets); None: the app's settings
 
 
 @dataclass(frozen=True)
@@ -98,12 +137,20 @@ class StoredMessage:
     tool_calls: tuple[ToolCall, ...] = ()  # the calls an assistant turn made
     tool_call_id: str | None = None  # a tool result: the call it answers
     tool_name: str | None = None  # a tool result: the tool that was called
+    parent_id: int | None = None  # the turn before this one (None: a first turn)
+    shown_child_id: int | None = None  # which of the turns after it is shown
 
 
 def _conversation(row: sqlite3.Row) -> Conversation:
     return Conversation(row["id"], row["title"], row["model"], row["system_prompt"],
                         row["created_at"], row["updated_at"], row["deleted_at"],
-                        row["thinking"])
+                        row["thinking"], row["shown_root_id"], row["preset"])
+
+
+def _rowid(cur: sqlite3.Cursor) -> int:
+    """The id an INSERT gave its row (always set after one)."""
+    assert cur.lastrowid is not None
+    return cur.lastrowid
 
 
 def _calls_json(calls: tuple[ToolCall, ...]) -> str | None:
@@ -117,7 +164,8 @@ def _message(row: sqlite3.Row) -> StoredMessage:
                   for c in json.loads(row["tool_calls"] or "[]"))
     return StoredMessage(row["id"], row["conversation_id"], row["role"], row["content"],
                          row["status"], stats, row["model"], row["created_at"],
-                         row["reasoning"], calls, row["tool_call_id"], row["tool_name"])
+                         row["reasoning"], calls, row["tool_call_id"], row["tool_name"],
+                         row["parent_id"], row["shown_child_id"])
 
 
 def migrate(db: sqlite3.Connection, version: int) -> None:
@@ -197,7 +245,7 @@ class History:
             cur = self._db.execute(
                 "INSERT INTO conversations(title, model, system_prompt, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?)", (title, model, system_prompt, now, now))
-            conv_id = cur.lastrowid
+            conv_id = _rowid(cur)
         return self.get(conv_id)
 
     def get(self, conversation_id: int) -> Conversation:
@@ -262,41 +310,147 @@ class History:
                                    "AND deleted_at <= ?", (time.time() - older_than_s,))
             return cur.rowcount
 
+    def set_preset(self, conversation_id: int, preset: str | None) -> None:
+        """The chat's preset, by name (app.presets); None: the app's own settings."""
+        self._update_conversation(conversation_id, preset=preset)
+
     # messages
 
-    def messages(self, conversation_id: int) -> list[StoredMessage]:
+    def all_messages(self, conversation_id: int) -> list[StoredMessage]:
+        """Every message of the conversation, every version of every turn, oldest first."""
         with self._lock:
             rows = self._db.execute("SELECT * FROM messages WHERE conversation_id=? ORDER BY id",
                                     (conversation_id,)).fetchall()
         return [_message(r) for r in rows]
 
+    def messages(self, conversation_id: int) -> list[StoredMessage]:
+        """The shown path, first turn to leaf: what the window shows and the model is given."""
+        root = self.get(conversation_id).shown_root_id
+        return shown_path(self.all_messages(conversation_id), root)
+
+    def versions(self, conversation_id: int) -> dict[int, Version]:
+        """Each message's place among its versions (siblings)."""
+        return versions(self.all_messages(conversation_id))
+
+    def _path_ids(self, conversation_id: int) -> list[int]:
+        """The shown path's ids; called with the lock held, inside a transaction."""
+        rows = self._db.execute("SELECT id, parent_id, shown_child_id FROM messages"
+                                " WHERE conversation_id=?", (conversation_id,)).fetchall()
+        root = self._db.execute("SELECT shown_root_id FROM conversations WHERE id=?",
+                                (conversation_id,)).fetchone()
+        nodes = [_Node(r[0], r[1], r[2]) for r in rows]
+        return [n.id for n in shown_path(nodes, root[0] if root else None)]
+
+    def _show(self, conversation_id: int, parent_id: int | None, message_id: int) -> None:
+        """Make `message_id` the shown child of its parent; lock held, in a transaction."""
+        if parent_id is None:
+            self._db.execute("UPDATE conversations SET shown_root_id=? WHERE id=?",
+                             (message_id, conversation_id))
+        else:
+            self._db.execute("UPDATE messages SET shown_child_id=? WHERE id=?",
+                             (message_id, parent_id))
+
     def add_message(self, conversation_id: int, role: str, content: str,
                     status: str = "complete", stats: dict | None = None,
                     model: str | None = None, reasoning: str = "",
                     tool_calls: tuple[ToolCall, ...] = (), tool_call_id: str | None = None,
-                    tool_name: str | None = None) -> StoredMessage:
+                    tool_name: str | None = None,
+                    parent_id: int | None | Leaf = LEAF) -> StoredMessage:
+        """Add a message below `parent_id` (by default the shown path's last message; None:
+        a new first turn) and show it, in one transaction. A message added below a parent that
+        already has children is a new version beside them (edit, regenerate)."""
         if status not in STATUSES:
             raise HistoryError(f"unknown message status {status!r}")
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if isinstance(parent_id, Leaf):
+                    path = self._path_ids(conversation_id)
+                    parent = path[-1] if path else None
+                else:
+                    parent = parent_id
+                    if parent is not None and self._db.execute(
+                            "SELECT 1 FROM messages WHERE id=? AND conversation_id=?",
+                            (parent, conversation_id)).fetchone() is None:
+                        raise HistoryError(f"no message {parent} in conversation "
+                                           f"{conversation_id}")
                 cur = self._db.execute(
                     "INSERT INTO messages(conversation_id, role, content, status, stats, model,"
-                    " created_at, reasoning, tool_calls, tool_call_id, tool_name)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " created_at, reasoning, tool_calls, tool_call_id, tool_name, parent_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (conversation_id, role, content, status,
                      json.dumps(stats) if stats else None, model, now, reasoning,
-                     _calls_json(tool_calls), tool_call_id, tool_name))
+                     _calls_json(tool_calls), tool_call_id, tool_name, parent))
+                self._show(conversation_id, parent, _rowid(cur))
                 self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?",
                                  (now, conversation_id))
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError as e:
                 self._db.execute("ROLLBACK")
                 raise HistoryError(f"no conversation {conversation_id}") from e
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
             row = self._db.execute("SELECT * FROM messages WHERE id=?",
                                    (cur.lastrowid,)).fetchone()
         return _message(row)
+
+    def import_trees(self, trees: list[tuple[Conversation, list[StoredMessage]]]) -> list[int]:
+        """Add whole conversations (app.export), every message under a new id with its tree
+        remapped, all in one transaction: nothing is added unless all of it is. Parents come
+        before their children in each list. Returns the new conversation ids."""
+        new_ids: list[int] = []
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for conv, messages in trees:
+                    cur = self._db.execute(
+                        "INSERT INTO conversations(title, model, system_prompt, created_at,"
+                        " updated_at, thinking, preset) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (conv.title, conv.model, conv.system_prompt, conv.created_at,
+                         conv.updated_at, conv.thinking, conv.preset))
+                    conv_id = _rowid(cur)
+                    ids: dict[int, int] = {}
+                    for m in messages:
+                        cur = self._db.execute(
+                            "INSERT INTO messages(conversation_id, role, content, status,"
+                            " stats, model, created_at, reasoning, tool_calls, tool_call_id,"
+                            " tool_name, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (conv_id, m.role, m.content, m.status,
+                             json.dumps(m.stats) if m.stats is not None else None, m.model,
+                             m.created_at, m.reasoning, _calls_json(m.tool_calls),
+                             m.tool_call_id, m.tool_name,
+                             None if m.parent_id is None else ids[m.parent_id]))
+                        ids[m.id] = _rowid(cur)
+                    for m in messages:
+                        if m.shown_child_id is not None:
+                            self._db.execute("UPDATE messages SET shown_child_id=? WHERE id=?",
+                                             (ids[m.shown_child_id], ids[m.id]))
+                    if conv.shown_root_id is not None:
+                        self._db.execute("UPDATE conversations SET shown_root_id=? WHERE id=?",
+                                         (ids[conv.shown_root_id], conv_id))
+                    new_ids.append(conv_id)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return new_ids
+
+    def switch_to(self, message_id: int) -> None:
+        """Show this version of its turn, and below it the path it had when last shown."""
+        with self._lock:
+            row = self._db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?",
+                                   (message_id,)).fetchone()
+            if row is None:
+                raise HistoryError(f"no message {message_id}")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._show(row[0], row[1], message_id)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def update_message(self, message_id: int, content: str, status: str | None = None,
                        stats: dict | None = None, reasoning: str | None = None,
@@ -311,14 +465,3 @@ class History:
                 " tool_calls=CASE WHEN ? THEN ? ELSE tool_calls END WHERE id=?",
                 (content, status, json.dumps(stats) if stats else None, reasoning,
                  tool_calls is not None, _calls_json(tool_calls or ()), message_id))
-
-    def delete_messages_from(self, message_id: int) -> int:
-        """Drop a message and every later one of its conversation (regenerate, edit)."""
-        with self._lock:
-            row = self._db.execute("SELECT conversation_id FROM messages WHERE id=?",
-                                   (message_id,)).fetchone()
-            if row is None:
-                return 0
-            cur = self._db.execute("DELETE FROM messages WHERE conversation_id=? AND id>=?",
-                                   (row[0], message_id))
-            return cur.rowcount

@@ -157,19 +157,25 @@ def kv_cache_setting() -> str | None:
 
 
 def choose_kv_cache(fit_at: FitAt, ctx: int, parallel: int, kv_types: tuple[str, ...],
-                    backend: str) -> tuple[Fit, int, int, str]:
-    """shrink_to_fit with the KV cache type EMBER_KV_CACHE forces, else f16 unless it would
-    cut the context and q8_0 (about half the bytes) keeps more of it. Returns the fit,
-    context, parallel sequences and what the plan's reason says about the KV cache ("" for
-    f16 chosen on its own)."""
-    forced = kv_cache_setting()
+                    backend: str, kv_cache: str | None = None) -> tuple[Fit, int, int, str]:
+    """shrink_to_fit with the KV cache type asked for (`kv_cache`: the user's setting for
+    this model in the window) or forced by EMBER_KV_CACHE, else f16 unless it would cut the
+    context and q8_0 (about half the bytes) keeps more of it. Returns the fit, context,
+    parallel sequences and what the plan's reason says about the KV cache ("" for f16 chosen
+    on its own)."""
+    if kv_cache is not None and kv_cache not in KV_CACHE_TYPES:
+        raise ConfigError(f"{kv_cache!r} is not a KV cache type: use "
+                          f"{' or '.join(KV_CACHE_TYPES)}")
+    forced = kv_cache or kv_cache_setting()
+    source = "set for this model" if kv_cache is not None else "EMBER_KV_CACHE"
+    asked = f"{forced} ({source})" if kv_cache is not None else f"EMBER_KV_CACHE={forced}"
     if forced is not None and forced not in kv_types:
         fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, kv_types[0]), ctx, parallel)
-        return fit, c, p, (f"KV cache {kv_types[0]}: EMBER_KV_CACHE={forced} is the llamacpp "
+        return fit, c, p, (f"KV cache {kv_types[0]}: {asked} is the llamacpp "
                            f"backend's, the {backend} backend keeps its own")
     if forced is not None:
         fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, forced), ctx, parallel)
-        return fit, c, p, f"KV cache {forced} (EMBER_KV_CACHE)" if forced != "f16" else ""
+        return fit, c, p, f"KV cache {forced} ({source})" if forced != "f16" else ""
     fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, "f16"), ctx, parallel)
     if "q8_0" not in kv_types or c == ctx:
         return fit, c, p, ""
@@ -196,7 +202,7 @@ class SizedLoad:
 def size_load(fit_at: FitAt, hw: HardwareProfile, trained_context: int,
               context: int | None, parallel: int,
               headline: Callable[[Fit, int, int], str], kv_types: tuple[str, ...] = ("f16",),
-              backend: str = "llamacpp") -> SizedLoad:
+              backend: str = "llamacpp", kv_cache: str | None = None) -> SizedLoad:
     """The one load-plan rule, for every backend: the context asked for (else EMBER_CONTEXT,
     else DEFAULT_CONTEXT) within the model's trained context; `parallel` sequences halved,
     then the context, until `fit_at(context, parallel, kv)` fits (shrink_to_fit), with the
@@ -205,7 +211,8 @@ def size_load(fit_at: FitAt, hw: HardwareProfile, trained_context: int,
     sequences, a cut context and a KV cache other than f16, if any."""
     wanted = min(context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT, trained_context)
     ctx = max(MIN_CONTEXT, wanted)
-    fit, ctx, parallel, kv_note = choose_kv_cache(fit_at, ctx, parallel, kv_types, backend)
+    fit, ctx, parallel, kv_note = choose_kv_cache(fit_at, ctx, parallel, kv_types, backend,
+                                                  kv_cache)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
     reason = headline(fit, ctx, threads)
     if parallel > 1:

@@ -185,8 +185,9 @@ def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
 
 
 def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
-              parallel: int = 1) -> LoadPlan:
-    """The llama.cpp load plan for a GGUF file (app.fit.base.size_load's rule)."""
+              parallel: int = 1, kv_cache: str | None = None) -> LoadPlan:
+    """The llama.cpp load plan for a GGUF file (app.fit.base.size_load's rule); `kv_cache`
+    ("f16", "q8_0") is the KV cache type asked for, None: the rule's choice."""
     arch = arch_from_gguf(info)
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
     repacked = file_repacked_bytes(info, hw)
@@ -195,7 +196,7 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
                                   kv),
         hw, info.context_length, context, parallel,
         lambda fit, ctx, threads: f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads",
-        kv_types=tuple(KV_BYTES))
+        kv_types=tuple(KV_BYTES), kv_cache=kv_cache)
     fit = sized.fit
     gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)
     return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=gpu_layers,

@@ -14,11 +14,13 @@ from backends.mlx_dir import read_config
 
 
 def plan_for(model: ModelFiles, backend: str, hw: HardwareProfile, context: int | None = None,
-             parallel: int = 1, quant: str | None = None) -> LoadPlan:
-    """`quant` ("int8", "int4") packs the cuda backend's weights at load."""
+             parallel: int = 1, quant: str | None = None,
+             kv_cache: str | None = None) -> LoadPlan:
+    """`quant` ("int8", "int4") packs the cuda backend's weights at load; `kv_cache` ("f16",
+    "q8_0") is llama.cpp's KV cache type (the other engines keep their own)."""
     if model.format == "mlx":
         return plan_mlx_load(read_config(model.path), model, hw, context, parallel)
     info = read_gguf(model.path)
     if backend == "cuda":
         return plan_cuda_gguf(info, hw, context, parallel, quant)
-    return plan_load(info, hw, context, parallel)
+    return plan_load(info, hw, context, parallel, kv_cache)

@@ -5,21 +5,33 @@ Every message is in the history before anything is generated, and a streamed ans
 as it grows (its thinking too), so a kill at any moment keeps all earlier messages and the
 partial answer.
 
+Editing a message or regenerating an answer adds a new version beside the old one (the
+history is a tree, app.history_tree); the window shows, and the model is given, the shown
+path. A message with versions gets a "< 2/3 >" switcher (app.gui.branch_switcher).
+
+A conversation may use a preset (app.presets): its sampling settings, instead of the app's.
+A local model loads with the settings remembered for it (app.presets.ModelLoad), else the
+app's.
+
 The Think control follows the model: what it offers comes from the Runtime
 (ThinkingSupportTask, off the UI thread), and the choice is the conversation's, in the history.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict
 
 from PySide6.QtCore import QObject, Signal
 
+from app.config import Paths
+from app.gui.branch_switcher import show_version
 from app.gui.chat_view import ChatView, MessageWidget
 from app.gui.tasks import GenerationTask, ThinkingSupportTask
-from app.history import History
+from app.history import LEAF, History, Leaf, StoredMessage
 from app.preferences import Settings
+from app.presets import ModelLoad, Preset, model_load, presets
 from app.runtime import Runtime
 from app.runtime.thinking import LEVELS, ThinkingSupport, thinking_for
 from backends.base import (
@@ -30,6 +42,7 @@ from backends.base import (
     SpeculativeParams,
     ToolCallEvent,
 )
+from backends.errors import EmberError
 
 KEPT_STATUSES = ("complete", "stopped", "interrupted")  # what the model sees of the past
 CONTEXT_ROLES = ("user", "assistant", "tool")
@@ -55,11 +68,16 @@ class ChatController(QObject):
     busy_changed = Signal(bool)
     model_failed = Signal(str, str)  # model ref, message (load errors: offer another quant)
     conversation_changed = Signal()  # title or ordering changed
+    preset_shown = Signal(object)  # the open conversation's preset name, or None
 
     def __init__(self, view: ChatView, history: History, runtime: Runtime,
-                 settings: Settings) -> None:
+                 settings: Settings, home: Paths | None = None) -> None:
         super().__init__()
         self.view, self.history, self.runtime, self.settings = view, history, runtime, settings
+        self.home = home  # config.toml's folder (presets, model load settings)
+        self.shown_ids: list[int] = []  # the message id of each of the view's messages
+        self._editing: StoredMessage | None = None  # the message an edit replaces
+        self.preset_for_new: str | None = None  # the preset picked for the next new chat
         self.conversation_id: int | None = None
         self._model: str | None = None
         self.task: GenerationTask | None = None
@@ -131,14 +149,19 @@ class ChatController(QObject):
             self.stop(wait=True)
         conv = self.history.get(conversation_id)
         self.conversation_id = conv.id
+        self._editing = None
         self.view.clear()
         self.view.title.setText(conv.title)
         last_stats = None
+        self.shown_ids = []
         for m in self.history.messages(conv.id):
             self.view.add_message(m.role, m.content, m.status, m.stats, m.reasoning,
                                   m.tool_calls)
+            self.shown_ids.append(m.id)
             if m.stats:
                 last_stats = m.stats
+        self._show_versions()
+        self.preset_shown.emit(conv.preset)
         used = (last_stats["prompt_tokens"] + last_stats["completion_tokens"]
                 if last_stats else 0)
         self.view.set_context_use(used, self.context_size or max(used, 1))
@@ -148,7 +171,11 @@ class ChatController(QObject):
     def new_conversation(self) -> int:
         if self.busy:
             self.stop(wait=True)
-        conv = self.history.create(model=self.model, system_prompt=self.settings.system_prompt)
+        preset = self._preset(self.preset_for_new)
+        conv = self.history.create(model=self.model, system_prompt=preset.system_prompt if
+                                   preset else self.settings.system_prompt)
+        if preset is not None:
+            self.history.set_preset(conv.id, preset.name)
         if self._pending_think is not None:
             self.history.set_thinking(conv.id, self._pending_think)
             self._pending_think = None
@@ -170,38 +197,122 @@ class ChatController(QObject):
             self.history.rename(conv.id, title_from(text))
             self.view.title.setText(title_from(text))
         self.history.set_model(conv.id, self.model)
-        self.history.add_message(conv.id, "user", text)
+        # an edit is a new version beside the message it replaces; else the path goes on
+        parent = self._editing.parent_id if self._editing is not None else LEAF
+        self._editing = None
+        stored = self.history.add_message(conv.id, "user", text, parent_id=parent)
         self.view.composer.clear()
         self.view.add_message("user", text)
+        self.shown_ids.append(stored.id)
         self.conversation_changed.emit()
         self._generate()
 
     def regenerate(self) -> None:
+        """A new version of the last answer, beside the old one (which stays, one click away
+        on its switcher)."""
         if self.busy or self.conversation_id is None:
             return
+        if self._editing is not None:  # an edit left unsent: the shown path comes back whole
+            self.open(self.conversation_id)
         messages = self.history.messages(self.conversation_id)
         last = next((i for i in range(len(messages) - 1, -1, -1)
                      if messages[i].role == "assistant"), None)
         if last is None:
             return
-        self.history.delete_messages_from(messages[last].id)
-        self.view.remove_from(last)
-        self._generate()
+        self._cut_view(last)
+        self._generate(parent=messages[last].parent_id)
 
     def edit_last(self) -> None:
-        """Put the last user message back in the composer and drop it and what followed."""
+        """Put the last user message back in the composer; sending it adds a new version of
+        that message (the old one and its answers stay, on the switcher)."""
         if self.busy or self.conversation_id is None:
             return
         messages = self.history.messages(self.conversation_id)
-        last = next((i for i in range(len(messages) - 1, -1, -1)
-                     if messages[i].role == "user"), None)
-        if last is None:
+        last = next((m for m in reversed(messages) if m.role == "user"), None)
+        if last is not None:
+            self.edit(last.id)
+
+    def edit(self, message_id: int) -> None:
+        """Put a question back in the composer, the conversation shown up to it; sending
+        adds a new version of it (Edit under each question, and Edit last message)."""
+        if self.busy or self.conversation_id is None:
             return
-        self.history.delete_messages_from(messages[last].id)
-        self.view.remove_from(last)
-        self.view.composer.setPlainText(messages[last].content)
+        if self._editing is not None:  # another edit left unsent: the whole path again
+            self.open(self.conversation_id)
+        messages = self.history.messages(self.conversation_id)
+        index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
+        if index is None:
+            return
+        self._editing = messages[index]
+        self._cut_view(index)
+        self.view.composer.setPlainText(messages[index].content)
         self.view.composer.setFocus()
         self.view.set_streaming(False)
+
+    def _cut_view(self, index: int) -> None:
+        self.view.remove_from(index)
+        del self.shown_ids[index:]
+
+    def switch_to(self, message_id: int) -> None:
+        """Show another version of a turn, with the path below it."""
+        if self.busy or self.conversation_id is None:
+            return
+        self.history.switch_to(message_id)
+        self.open(self.conversation_id)
+
+    def _show_versions(self) -> None:
+        """A switcher under each shown message that has other versions."""
+        if self.conversation_id is None:
+            return
+        place = self.history.versions(self.conversation_id)
+        for widget, message_id in zip(self.view.messages, self.shown_ids, strict=False):
+            if message_id in place:
+                show_version(widget, message_id, place[message_id], widget.role == "user",
+                             self.switch_to, self.edit, not self.busy)
+
+    # presets
+
+    def _preset(self, name: str | None) -> Preset | None:
+        if name is None:
+            return None
+        try:
+            return presets(self.home).get(name)
+        except EmberError:  # a broken config.toml: the window says so where it is read
+            return None
+
+    def set_preset(self, name: str | None) -> None:
+        """The user picked a preset (None: the app's settings) for this chat and new ones: its
+        system prompt becomes the chat's, its sampling settings are used from now on."""
+        self.preset_for_new = name
+        if self.conversation_id is None:
+            return
+        self.history.set_preset(self.conversation_id, name)
+        preset = self._preset(name)
+        if preset is not None:
+            self.history.set_system_prompt(self.conversation_id, preset.system_prompt)
+
+    def sampling(self) -> SamplingParams:
+        """The conversation's preset's sampling settings, else the app's."""
+        conv = self.history.get(self.conversation_id) if self.conversation_id else None
+        preset = self._preset(conv.preset if conv else self.preset_for_new)
+        if preset is not None:
+            return preset.sampling()
+        s = self.settings
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+
+    def load_options(self) -> tuple[int | None, int | None, str | None]:
+        """Context, GPU layers and KV cache type to load the model with: its own remembered
+        settings, else the app's, else (None) the load plan's."""
+        s = self.settings
+        own = ModelLoad()
+        if self.model and not self.runtime.is_remote(self.model):
+            # a broken config.toml: the app's settings (Settings shows the error)
+            with contextlib.suppress(EmberError):
+                own = model_load(self.model, self.home)
+        context = own.context or s.context or None
+        gpu_layers = own.gpu_layers if own.gpu_layers >= 0 else (
+            s.gpu_layers if s.gpu_layers >= 0 else None)
+        return context, gpu_layers, None if own.kv_cache == "auto" else own.kv_cache
 
     def stop(self, wait: bool = False) -> None:
         if self.task is not None:
@@ -214,6 +325,7 @@ class ChatController(QObject):
         calls (the model's template decides what of them to keep), tool results with their
         call, and the chat's Think setting."""
         conv = self.history.get(self.conversation_id)
+        # the shown path, root to leaf (an answer streaming into it is left out by its status)
         history = [Message(m.role, m.content, m.reasoning, m.tool_calls, m.tool_call_id,
                            m.tool_name)
                    for m in self.history.messages(conv.id)
@@ -221,8 +333,7 @@ class ChatController(QObject):
                    and (m.content.strip() or m.tool_calls or m.role == "tool")]
         system = (Message("system", conv.system_prompt),) if conv.system_prompt.strip() else ()
         s = self.settings
-        sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p,
-                                  max_tokens=s.max_tokens)
+        sampling = self.sampling()
         speculative = None
         if s.speculative and not self.runtime.is_remote(self.model or ""):
             speculative = (SpeculativeParams(method="draft", draft_model=s.draft_model)
@@ -232,20 +343,25 @@ class ChatController(QObject):
         return GenerationRequest(messages=system + tuple(history), sampling=sampling,
                                  speculative=speculative, thinking=thinking, truncate=True)
 
-    def _generate(self) -> None:
+    def _generate(self, parent: int | None | Leaf = LEAF) -> None:
+        """Answer below `parent` (by default the shown path's end; a regenerated answer goes
+        beside the old one). The answer is stored first, so the path it ends is the shown one,
+        and the request is that path."""
         self.view.show_banner("")
-        request = self.request()
         answer = self.history.add_message(self.conversation_id, "assistant", "",
-                                          status="streaming", model=self.model)
+                                          status="streaming", model=self.model,
+                                          parent_id=parent)
+        request = self.request()
         self._answer_id, self._text, self._reasoning = answer.id, "", ""
         self._thinking_since = self._thinking_s = None
         self._answer = self.view.add_message("assistant", "", "streaming")
+        self.shown_ids.append(answer.id)
         self._answer.set_status("streaming", note="Loading the model…"
                                 if not self._is_loaded() else "")
         backend = None if self.settings.backend == "auto" else self.settings.backend
-        gpu_layers = self.settings.gpu_layers if self.settings.gpu_layers >= 0 else None
-        self.task = GenerationTask(self.runtime, self.model, request,
-                                   self.settings.context or None, backend, gpu_layers)
+        context, gpu_layers, kv_cache = self.load_options()
+        self.task = GenerationTask(self.runtime, self.model, request, context, backend,
+                                   gpu_layers, kv_cache)
         self.task.loaded.connect(self._loaded)
         self.task.token.connect(self._token)
         self.task.reasoning.connect(self._reasoning_piece)
@@ -254,6 +370,7 @@ class ChatController(QObject):
         self.task.failed.connect(self._failed)
         self.view.set_streaming(True)
         self.busy_changed.emit(True)
+        self._show_versions()  # busy now: the switchers are off until the answer ends
         self.task.start()
 
     def _is_loaded(self) -> bool:
@@ -337,6 +454,7 @@ class ChatController(QObject):
         self.task = None
         self._answer = None
         self.view.set_streaming(False)
+        self._show_versions()
         self.busy_changed.emit(False)
 
     def _banner_action(self, action: str) -> None:

@@ -300,6 +300,7 @@ class ChatView(QWidget):
     def clear(self) -> None:
         for m in self.messages:
             self.column.removeWidget(m)
+            m.hide()
             m.deleteLater()
         self.messages = []
         self.banner.hide()
@@ -317,6 +318,7 @@ class ChatView(QWidget):
     def remove_from(self, index: int) -> None:
         for m in self.messages[index:]:
             self.column.removeWidget(m)
+            m.hide()  # at once: deleteLater waits for the event loop
             m.deleteLater()
         del self.messages[index:]
 

@@ -3,11 +3,14 @@ on the right; the model picker, settings and the API server in the tool bar."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
+    QFileDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -18,11 +21,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.config import Paths
+from app.export import ImportFormatError, import_file
 from app.gui.catalog_page import HubWidget
 from app.gui.chat_controller import ChatController
 from app.gui.chat_view import ChatView
 from app.gui.conversations import ConversationList
+from app.gui.export_dialog import ExportDialog, import_file_dialog
 from app.gui.machine import MachinePanel
+from app.gui.presets_box import PresetPicker
 from app.gui.settings_dialog import SettingsDialog
 from app.gui.tasks import RemoteModelsTask, ServerTask
 from app.gui.theme import apply_theme
@@ -47,7 +53,7 @@ class MainWindow(QMainWindow):
 
         self.conversations = ConversationList(history)
         self.chat = ChatView(dark=settings.theme == "dark")
-        self.controller = ChatController(self.chat, history, runtime, settings)
+        self.controller = ChatController(self.chat, history, runtime, settings, home)
         self.pages = QStackedWidget()
         self.pages.addWidget(self.chat)
         self.machine_page = QScrollArea()
@@ -69,9 +75,13 @@ class MainWindow(QMainWindow):
         self.model_picker = QComboBox()
         self.model_picker.setMinimumWidth(320)
         bar.addWidget(self.model_picker)
+        bar.addWidget(QLabel(" Preset: "))
+        self.preset_picker = PresetPicker(home)
+        bar.addWidget(self.preset_picker)
         self.actions_by_name: dict[str, QAction] = {}
         for name, slot in (("Chat", self.show_chat), ("Your machine", self.show_machine),
-                           ("Get models", self.show_hub), ("Settings", self.open_settings)):
+                           ("Get models", self.show_hub), ("Settings", self.open_settings),
+                           ("Export…", self.export_current), ("Import…", self.import_file)):
             action = bar.addAction(name)
             action.triggered.connect(slot)
             self.actions_by_name[name] = action
@@ -81,6 +91,12 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.server_label)
 
         QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_chat)
+        QShortcut(QKeySequence("Ctrl+E"), self, activated=self.export_current)
+        self.actions_by_name["Export…"].setToolTip("Export this conversation (Ctrl+E)")
+        self.export_dialog: ExportDialog | None = None
+        self.import_dialog: QFileDialog | None = None
+        self.preset_picker.picked.connect(self.controller.set_preset)
+        self.controller.preset_shown.connect(self.preset_picker.show_preset)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.controller.stop)
         self.conversations.new_requested.connect(self.new_chat)
         self.conversations.selected.connect(self._open_conversation)
@@ -243,6 +259,36 @@ class MainWindow(QMainWindow):
             self.chat.clear()
             self.chat.title.setText("")
 
+    # export and import
+
+    def export_current(self) -> None:
+        """Ctrl+E: the export dialog, on this conversation (or all of them)."""
+        dialog = ExportDialog(self.history, self.controller.conversation_id, Path.home(), self)
+        dialog.accepted.connect(lambda: self.statusBar().showMessage(
+            f"Exported to {dialog.written}", 10000))
+        self.export_dialog = dialog
+        dialog.open()
+
+    def import_file(self) -> None:
+        self.import_dialog = import_file_dialog(self, Path.home())
+        self.import_dialog.fileSelected.connect(self.import_from)
+
+    def import_from(self, path: str) -> list[int]:
+        """Add the conversations of an export file and open the first; a bad file changes
+        nothing and says why."""
+        try:
+            ids = import_file(self.history, Path(path))
+        except ImportFormatError as e:
+            self.import_error = QMessageBox(QMessageBox.Icon.Warning, "Import",
+                                            f"Nothing was imported: {e}", parent=self)
+            self.import_error.open()
+            return []
+        self.conversations.refresh(select=ids[0] if ids else None)
+        if ids:
+            self._open_conversation(ids[0])
+        self.statusBar().showMessage(f"Imported {len(ids)} conversation(s) from {path}", 10000)
+        return ids
+
     def _busy(self, busy: bool) -> None:
         self.model_picker.setEnabled(not busy)
 
@@ -253,8 +299,12 @@ class MainWindow(QMainWindow):
         system = self.history.get(conv_id).system_prompt if conv_id else \
             self.settings.system_prompt
         installed = [m.ref for m in self.runtime.store.list()]
+        model = self.controller.model
+        local = model if model and not self.runtime.is_remote(model) else None
         dialog = SettingsDialog(self.settings, self.runtime.hardware, system, installed,
-                                self.server_text, self.server is not None, home=self.home)
+                                self.server_text, self.server is not None, home=self.home,
+                                model=local)
+        dialog.presets.changed.connect(self.preset_picker.refresh)
         dialog.remotes_changed.connect(self.refresh_remote_models)
         dialog.server_toggled.connect(lambda: (self.toggle_server(),
                                                dialog.set_server(self.server_text,
@@ -262,6 +312,7 @@ class MainWindow(QMainWindow):
         self.settings_dialog = dialog
         if dialog.exec():
             self.apply_settings(dialog.result_settings(), dialog.result_system_prompt())
+            self.apply_model_load(dialog)
         self.settings_dialog = None
 
     def apply_settings(self, settings: Settings, system_prompt: str) -> None:
@@ -295,6 +346,19 @@ class MainWindow(QMainWindow):
                                 f"({self.settings_error}). Fix it, then save again.")
             return
         save_settings(self.settings, self.home)
+
+    def apply_model_load(self, dialog: SettingsDialog) -> None:
+        """Remember the model's own load settings; changed, it loads anew for the next answer."""
+        box = dialog.model_load
+        if box is None or self.settings_error:
+            return
+        try:
+            changed = box.save()
+        except EmberError as e:
+            QMessageBox.warning(self, "Settings", str(e))
+            return
+        if changed:
+            self.runtime.unload(box.ref)
 
     def toggle_server(self) -> None:
         if self.server is not None:

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -20,11 +21,14 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.config import Paths
+from app.gui.presets_box import ModelLoadBox, PresetsBox
 from app.hardware import HardwareProfile
 from app.preferences import THEMES, Settings
 from app.runtime import endpoints
@@ -41,12 +45,18 @@ class SettingsDialog(QDialog):
 
     def __init__(self, settings: Settings, hardware: HardwareProfile, system_prompt: str,
                  installed: list[str], server_text: str, server_running: bool,
-                 home: Paths | None = None) -> None:
+                 home: Paths | None = None, model: str | None = None) -> None:
         super().__init__()
         self.home = home
         self.setWindowTitle("Settings")
         self.settings = settings
-        layout = QVBoxLayout(self)
+        # the groups scroll, the Save and Cancel buttons stay in view
+        outer = QVBoxLayout(self)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        body = QWidget()
+        layout = QVBoxLayout(body)
 
         chat = QGroupBox("This conversation and new ones")
         form = QFormLayout(chat)
@@ -106,6 +116,13 @@ class SettingsDialog(QDialog):
         form.addRow(self.speculative)
         form.addRow("Draft model", self.draft_model)
         layout.addWidget(engine)
+        # the model in use, if local: its own load settings (app.presets.ModelLoad)
+        self.model_load = ModelLoadBox(model, home) if model else None
+        if self.model_load is not None:
+            self.model_load.gpu_layers.setEnabled(can_offload)
+            layout.addWidget(self.model_load)
+        self.presets = PresetsBox(home)
+        layout.addWidget(self.presets)
 
         look = QGroupBox("Appearance")
         form = QFormLayout(look)
@@ -134,7 +151,10 @@ class SettingsDialog(QDialog):
                                    | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
+        scroll.setWidget(body)
+        outer.addWidget(scroll, 1)
+        outer.addWidget(buttons)
+        self.resize(body.sizeHint().width() + 40, min(body.sizeHint().height() + 80, 760))
 
     def _remotes_box(self) -> QGroupBox:
         """OpenAI-compatible servers (vLLM, SGLang, llama-server, another Ember): their models

@@ -40,11 +40,12 @@ class GenerationTask(ThreadTask):
 
     def __init__(self, runtime: Runtime, model: str, request: GenerationRequest,
                  context: int | None = None, backend: str | None = None,
-                 gpu_layers: int | None = None) -> None:
+                 gpu_layers: int | None = None, kv_cache: str | None = None) -> None:
         super().__init__()
         self.runtime, self.model, self.request, self.context = runtime, model, request, context
         self.backend = backend  # None: the one app.runtime.backend_choice picks for the model
         self.gpu_layers = gpu_layers  # None: the load plan's
+        self.kv_cache = kv_cache  # None: the load plan's
         self._stop = threading.Event()
         self._generation = None
 
@@ -57,8 +58,9 @@ class GenerationTask(ThreadTask):
         text = ""
         remote = self.runtime.is_remote(self.model)
         try:  # a remote model is loaded by its server
-            loaded = None if remote else self.runtime.load(self.model, self.context,
-                                                           self.backend, self.gpu_layers)
+            loaded = None if remote else self.runtime.load(
+                self.model, self.context, self.backend, self.gpu_layers,
+                kv_cache=self.kv_cache)
         except EmberError as e:
             self.failed.emit(str(e), "load", "")
             return

@@ -158,9 +158,11 @@ class Runtime:
                     for w in self._workers.values() if w.alive]
 
     def load(self, name: str, context: int | None = None, backend: str | None = None,
-             gpu_layers: int | None = None, quant: str | None = None) -> LoadedModel:
+             gpu_layers: int | None = None, quant: str | None = None,
+             kv_cache: str | None = None) -> LoadedModel:
         """Load a local model (in the backend `backend`, or the one chosen for it).
         `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all);
+        `kv_cache` ("f16", "q8_0") the KV cache type the plan would pick (llama.cpp's);
         `quant` ("int8", "int4") packs the weights at load (the cuda backend's kernels)."""
         if self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: its server loads it")
@@ -178,6 +180,7 @@ class Runtime:
             if worker is not None and worker.alive and worker.backend == backend and (
                     context is None or worker.plan.context == context) and (
                     gpu_layers is None or worker.plan.gpu_layers == gpu_layers) and (
+                    kv_cache is None or worker.plan.kv_cache == kv_cache) and (
                     worker.plan.quant == quant):
                 return LoadedModel(model, worker.plan, worker.backend, worker.pid)
             if worker is not None:
@@ -189,7 +192,7 @@ class Runtime:
                                 backend, worker.pid)
                 worker.stop()
                 del self._workers[model.ref]
-            plan = self._plan(model, context, backend, quant)
+            plan = self._plan(model, context, backend, quant, kv_cache)
             if gpu_layers is not None:
                 plan = replace(plan, gpu_layers=gpu_layers,
                                reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
@@ -247,8 +250,9 @@ class Runtime:
             log.warning("reloading %s while it still answers: those answers end", worker.label)
 
     def _plan(self, model: InstalledModel, context: int | None,
-              backend: str = "llamacpp", quant: str | None = None) -> LoadPlan:
-        return plan_for(model, backend, self.hardware, context, self.parallel, quant)
+              backend: str = "llamacpp", quant: str | None = None,
+              kv_cache: str | None = None) -> LoadPlan:
+        return plan_for(model, backend, self.hardware, context, self.parallel, quant, kv_cache)
 
     def _make_room(self, needed: int, for_ref: str) -> None:
         """Unload idle models, least recently used first, until `needed` fits beside the rest

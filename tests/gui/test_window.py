@@ -113,7 +113,7 @@ def test_escape_stops_the_answer_and_keeps_it_marked_stopped(qtbot, window: Main
     assert "Stopped" in window.chat.messages[-1].note.text()
 
 
-def test_regenerate_replaces_the_last_answer(qtbot, window: MainWindow):
+def test_regenerate_shows_a_new_answer_and_keeps_the_old_one_as_a_version(qtbot, window):
     send(qtbot, window, "Name a prime number larger than 10. One word.")
     wait_idle(qtbot, window)
     first = stored(window)
@@ -123,18 +123,22 @@ def test_regenerate_replaces_the_last_answer(qtbot, window: MainWindow):
     assert len(again) == 2 and [r for r, _, _ in again] == ["user", "assistant"]
     assert again[1][1] == first[1][1]  # greedy: the same answer again, not appended
     assert len(window.chat.messages) == 2
+    every = window.history.all_messages(window.controller.conversation_id)
+    assert [m.content for m in every] == [first[0][1], first[1][1], first[1][1]]
 
 
 def test_edit_puts_the_last_message_back_and_resending_answers_the_new_text(qtbot, window):
     send(qtbot, window, "What is 2+2? Answer with a number.")
     wait_idle(qtbot, window)
+    before = stored(window)
     qtbot.mouseClick(window.chat.edit, Qt.MouseButton.LeftButton)
     assert window.chat.composer.toPlainText() == "What is 2+2? Answer with a number."
-    assert window.chat.messages == [] and stored(window) == []
+    assert window.chat.messages == [] and stored(window) == before  # kept until it is sent
     send(qtbot, window, "What is 3+3? Answer with a number.")
     wait_idle(qtbot, window)
     rows = stored(window)
     assert rows[0][1] == "What is 3+3? Answer with a number." and "6" in rows[1][1]
+    assert len(window.history.all_messages(window.controller.conversation_id)) == 4
 
 
 def test_conversations_survive_a_restart_of_the_app(qtbot, window, runtime, tmp_path):

@@ -93,3 +93,20 @@ def test_fit_carries_its_kv_cache_type():
     fit: Fit = estimate(LLAMA_8B.id, LLAMA_8B_ARCH, LLAMA_8B.params, Q4, LAPTOP_8GB, 4096,
                         kv="q8_0")
     assert fit.kv_cache == "q8_0" and fit.memory.kv_cache == 4096 * 69_632
+
+
+def test_a_kv_cache_type_set_for_the_model_wins_over_the_environment(monkeypatch):
+    # the window's per-model load setting (app.presets.ModelLoad) reaches the rule
+    monkeypatch.setenv("EMBER_KV_CACHE", "f16")
+    sized = size_load(
+        lambda c, p, kv: estimate(LLAMA_8B.id, LLAMA_8B_ARCH, LLAMA_8B.params, Q4, LAPTOP_8GB,
+                                  c, p, kv=kv),
+        LAPTOP_8GB, LLAMA_8B.context_max, 2048, 1,
+        lambda fit, ctx, threads: fit.label, kv_types=KV_TYPES, kv_cache="q8_0")
+    assert (sized.context, sized.fit.kv_cache) == (2048, "q8_0")
+    assert sized.reason.endswith("; KV cache q8_0 (set for this model)")
+    with pytest.raises(ConfigError, match="'q4_0' is not a KV cache type: use f16 or q8_0"):
+        size_load(lambda c, p, kv: estimate(LLAMA_8B.id, LLAMA_8B_ARCH, LLAMA_8B.params, Q4,
+                                            LAPTOP_8GB, c, p, kv=kv),
+                  LAPTOP_8GB, LLAMA_8B.context_max, 2048, 1, lambda fit, ctx, t: "",
+                  kv_types=KV_TYPES, kv_cache="q4_0")

@@ -66,15 +66,6 @@ def test_search_matches_titles_and_message_text_literally(history: History):
     assert history.conversations("_") == []
 
 
-def test_regenerate_drops_the_message_and_everything_after(history: History):
-    conv = history.create()
-    history.add_message(conv.id, "user", "q1")
-    a1 = history.add_message(conv.id, "assistant", "a1")
-    history.add_message(conv.id, "user", "q2")
-    assert history.delete_messages_from(a1.id) == 2
-    assert [m.content for m in history.messages(conv.id)] == ["q1"]
-
-
 def test_rename_rejects_an_empty_title_and_unknown_conversations(history: History):
     conv = history.create()
     with pytest.raises(HistoryError, match="empty"):
@@ -129,19 +120,20 @@ def test_a_schema_1_history_opens_keeping_every_message_byte_for_byte(v1_copy: P
     assert h.interrupted_on_open == 1  # the answer cut off when the old app stopped
     h.close()
     with contextlib.closing(sqlite3.connect(v1_copy)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert columns(v1_copy, "messages")[:8] == ["id", "conversation_id", "role", "content",
                                                 "status", "stats", "model", "created_at"]
-    assert columns(v1_copy, "messages")[8:] == ["reasoning", "tool_calls", "tool_call_id",
-                                                "tool_name"]
-    assert columns(v1_copy, "conversations")[-1] == "thinking"
+    assert columns(v1_copy, "messages")[8:12] == ["reasoning", "tool_calls", "tool_call_id",
+                                                  "tool_name"]
+    assert columns(v1_copy, "conversations")[7] == "thinking"
     after = raw_rows(v1_copy, "messages")
     for old, new in zip(before, after, strict=True):
         # every old column as it was, except the one status the reopening changes on purpose
         expected = old[:4] + (("interrupted",) if old[4] == "streaming" else old[4:5]) + old[5:]
         assert new[:8] == expected
-        assert new[8:] == ("", None, None, None)
-    assert [r + (None,) for r in conversations_before] == raw_rows(v1_copy, "conversations")
+        assert new[8:12] == ("", None, None, None)
+    assert [r + (None,) for r in conversations_before] == [
+        r[:8] for r in raw_rows(v1_copy, "conversations")]
 
 
 def test_a_migrated_history_reads_old_messages_and_stores_thinking_and_tool_calls(
@@ -191,8 +183,8 @@ def test_a_crash_while_thinking_keeps_the_thinking_marked_interrupted(tmp_path: 
 
 def test_a_new_history_is_created_at_the_current_schema(tmp_path: Path):
     History(tmp_path / "new.db").close()
-    assert columns(tmp_path / "new.db", "messages")[8:] == ["reasoning", "tool_calls",
-                                                            "tool_call_id", "tool_name"]
+    assert columns(tmp_path / "new.db", "messages")[8:] == [
+        "reasoning", "tool_calls", "tool_call_id", "tool_name", "parent_id", "shown_child_id"]
     with contextlib.closing(sqlite3.connect(tmp_path / "new.db")) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
