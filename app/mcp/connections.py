@@ -237,7 +237,8 @@ class McpConnections:
                                                env=config.env or None, cwd=config.cwd)
                 # the server's stderr goes to a file of Ember's, not to the window's stderr
                 # where no user sees it: its last line explains a failure
-                conn.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+                conn.stderr = tempfile.TemporaryFile(  # noqa: SIM115 (closed in _close)
+                    "w+", encoding="utf-8", errors="replace")
                 target = stdio_client(params, errlog=conn.stderr)
             else:
                 target = _http_transport(config)

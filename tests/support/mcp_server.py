@@ -82,12 +82,11 @@ def main(argv: list[str] | None = None) -> int:
 def http_server(port: int) -> Iterator[str]:
     """This server on streamable HTTP in a process of its own; yields its /mcp address."""
     import subprocess
-
     import tempfile
 
     import httpx
 
-    log = tempfile.TemporaryFile()  # not a pipe: uvicorn's request log would fill it
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below; a pipe would fill up)
     proc = subprocess.Popen([sys.executable, "-m", "tests.support.mcp_server", "--http",
                              str(port)], cwd=REPO, stderr=log)
     url = f"http://127.0.0.1:{port}/mcp"
@@ -97,11 +96,11 @@ def http_server(port: int) -> Iterator[str]:
             try:
                 httpx.get(url, timeout=1)
                 break
-            except httpx.TransportError:
+            except httpx.TransportError as e:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
                     raise RuntimeError("the test MCP server did not start: "
-                                       + log.read().decode(errors="replace"))
+                                       + log.read().decode(errors="replace")) from e
                 time.sleep(0.1)
         yield url
     finally:
