@@ -75,7 +75,7 @@ class ChatController(QObject):
         self._listing: ToolListTask | None = None
         self._round: ToolRound | None = None
         self._steps = 0  # rounds of tool calls since the user's message
-        self._failed: dict[str, str] = {}  # servers that failed since then, and why
+        self._failed_servers: dict[str, str] = {}  # servers that failed since then, and why
         self._pending_servers: tuple[str, ...] | None = None  # switched on before a chat exists
         self.conversation_id: int | None = None
         self._model: str | None = None
@@ -284,7 +284,7 @@ class ChatController(QObject):
 
     def _new_turn(self) -> None:
         self._steps = 0
-        self._failed = {}  # a server that failed is tried again at the user's next message
+        self._failed_servers = {}  # a server that failed is tried again at the next message
 
     def _generate(self) -> None:
         """Answer: first the tools of the chat's MCP servers (started off the UI thread)."""
@@ -295,7 +295,7 @@ class ChatController(QObject):
         if error:
             self.view.show_banner(f"MCP tools are off for this answer: {error}")
         self._servers = {name: servers[name] for name in on
-                         if name in servers and name not in self._failed}
+                         if name in servers and name not in self._failed_servers}
         if not self._servers:
             self._show_tool_problems()
             self._answer_now()
@@ -311,13 +311,13 @@ class ChatController(QObject):
             return  # stopped while the servers started
         self._listing = None
         self._index = ToolIndex.of(tools)
-        self._failed.update(failed)
+        self._failed_servers.update(failed)
         self._show_tool_problems()
         self._answer_now()
 
     def _show_tool_problems(self) -> None:
         """One line per server that failed (the chat goes on with the tools that work)."""
-        problems = list(self._failed.values())
+        problems = list(self._failed_servers.values())
         if self._index is not None:
             problems += [f"tool {name} left out: {why}"
                          for name, why in self._index.problems.items()]

@@ -285,13 +285,15 @@ class McpConnections:
 
     async def _close(self, conn: _Connection) -> None:
         conn.closing.set()
-        if conn.task is not None and not conn.task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(conn.task), CLOSE_TIMEOUT_S)
-            except (TimeoutError, Exception):
-                conn.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await conn.task
+        task = conn.task
+        if task is not None and conn.client is None:
+            task.cancel()  # still starting: nothing to close politely
+        if task is not None and not task.done():
+            # asyncio.wait: the task's own end (an error, a cancellation) is not raised here
+            await asyncio.wait({task}, timeout=CLOSE_TIMEOUT_S)
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=CLOSE_TIMEOUT_S)
         if conn.stderr is not None:
             conn.stderr.close()
         if self._connections.get(conn.config.name) is conn:
