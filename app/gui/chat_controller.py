@@ -27,7 +27,7 @@ from app.gui.tasks import GenerationTask, ThinkingSupportTask
 from app.gui.tool_round import ToolRound
 from app.gui.tool_tasks import ToolListTask
 from app.history import History
-from app.mcp.tool_loop import STEP_LIMIT, TOOLS_NOTE, ToolIndex, step_limit_note
+from app.mcp.tool_loop import DEFAULT_SYSTEM, STEP_LIMIT, TOOLS_NOTE, ToolIndex, step_limit_note
 from app.preferences import Settings
 from app.runtime import Runtime
 from app.runtime.thinking import LEVELS, ThinkingSupport, thinking_for
@@ -266,8 +266,9 @@ class ChatController(QObject):
                    if m.role in CONTEXT_ROLES and m.status in KEPT_STATUSES
                    and (m.content.strip() or m.tool_calls or m.role == "tool")]
         tools = self._index.request_tools() if self._index is not None else ()
-        prompt = "\n\n".join(p for p in (conv.system_prompt.strip(), TOOLS_NOTE if tools else "")
-                              if p)
+        prompt = conv.system_prompt.strip()
+        if tools:
+            prompt = f"{prompt or DEFAULT_SYSTEM} {TOOLS_NOTE}"
         system = (Message("system", prompt),) if prompt else ()
         s = self.settings
         sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p,

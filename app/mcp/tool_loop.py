@@ -20,9 +20,11 @@ from backends.errors import InvalidRequestError
 
 STEP_LIMIT = 8  # rounds of tool calls in one answer: a model that loops is stopped
 # Small models (Qwen2.5-Coder) call the same tool again after its result unless told to
-# answer from it (tests/integration/test_server_tools.py); a chat with tools says so.
-TOOLS_NOTE = ("You can call tools. When a tool result is given, answer the user from it in "
-              "plain words; call a tool again only for something the results do not say.")
+# answer from it (tests/integration/test_server_tools.py); a chat with tools says so, after
+# its own system prompt or this one. The 1.5B follows these words, not looser ones.
+DEFAULT_SYSTEM = "You are a helpful assistant."
+TOOLS_NOTE = ("When a tool result is given, do not call the tool again: answer the user in "
+              "plain words from it.")
 
 
 def denied_text(tool: str) -> str:

@@ -1,6 +1,6 @@
 """MCP tools in the window, driven like a user would: the real window, Runtime and MCP servers
 (tests/support/mcp_server.py, stdio), with a scripted remote model (tests/support/fake_openai.py:
-`agent` calls the server's `weather` tool and answers from its result; `tool` calls tools
+`agent` calls the server's `get_weather` tool and answers from its result; `tool` calls tools
 forever) so every path is exact: approvals, Allow always, a crash, a server that cannot start,
 the step limit, reopening a conversation, and mcp.json in Settings. The real model's turn is in
 test_mcp_qwen.py."""
@@ -20,6 +20,7 @@ from app.gui.chat_view import MessageWidget
 from app.gui.main_window import MainWindow
 from app.gui.settings_dialog import SettingsDialog
 from app.gui.tool_card import ToolCard
+from app.mcp.approvals import Approvals
 from app.mcp.tool_loop import STEP_LIMIT
 from app.runtime import Runtime, endpoints
 from app.store import Store
@@ -94,12 +95,12 @@ def test_a_call_waits_for_allow_and_its_result_goes_back_to_the_model(
     assert window.chat.tools.text() == "Tools: 1 on"
     send(qtbot, window, "What is the weather in Oslo?")
     card = waiting_card(qtbot, window)
-    assert card.header.text() == "Tool call: weather  ·  MCP server weather"
+    assert card.header.text() == "Tool call: get_weather  ·  MCP server weather"
     assert json.loads(card.arguments.text()) == {"city": "Oslo"}
     assert card.buttons["Allow"].isVisible() and window.controller.busy
     assert "can act on your machine" in card.note.text()
     offered = [t["function"]["name"] for t in requests[-1]["tools"]]
-    assert offered == ["weather", "add"]  # the server's two tools, as the model sees them
+    assert offered == ["get_weather", "add"]  # the server's two tools, as the model sees them
     qtbot.mouseClick(card.buttons["Allow"], Qt.MouseButton.LeftButton)
     wait_idle(qtbot, window)
     assert card.outcome == "ok" and card.result.text() == OSLO
@@ -111,7 +112,7 @@ def test_a_call_waits_for_allow_and_its_result_goes_back_to_the_model(
         "tool_calls"][0]["id"]}
     assert [r for r, _ in stored(window)] == ["user", "assistant", "tool", "assistant"]
     tool = window.history.messages(window.controller.conversation_id)[2]
-    assert (tool.content, tool.tool_name, tool.status) == (OSLO, "weather", "complete")
+    assert (tool.content, tool.tool_name, tool.status) == (OSLO, "get_weather", "complete")
     assert tool.stats["outcome"] == "ok" and tool.stats["server"] == "weather"
 
 
@@ -124,7 +125,7 @@ def test_allow_always_runs_the_next_call_without_asking_and_a_reopened_chat_show
     qtbot.mouseClick(waiting_card(qtbot, window).buttons["Allow always"],
                      Qt.MouseButton.LeftButton)
     wait_idle(qtbot, window)
-    assert json.loads(window.home.mcp_approvals.read_text()) == {"allowed": ["weather/weather"]}
+    assert json.loads(window.home.mcp_approvals.read_text()) == {"allowed": ["weather/get_weather"]}
     send(qtbot, window, "And again?")
     wait_idle(qtbot, window)
     assert [c.outcome for c in cards(window)] == ["ok", "ok"]  # the second never waited
@@ -152,7 +153,7 @@ def test_deny_tells_the_model_the_call_was_not_run(qtbot, window: MainWindow,
     (card,) = cards(window)
     assert card.outcome == "denied" and card.note.text().startswith("Denied")
     told = requests[-1]["messages"][-1]
-    assert told["role"] == "tool" and "The user denied this call of weather" in told["content"]
+    assert told["role"] == "tool" and "The user denied this call of get_weather" in told["content"]
     assert window.chat.messages[-1].text.startswith(AGENT_SAYS + "The user denied")
 
 
@@ -188,15 +189,17 @@ def test_a_server_that_cannot_start_is_one_line_and_the_answer_comes_anyway(
 def test_a_model_that_keeps_calling_tools_is_stopped_at_the_step_limit(
         qtbot, window: MainWindow, requests: list[dict]):
     pick(window, "lab/tool")  # calls get_weather and get_time, whatever it is told
+    Approvals(window.home.mcp_approvals).allow_always("weather", "get_weather")
     window.new_chat()
     switch_on(window, "weather")
     send(qtbot, window, "Weather and time in Paris?")
     wait_idle(qtbot, window)
-    # tools the chat does not have are answered at once, with the tools it has
     assert len(cards(window)) == 2 * STEP_LIMIT
-    assert cards(window)[0].result.text() == ("The tool could not be run: there is no tool "
-                                              "'get_weather' in this chat (the tools are: "
-                                              "weather, add)")
+    assert [c.outcome for c in cards(window)] == ["ok", "error"] * STEP_LIMIT
+    # a tool the chat does not have is answered at once, with the tools it has
+    assert cards(window)[1].result.text() == ("The tool could not be run: there is no tool "
+                                              "'get_time' in this chat (the tools are: "
+                                              "get_weather, add)")
     assert len(requests) == STEP_LIMIT + 1
     last = window.chat.messages[-1]
     assert isinstance(last, MessageWidget)

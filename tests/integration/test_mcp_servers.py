@@ -34,11 +34,11 @@ def test_a_stdio_server_lists_its_two_tools_and_runs_them(connections: McpConnec
     weather = stdio("weather")
     tools, failed = connections.tools([weather])
     assert failed == {}
-    assert [(t.server, t.name) for t in tools] == [("weather", "weather"), ("weather", "add")]
+    assert [(t.server, t.name) for t in tools] == [("weather", "get_weather"), ("weather", "add")]
     assert tools[0].description == "Get the current weather in a city."
     assert tools[0].parameters["required"] == ["city"]
-    result = connections.call(weather, "weather", {"city": "Oslo"})
-    assert result.text == "Oslo: 27 degrees Celsius, thick fog, wind from the north-east"
+    result = connections.call(weather, "get_weather", {"city": "Oslo"})
+    assert result.text == "Oslo: 27°C and thick fog"
     assert not result.is_error and 0 < result.seconds < 5
     assert connections.call(weather, "add", {"a": 2, "b": 40}).text == "42"
 
@@ -69,7 +69,7 @@ def test_a_streamable_http_server_lists_and_runs_its_tools(connections: McpConne
     with http_server(free_port()) as url:
         server = McpServerConfig("remote", url=url, headers={"X-Ember-Test": "1"})
         tools, failed = connections.tools([server])
-        assert failed == {} and sorted(t.name for t in tools) == ["add", "weather"]
+        assert failed == {} and sorted(t.name for t in tools) == ["add", "get_weather"]
         assert connections.call(server, "add", {"a": 20, "b": 22}).text == "42"
 
 
@@ -84,7 +84,7 @@ def test_servers_that_fail_to_start_each_say_why_and_the_others_work(connections
         McpServerConfig("missing", command="/no/such/mcp-server"),
         stdio("broken", "--fail-at-start"),
         stdio("weather")])
-    assert [t.name for t in tools] == ["weather", "add"]
+    assert [t.name for t in tools] == ["get_weather", "add"]
     assert failed["missing"] == ("MCP server missing could not be started ([Errno 2] No such "
                                  "file or directory: '/no/such/mcp-server')")
     assert failed["broken"].startswith("MCP server broken stopped before it was ready")
@@ -119,7 +119,7 @@ def test_a_call_that_hangs_times_out_and_the_server_still_answers_later(connecti
 def test_a_server_that_crashes_during_a_call_says_so_and_is_started_again(connections):
     dying = stdio("dying", "--die-on-call")
     with pytest.raises(McpServerError) as e:
-        connections.call(dying, "weather", {"city": "Oslo"})
+        connections.call(dying, "get_weather", {"city": "Oslo"})
     assert str(e.value) == "MCP server dying stopped during the call: the weather station crashed"
     tools, failed = connections.tools([dying])  # started again for the next use
     assert failed == {} and len(tools) == 2

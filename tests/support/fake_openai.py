@@ -15,7 +15,7 @@ The model a request names picks the misbehaviour:
   tool     thinks, then calls two tools in parallel: `delta.tool_calls` fragments by index,
            id and name on each call's first fragment, finish_reason "tool_calls"
   agent    an agent over the test MCP server (tests/support/mcp_server.py): calls its tool
-           `weather` for Oslo, and once the last message is a tool result, answers
+           `get_weather` for Oslo, and once the last message is a tool result, answers
            "The tool said: " and that result
 
 The well-behaved models answer `"stream": false` with the whole message their stream adds up
@@ -84,7 +84,7 @@ def agent_script(request: dict) -> tuple[list[dict], str]:
         return [{"content": AGENT_SAYS}, {"content": last.get("content") or ""}], "stop"
     call_id = f"call_{len(request['messages'])}"  # one id per turn, as a model's are
     return [{"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                             "function": {"name": "weather", "arguments": ""}}]},
+                             "function": {"name": "get_weather", "arguments": ""}}]},
             {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}]}
             ], "tool_calls"
 

@@ -1,5 +1,5 @@
 """A real MCP server for the tests, on the official SDK (`MCPServer`, mcp 2's FastMCP), with
-two tools: `weather` (a city's weather, made up so the model can only know it from the tool)
+two tools: `get_weather` (a city's weather, made up so the model can only know it from the tool)
 and `add`. Run as a program, the way mcp.json starts servers:
 
     python -m tests.support.mcp_server [--slow S] [--die-on-call] [--fail-at-start]
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-WEATHER = "{city}: 27 degrees Celsius, thick fog, wind from the north-east"
+WEATHER = "{city}: 27°C and thick fog"
 FAILED_START = "weather-station: no API token in WEATHER_TOKEN"
 
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(opts.slow)
 
     @server.tool()
-    def weather(city: str) -> str:
+    def get_weather(city: str) -> str:
         """Get the current weather in a city."""
         before_call()
         return WEATHER.format(city=city)
