@@ -27,7 +27,14 @@ from app.gui.tasks import GenerationTask, ThinkingSupportTask
 from app.gui.tool_round import ToolRound
 from app.gui.tool_tasks import ToolListTask
 from app.history import History
-from app.mcp.tool_loop import DEFAULT_SYSTEM, STEP_LIMIT, TOOLS_NOTE, ToolIndex, step_limit_note
+from app.mcp.tool_loop import (
+    DEFAULT_SYSTEM,
+    STEP_LIMIT,
+    TOOLS_NOTE,
+    ToolIndex,
+    call_key,
+    step_limit_note,
+)
 from app.preferences import Settings
 from app.runtime import Runtime
 from app.runtime.thinking import LEVELS, ThinkingSupport, thinking_for
@@ -38,6 +45,7 @@ from backends.base import (
     SamplingParams,
     SpeculativeParams,
     ToolCallEvent,
+    ToolChoice,
 )
 
 KEPT_STATUSES = ("complete", "stopped", "interrupted")  # what the model sees of the past
@@ -76,6 +84,8 @@ class ChatController(QObject):
         self._round: ToolRound | None = None
         self._steps = 0  # rounds of tool calls since the user's message
         self._failed_servers: dict[str, str] = {}  # servers that failed since then, and why
+        self._calls_made: set[tuple[str, str]] = set()  # (tool, arguments) run since then
+        self._answer_only = False  # the next answer may not call tools (tool_choice none)
         self._pending_servers: tuple[str, ...] | None = None  # switched on before a chat exists
         self.conversation_id: int | None = None
         self._model: str | None = None
@@ -279,16 +289,20 @@ class ChatController(QObject):
                            if s.draft_model else SpeculativeParams(method="lookup"))
         thinking = thinking_for(think_setting(conv.thinking, self.support))
         # truncate: the oldest turns drop out of a long chat, and the window says so
+        choice = ToolChoice("none" if self._answer_only else "auto")
         return GenerationRequest(messages=system + tuple(history), sampling=sampling,
                                  speculative=speculative, thinking=thinking, truncate=True,
-                                 tools=tools)
+                                 tools=tools, tool_choice=choice)
 
     def _new_turn(self) -> None:
         self._steps = 0
         self._failed_servers = {}  # a server that failed is tried again at the next message
+        self._calls_made = set()
 
-    def _generate(self) -> None:
-        """Answer: first the tools of the chat's MCP servers (started off the UI thread)."""
+    def _generate(self, answer_only: bool = False) -> None:
+        """Answer: first the tools of the chat's MCP servers (started off the UI thread);
+        `answer_only`: offered, but not to be called (the answer must be words)."""
+        self._answer_only = answer_only
         self.view.show_banner("")
         self._index = None
         on = self.history.mcp_servers(self.conversation_id) if self.tools is not None else ()
@@ -407,6 +421,15 @@ class ChatController(QObject):
             self.view.show_banner("The conversation no longer fits the model's context: the "
                                   "earliest turns were dropped for this answer. Start a new "
                                   "chat or raise the context length in Settings.")
+        if calls and not self._answer_only and all(call_key(c) in self._calls_made
+                                                   for c in calls):
+            # only calls whose results it has: drop this answer, ask for one in words
+            self.history.delete_messages_from(self._answer_id)
+            self.view.remove_from(len(self.view.messages) - 1)
+            self.task = None
+            self._answer = None
+            self._generate(answer_only=True)
+            return
         if calls and self._steps >= STEP_LIMIT:
             if self._answer is not None:
                 self._answer.set_status(status, data, note=step_limit_note())
@@ -418,6 +441,7 @@ class ChatController(QObject):
     def _run_tools(self, calls: tuple) -> None:
         """The answer called tools: a round of cards, then (unless stopped) the model again."""
         self._steps += 1
+        self._calls_made.update(call_key(c) for c in calls)
         self.task = None
         self._answer = None
         self._round = ToolRound(self.tools, self._index, self._servers, self.history,

@@ -5,7 +5,9 @@ and when the loop must stop.
 The loop itself (app.gui.tool_round) is: the model answers with calls; each call waits for the
 user's decision (or an "Allow always"), runs on its server, and its result goes back as a
 `tool` message; the model is asked again, until it answers in words or STEP_LIMIT rounds of
-calls have run.
+calls have run. A model that only repeats calls whose results it already has (small models
+do: Qwen2.5-Coder-1.5B with two tools offered) is asked once more with tool_choice "none",
+so it answers from them.
 """
 
 from __future__ import annotations
@@ -82,6 +84,14 @@ def as_tool(name: str, tool: McpTool) -> Tool:
     parameters = dict(tool.parameters) or {"type": "object", "properties": {}}
     parameters.setdefault("type", "object")
     return Tool(name, tool.description, parameters)
+
+
+def call_key(call: ToolCall) -> tuple[str, str]:
+    """What makes two calls the same: the tool and its arguments, however they are spaced."""
+    try:
+        return call.name, json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
+    except ValueError:
+        return call.name, call.arguments
 
 
 def call_arguments(call: ToolCall) -> dict:

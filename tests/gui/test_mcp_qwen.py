@@ -23,9 +23,10 @@ from tests.support.mcp_server import WEATHER, command
 
 WAIT_MS = 300_000
 CONTEXT = 2048
-# Asked to answer from the tool's result: without it, the 1.5B with two tools offered calls
-# the tool again after the result (measured; with one tool it answers either way).
-QUESTION = "Use a tool to find the weather in Paris, then tell me in one sentence."
+# Measured with the 1.5B and the server's two tools: asked this way it calls the tool (other
+# wordings make it guess the weather, or write the call as text); after the result it calls
+# again, and Ember asks it once more without tools, where it answers from the result.
+QUESTION = "Call get_weather for Paris, then tell me the weather in one sentence."
 
 
 @pytest.fixture(scope="module")

@@ -88,3 +88,13 @@ def test_the_servers_switched_on_are_the_conversations(tmp_path: Path):
     from app.history import HistoryError
     with pytest.raises(HistoryError, match="no conversation 99"):
         history.set_mcp_servers(99, ("weather",))
+
+
+def test_a_repeated_call_is_the_same_call_whatever_its_spacing():
+    from app.mcp.tool_loop import call_key
+
+    first = ToolCall("call_1", "get_weather", '{\n    "city": "Paris", "unit": "C"\n  }')
+    again = ToolCall("call_2", "get_weather", '{"unit": "C", "city": "Paris"}')
+    assert call_key(first) == call_key(again)
+    assert call_key(first) != call_key(ToolCall("call_3", "get_weather", '{"city": "Oslo"}'))
+    assert call_key(ToolCall("c", "f", "{bad")) == ("f", "{bad")
