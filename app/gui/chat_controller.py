@@ -86,6 +86,7 @@ class ChatController(QObject):
         self._failed_servers: dict[str, str] = {}  # servers that failed since then, and why
         self._calls_made: set[tuple[str, str]] = set()  # (tool, arguments) run since then
         self._answer_only = False  # the next answer may not call tools (tool_choice none)
+        self._asked_for_words = False  # a repeating model was asked that, once per message
         self._pending_servers: tuple[str, ...] | None = None  # switched on before a chat exists
         self.conversation_id: int | None = None
         self._model: str | None = None
@@ -298,6 +299,7 @@ class ChatController(QObject):
         self._steps = 0
         self._failed_servers = {}  # a server that failed is tried again at the next message
         self._calls_made = set()
+        self._asked_for_words = False
 
     def _generate(self, answer_only: bool = False) -> None:
         """Answer: first the tools of the chat's MCP servers (started off the UI thread);
@@ -421,9 +423,11 @@ class ChatController(QObject):
             self.view.show_banner("The conversation no longer fits the model's context: the "
                                   "earliest turns were dropped for this answer. Start a new "
                                   "chat or raise the context length in Settings.")
-        if calls and not self._answer_only and all(call_key(c) in self._calls_made
-                                                   for c in calls):
-            # only calls whose results it has: drop this answer, ask for one in words
+        if calls and not self._asked_for_words and all(call_key(c) in self._calls_made
+                                                       for c in calls):
+            # only calls whose results it has: drop this answer, ask for one in words (once:
+            # a model that calls tools even then goes on to the step limit)
+            self._asked_for_words = True
             self.history.delete_messages_from(self._answer_id)
             self.view.remove_from(len(self.view.messages) - 1)
             self.task = None

@@ -24,6 +24,9 @@ from backends.errors import InvalidRequestError
 
 NOT_RUN = "The call was not run: Ember stopped before it finished."
 STOPPED = "The call was not run: the user stopped the answer."
+# a call cannot be taken back from a server once sent: it may finish there, unseen
+STOPPED_RUNNING = ("The user stopped the answer while this call ran: its result was not "
+                   "waited for (the server may still have done it).")
 
 
 class ToolRound(QObject):
@@ -47,13 +50,15 @@ class ToolRound(QObject):
 
     def stop(self) -> None:
         """The user stopped the answer: a waiting call and the ones after it are not run; a
-        running call's result is still kept when it comes."""
+        running call is not waited for (the round ends now, its result is dropped)."""
         self.stopped = True
-        if self._task is None:
-            if self._card is not None and self._card.waiting:
-                self._settle("stopped", STOPPED)
-            else:
-                self._next()
+        if self._task is not None:
+            self._task.done.disconnect()
+            self._task.failed.disconnect()
+            self._task = None
+            self._settle("stopped", STOPPED_RUNNING)
+        elif self._card is not None and self._card.waiting:
+            self._settle("stopped", STOPPED)
 
     def _next(self) -> None:
         if not self._queue:

@@ -30,7 +30,7 @@ from tests.support.mcp_server import FAILED_START, WEATHER, command
 WAIT_MS = 60_000
 OSLO = WEATHER.format(city="Oslo")
 SERVERS = {"weather": command(), "dying": command("--die-on-call"),
-           "broken": command("--fail-at-start")}
+           "broken": command("--fail-at-start"), "slow": command("--slow", "30")}
 
 
 @pytest.fixture
@@ -200,7 +200,9 @@ def test_a_model_that_keeps_calling_tools_is_stopped_at_the_step_limit(
     assert cards(window)[1].result.text() == ("The tool could not be run: there is no tool "
                                               "'get_time' in this chat (the tools are: "
                                               "get_weather, add)")
-    assert len(requests) == STEP_LIMIT + 1
+    # one more: its first repeat was dropped and it was asked without tools (it called anyway)
+    assert len(requests) == STEP_LIMIT + 2
+    assert [r.get("tool_choice") for r in requests[1:4]] == ["auto", "none", "auto"]
     last = window.chat.messages[-1]
     assert isinstance(last, MessageWidget)
     assert last.note.text().startswith(f"Stopped after {STEP_LIMIT} rounds of tool calls")
@@ -218,6 +220,22 @@ def test_stop_while_a_call_waits_ends_the_answer_and_the_call_is_not_run(
     assert card.outcome == "stopped" and not card.buttons["Allow"].isVisible()
     tool = window.history.messages(window.controller.conversation_id)[-1]
     assert (tool.role, tool.status) == ("tool", "stopped")
+
+
+def test_stop_while_a_call_runs_ends_the_answer_at_once(qtbot, window: MainWindow):
+    pick(window, "lab/agent")
+    window.new_chat()
+    switch_on(window, "slow")  # each call takes 30 s
+    send(qtbot, window, "Weather in Oslo?")
+    card = waiting_card(qtbot, window)
+    qtbot.mouseClick(card.buttons["Allow"], Qt.MouseButton.LeftButton)
+    assert card.outcome == "running" and card.note.text() == "Running…"
+    qtbot.keyClick(window, Qt.Key.Key_Escape)
+    assert not window.controller.busy and card.outcome == "stopped"
+    assert "its result was not waited for" in card.note.text()
+    tool = window.history.messages(window.controller.conversation_id)[-1]
+    assert (tool.role, tool.status) == ("tool", "stopped")
+    assert tool.content.startswith("The user stopped the answer while this call ran")
 
 
 def test_mcp_json_is_edited_in_settings_and_a_mistake_is_never_saved(qtbot, window: MainWindow):
