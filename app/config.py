@@ -1,7 +1,8 @@
 """Where Ember keeps its files, and the settings that can come from the environment.
 
 Data dir: `EMBER_HOME` if set, else the platform's user data dir (platformdirs). It holds
-`models/`, `history.db`, `config.toml` and `logs/` (app.logs).
+`models/`, `history.db`, `config.toml`, `logs/` (app.logs) and the window's MCP
+servers, `mcp.json` (app.mcp).
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ class Paths:
     @property
     def logs(self) -> Path:
         return self.home / "logs"
+
+    @property
+    def mcp_file(self) -> Path:
+        """The window's MCP servers, in the mcpServers form Cursor and Claude Desktop use."""
+        return self.home / "mcp.json"
+
+    @property
+    def mcp_approvals(self) -> Path:
+        """The MCP tools the user allowed always (app.mcp.approvals)."""
+        return self.home / "mcp-approvals.json"
 
 
 def paths() -> Paths:

@@ -87,6 +87,15 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id)",
     ),
 }
+# The MCP servers switched on in each conversation (app.mcp): a table of its own, created
+# where missing, so it needs no schema version of its own and no other table changes.
+MCP_SERVERS_TABLE = """
+CREATE TABLE IF NOT EXISTS conversation_mcp_servers (
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    server TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, server)
+);
+"""
 THINKING_SETTINGS = ("off", "on", "low", "medium", "high")
 STATUSES = ("complete", "streaming", "interrupted", "stopped", "error")
 
@@ -224,6 +233,7 @@ class History:
             version = 1
         if version < SCHEMA_VERSION:
             migrate(db, version)
+        db.executescript(MCP_SERVERS_TABLE)
         return db
 
     def _mark_interrupted(self) -> int:
@@ -296,6 +306,28 @@ class History:
             raise HistoryError(f"unknown thinking setting {thinking!r} (use "
                                f"{', '.join(THINKING_SETTINGS)})")
         self._update_conversation(conversation_id, thinking=thinking)
+
+    def mcp_servers(self, conversation_id: int) -> tuple[str, ...]:
+        """The MCP servers (names in mcp.json) switched on in the conversation."""
+        with self._lock:
+            rows = self._db.execute("SELECT server FROM conversation_mcp_servers WHERE "
+                                    "conversation_id=? ORDER BY server",
+                                    (conversation_id,)).fetchall()
+        return tuple(r[0] for r in rows)
+
+    def set_mcp_servers(self, conversation_id: int, servers: tuple[str, ...]) -> None:
+        self.get(conversation_id)  # an unknown conversation is an error, not a silent no-op
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("DELETE FROM conversation_mcp_servers WHERE conversation_id=?",
+                                 (conversation_id,))
+                self._db.executemany("INSERT INTO conversation_mcp_servers VALUES (?, ?)",
+                                     [(conversation_id, s) for s in sorted(set(servers))])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def delete(self, conversation_id: int) -> None:
         """Mark deleted (undo with `restore`)."""

@@ -15,6 +15,11 @@ app's.
 
 The Think control follows the model: what it offers comes from the Runtime
 (ThinkingSupportTask, off the UI thread), and the choice is the conversation's, in the history.
+
+MCP tools: the servers switched on in the conversation (the Tools button) are started and
+listed off the UI thread before each answer (ToolListTask); an answer that calls their tools
+hands its calls to a ToolRound (cards, approvals, results), then the model is asked again,
+up to STEP_LIMIT rounds.
 """
 
 from __future__ import annotations
@@ -27,9 +32,20 @@ from PySide6.QtCore import QObject, Signal
 
 from app.config import Paths
 from app.gui.branch_switcher import show_version
+from app.gui.chat_tools import ChatTools
 from app.gui.chat_view import ChatView, MessageWidget
 from app.gui.tasks import GenerationTask, ThinkingSupportTask
+from app.gui.tool_round import ToolRound
+from app.gui.tool_tasks import ToolListTask
 from app.history import LEAF, History, Leaf, StoredMessage
+from app.mcp.tool_loop import (
+    DEFAULT_SYSTEM,
+    STEP_LIMIT,
+    TOOLS_NOTE,
+    ToolIndex,
+    call_key,
+    step_limit_note,
+)
 from app.preferences import Settings
 from app.presets import ModelLoad, Preset, model_load, presets
 from app.runtime import Runtime
@@ -41,6 +57,7 @@ from backends.base import (
     SamplingParams,
     SpeculativeParams,
     ToolCallEvent,
+    ToolChoice,
 )
 from backends.errors import EmberError
 
@@ -71,13 +88,26 @@ class ChatController(QObject):
     preset_shown = Signal(object)  # the open conversation's preset name, or None
 
     def __init__(self, view: ChatView, history: History, runtime: Runtime,
-                 settings: Settings, home: Paths | None = None) -> None:
+                 settings: Settings, home: Paths | None = None,
+                 tools: ChatTools | None = None) -> None:
         super().__init__()
         self.view, self.history, self.runtime, self.settings = view, history, runtime, settings
         self.home = home  # config.toml's folder (presets, model load settings)
         self.shown_ids: list[int] = []  # the message id of each of the view's messages
         self._editing: StoredMessage | None = None  # the message an edit replaces
         self.preset_for_new: str | None = None  # the preset picked for the next new chat
+        self.tools = tools  # None: no MCP (a window without a data folder's mcp.json)
+        self._index: ToolIndex | None = None  # the tools offered in the answer being made
+        self._servers: dict = {}  # their servers' mcp.json entries, by name
+        self._listing: ToolListTask | None = None
+        self._round: ToolRound | None = None
+        self._steps = 0  # rounds of tool calls since the user's message
+        self._failed_servers: dict[str, str] = {}  # servers that failed since then, and why
+        self._calls_made: set[tuple[str, str]] = set()  # (tool, arguments) run since then
+        self._answer_only = False  # the next answer may not call tools (tool_choice none)
+        self._asked_for_words = False  # a repeating model was asked that, once per message
+        self._pending_servers: tuple[str, ...] | None = None  # switched on before a chat exists
+        self._parent: int | None | Leaf = LEAF  # where the answer being made goes
         self.conversation_id: int | None = None
         self._model: str | None = None
         self.task: GenerationTask | None = None
@@ -97,6 +127,8 @@ class ChatController(QObject):
         view.edit_clicked.connect(self.edit_last)
         view.banner_action.connect(self._banner_action)
         view.think_changed.connect(self.set_think)
+        view.tools.toggled_servers.connect(self.set_servers)
+        view.tools.opening.connect(self._show_tools)
 
     @property
     def model(self) -> str | None:
@@ -140,9 +172,25 @@ class ChatController(QObject):
         else:
             self.history.set_thinking(self.conversation_id, setting)
 
+    def _show_tools(self) -> None:
+        if self.tools is None:
+            self.view.tools.hide()
+            return
+        servers, error = self.tools.servers_or_error()
+        on = (self._pending_servers or () if self.conversation_id is None
+              else self.history.mcp_servers(self.conversation_id))
+        self.view.tools.set_servers(sorted(servers), set(on), error)
+
+    def set_servers(self, servers: tuple[str, ...]) -> None:
+        """The user switched MCP servers on or off for this chat."""
+        if self.conversation_id is None:
+            self._pending_servers = servers
+        else:
+            self.history.set_mcp_servers(self.conversation_id, servers)
+
     @property
     def busy(self) -> bool:
-        return self.task is not None
+        return self.task is not None or self._round is not None or self._listing is not None
 
     def open(self, conversation_id: int) -> None:
         if self.busy:
@@ -167,6 +215,7 @@ class ChatController(QObject):
         self.view.set_context_use(used, self.context_size or max(used, 1))
         self.view.set_streaming(False)
         self._show_think()
+        self._show_tools()
 
     def new_conversation(self) -> int:
         if self.busy:
@@ -179,6 +228,9 @@ class ChatController(QObject):
         if self._pending_think is not None:
             self.history.set_thinking(conv.id, self._pending_think)
             self._pending_think = None
+        if self._pending_servers is not None:
+            self.history.set_mcp_servers(conv.id, self._pending_servers)
+            self._pending_servers = None
         self.open(conv.id)
         self.conversation_changed.emit()
         return conv.id
@@ -205,6 +257,7 @@ class ChatController(QObject):
         self.view.add_message("user", text)
         self.shown_ids.append(stored.id)
         self.conversation_changed.emit()
+        self._new_turn()
         self._generate()
 
     def regenerate(self) -> None:
@@ -220,6 +273,7 @@ class ChatController(QObject):
         if last is None:
             return
         self._cut_view(last)
+        self._new_turn()
         self._generate(parent=messages[last].parent_id)
 
     def edit_last(self) -> None:
@@ -315,6 +369,11 @@ class ChatController(QObject):
         return context, gpu_layers, None if own.kv_cache == "auto" else own.kv_cache
 
     def stop(self, wait: bool = False) -> None:
+        if self._listing is not None:  # its answer, when it comes, is dropped
+            self._listing = None
+            self._end()
+        if self._round is not None:
+            self._round.stop()  # denies what waits; the round ends the answer
         if self.task is not None:
             self.task.stop()
             if wait:
@@ -331,7 +390,11 @@ class ChatController(QObject):
                    for m in self.history.messages(conv.id)
                    if m.role in CONTEXT_ROLES and m.status in KEPT_STATUSES
                    and (m.content.strip() or m.tool_calls or m.role == "tool")]
-        system = (Message("system", conv.system_prompt),) if conv.system_prompt.strip() else ()
+        tools = self._index.request_tools() if self._index is not None else ()
+        prompt = conv.system_prompt.strip()
+        if tools:
+            prompt = f"{prompt or DEFAULT_SYSTEM} {TOOLS_NOTE}"
+        system = (Message("system", prompt),) if prompt else ()
         s = self.settings
         sampling = self.sampling()
         speculative = None
@@ -340,17 +403,65 @@ class ChatController(QObject):
                            if s.draft_model else SpeculativeParams(method="lookup"))
         thinking = thinking_for(think_setting(conv.thinking, self.support))
         # truncate: the oldest turns drop out of a long chat, and the window says so
+        choice = ToolChoice("none" if self._answer_only else "auto")
         return GenerationRequest(messages=system + tuple(history), sampling=sampling,
-                                 speculative=speculative, thinking=thinking, truncate=True)
+                                 speculative=speculative, thinking=thinking, truncate=True,
+                                 tools=tools, tool_choice=choice)
 
-    def _generate(self, parent: int | None | Leaf = LEAF) -> None:
+    def _new_turn(self) -> None:
+        self._steps = 0
+        self._failed_servers = {}  # a server that failed is tried again at the next message
+        self._calls_made = set()
+        self._asked_for_words = False
+
+    def _generate(self, parent: int | None | Leaf = LEAF, answer_only: bool = False) -> None:
         """Answer below `parent` (by default the shown path's end; a regenerated answer goes
-        beside the old one). The answer is stored first, so the path it ends is the shown one,
-        and the request is that path."""
+        beside the old one): first the tools of the chat's MCP servers (started off the UI
+        thread); `answer_only`: offered, but not to be called (the answer must be words)."""
+        self._answer_only = answer_only
+        self._parent = parent
         self.view.show_banner("")
+        self._index = None
+        on = self.history.mcp_servers(self.conversation_id) if self.tools is not None else ()
+        servers, error = self.tools.servers_or_error() if on and self.tools else ({}, "")
+        if error:
+            self.view.show_banner(f"MCP tools are off for this answer: {error}")
+        self._servers = {name: servers[name] for name in on
+                         if name in servers and name not in self._failed_servers}
+        if not self._servers:
+            self._show_tool_problems()
+            self._answer_now()
+            return
+        self._listing = ToolListTask(self.tools.connections, list(self._servers.values()))
+        self._listing.listed.connect(self._tools_listed)
+        self.view.set_streaming(True)
+        self.busy_changed.emit(True)
+        self._listing.start()
+
+    def _tools_listed(self, tools: list, failed: dict) -> None:
+        if self.sender() is not self._listing:
+            return  # stopped while the servers started
+        self._listing = None
+        self._index = ToolIndex.of(tools)
+        self._failed_servers.update(failed)
+        self._show_tool_problems()
+        self._answer_now()
+
+    def _show_tool_problems(self) -> None:
+        """One line per server that failed (the chat goes on with the tools that work)."""
+        problems = list(self._failed_servers.values())
+        if self._index is not None:
+            problems += [f"tool {name} left out: {why}"
+                         for name, why in self._index.problems.items()]
+        if problems:
+            self.view.show_banner(" · ".join(problems))
+
+    def _answer_now(self) -> None:
+        """The answer is stored first, so the path it ends is the shown one, and the request
+        is that path."""
         answer = self.history.add_message(self.conversation_id, "assistant", "",
                                           status="streaming", model=self.model,
-                                          parent_id=parent)
+                                          parent_id=self._parent)
         request = self.request()
         self._answer_id, self._text, self._reasoning = answer.id, "", ""
         self._thinking_since = self._thinking_s = None
@@ -412,6 +523,8 @@ class ChatController(QObject):
     def _finished(self, done: DoneEvent) -> None:
         stats, text = done.stats, done.text
         status = "stopped" if stats.finish_reason == "cancelled" else "complete"
+        calls = done.tool_calls if status == "complete" and self._index is not None and \
+            self._index.by_name else ()
         self._end_thinking(stopped=status == "stopped")
         data = asdict(stats)
         if done.reasoning:
@@ -430,7 +543,47 @@ class ChatController(QObject):
             self.view.show_banner("The conversation no longer fits the model's context: the "
                                   "earliest turns were dropped for this answer. Start a new "
                                   "chat or raise the context length in Settings.")
+        if calls and not self._asked_for_words and all(call_key(c) in self._calls_made
+                                                       for c in calls):
+            # only calls whose results it has: ask for an answer in words beside this one
+            # (once: a model that calls tools even then goes on to the step limit); the
+            # repeating answer stays as an earlier version, with its calls not run
+            self._asked_for_words = True
+            parent = self.history.messages(self.conversation_id)[-1].parent_id
+            self._cut_view(len(self.view.messages) - 1)
+            self.task = None
+            self._answer = None
+            self._generate(parent=parent, answer_only=True)
+            return
+        if calls and self._steps >= STEP_LIMIT:
+            if self._answer is not None:
+                self._answer.set_status(status, data, note=step_limit_note())
+        elif calls:
+            self._run_tools(calls)
+            return
         self._end()
+
+    def _run_tools(self, calls: tuple) -> None:
+        """The answer called tools: a round of cards, then (unless stopped) the model again."""
+        self._steps += 1
+        self._calls_made.update(call_key(c) for c in calls)
+        self.task = None
+        self._answer = None
+        self._round = ToolRound(self.tools, self._index, self._servers, self.history,
+                                self.view, self.conversation_id)
+        self._round.finished.connect(self._round_finished)
+        self._round.added.connect(self._tool_message_shown)
+        self._round.start(calls)
+
+    def _tool_message_shown(self, message_id: int) -> None:
+        self.shown_ids.append(message_id)
+
+    def _round_finished(self, go_on: bool) -> None:
+        self._round = None
+        if go_on:
+            self._generate()
+        else:
+            self._end()
 
     def _failed(self, message: str, kind: str, text: str) -> None:
         model = self.task.model if self.task is not None else self.model

@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
 
 from app.gui.markdown import render_markdown
 from app.gui.thinking_block import ThinkingBlock, ToolCallsBlock
+from app.gui.tool_card import ToolCard
+from app.gui.tools_button import ToolsButton
 from backends.base import ToolCall
 
 STATUS_NOTE = {
@@ -202,7 +204,7 @@ class ChatView(QWidget):
     def __init__(self, dark: bool = False) -> None:
         super().__init__()
         self.dark = dark
-        self.messages: list[MessageWidget] = []
+        self.messages: list[MessageWidget | ToolCard] = []
         layout = QVBoxLayout(self)
         top = QHBoxLayout()
         self.title = QLabel("New chat")
@@ -258,6 +260,8 @@ class ChatView(QWidget):
         self.think.activated.connect(
             lambda i: self.think_changed.emit(self.think.itemData(i)))
         row.addWidget(self.think, 0, Qt.AlignmentFlag.AlignBottom)
+        self.tools = ToolsButton()  # the MCP servers of this chat (app.gui.chat_controller)
+        row.addWidget(self.tools, 0, Qt.AlignmentFlag.AlignBottom)
         self.send = QPushButton("Send")
         self.send.setObjectName("send")
         row.addWidget(self.send)
@@ -308,8 +312,12 @@ class ChatView(QWidget):
 
     def add_message(self, role: str, text: str, status: str = "complete",
                     stats: dict | None = None, reasoning: str = "",
-                    tool_calls: tuple[ToolCall, ...] = ()) -> MessageWidget:
-        widget = MessageWidget(role, text, self.dark, status, stats, reasoning, tool_calls)
+                    tool_calls: tuple[ToolCall, ...] = ()) -> MessageWidget | ToolCard:
+        widget: MessageWidget | ToolCard
+        if role == "tool":  # a tool call's result, as its card
+            widget = ToolCard(text, status, stats)
+        else:
+            widget = MessageWidget(role, text, self.dark, status, stats, reasoning, tool_calls)
         self.column.insertWidget(self.column.count() - 1, widget)
         self.messages.append(widget)
         self._scroll_timer.start()

@@ -24,6 +24,7 @@ from app.config import Paths
 from app.export import ImportFormatError, import_file
 from app.gui.catalog_page import HubWidget
 from app.gui.chat_controller import ChatController
+from app.gui.chat_tools import ChatTools
 from app.gui.chat_view import ChatView
 from app.gui.conversations import ConversationList
 from app.gui.export_dialog import ExportDialog, import_file_dialog
@@ -53,7 +54,9 @@ class MainWindow(QMainWindow):
 
         self.conversations = ConversationList(history)
         self.chat = ChatView(dark=settings.theme == "dark")
-        self.controller = ChatController(self.chat, history, runtime, settings, home)
+        self.chat_tools = ChatTools(home)  # MCP servers of mcp.json, closed with the window
+        self.controller = ChatController(self.chat, history, runtime, settings, home,
+                                         self.chat_tools)
         self.pages = QStackedWidget()
         self.pages.addWidget(self.chat)
         self.machine_page = QScrollArea()
@@ -392,4 +395,5 @@ class MainWindow(QMainWindow):
                 row.task.cancel()
         if self.server is not None:
             self.server.stop()
+        self.chat_tools.close()
         super().closeEvent(event)

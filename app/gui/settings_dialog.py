@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.config import Paths
+from app.gui.mcp_settings import McpSettingsBox
 from app.gui.presets_box import ModelLoadBox, PresetsBox
 from app.hardware import HardwareProfile
 from app.preferences import THEMES, Settings
@@ -146,10 +147,13 @@ class SettingsDialog(QDialog):
 
         layout.addWidget(self._remotes_box())
         layout.addWidget(self._updates_box(settings))
+        self.mcp = McpSettingsBox(home) if home is not None else None
+        if self.mcp is not None:
+            layout.addWidget(self.mcp)
 
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
                                    | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
+        buttons.accepted.connect(self._save)
         buttons.rejected.connect(self.reject)
         scroll.setWidget(body)
         outer.addWidget(scroll, 1)
@@ -234,6 +238,12 @@ class SettingsDialog(QDialog):
             return
         self._list_remotes()
         self.remotes_changed.emit()
+
+    def _save(self) -> None:
+        # an edited mcp.json with a mistake keeps the dialog open, its error shown
+        if self.mcp is not None and self.mcp.changed and not self.mcp.save():
+            return
+        self.accept()
 
     def set_server(self, text: str, running: bool) -> None:
         self.server_status.setText(text)

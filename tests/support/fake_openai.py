@@ -14,6 +14,9 @@ The model a request names picks the misbehaviour:
   reason   the same, with the thinking under `reasoning` (vLLM since PR #27752, Ollama /v1)
   tool     thinks, then calls two tools in parallel: `delta.tool_calls` fragments by index,
            id and name on each call's first fragment, finish_reason "tool_calls"
+  agent    an agent over the test MCP server (tests/support/mcp_server.py): calls its tool
+           `get_weather` for Oslo, and once the last message is a tool result, answers
+           "The tool said: " and that result
 
 The well-behaved models answer `"stream": false` with the whole message their stream adds up
 to, and report usage (with reasoning_tokens) when asked. `requests` records every request
@@ -34,7 +37,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODELS = ("ok", "slow", "stall", "drop", "garbage", "html", "fail", "think", "reason", "tool")
+MODELS = ("ok", "slow", "stall", "drop", "garbage", "html", "fail", "think", "reason", "tool",
+          "agent")
 THINKING = ("The user", " greets me;", " I should greet", " back.")
 ANSWER = ("Hello", " there", "!")
 CALLS = (  # (id, name, argument pieces) of the tool model's two parallel calls
@@ -42,7 +46,8 @@ CALLS = (  # (id, name, argument pieces) of the tool model's two parallel calls
     ("call_cd34", "get_time", ('{"zone": "Europe/Paris"}',)),
 )
 CAPABILITIES = {"think": ["completion", "thinking"], "reason": ["completion", "thinking"],
-                "tool": ["completion", "tools", "thinking"]}
+                "tool": ["completion", "tools", "thinking"], "agent": ["completion", "tools"]}
+AGENT_SAYS = "The tool said: "
 
 
 def _chunk(text: str, finish: str | None = None) -> bytes:
@@ -57,6 +62,8 @@ def _delta_chunk(delta: dict, finish: str | None = None) -> bytes:
 
 def script(model: str, request: dict) -> tuple[list[dict], str]:
     """The deltas a thinking or tool model streams for `request`, and its finish reason."""
+    if model == "agent":
+        return agent_script(request)
     field = "reasoning" if model == "reason" else "reasoning_content"
     kwargs = request.get("chat_template_kwargs") or {}
     thinks = kwargs.get("enable_thinking", True) is not False
@@ -69,6 +76,17 @@ def script(model: str, request: dict) -> tuple[list[dict], str]:
         deltas += [{"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
                    for piece in pieces]
     return deltas, "tool_calls"
+
+
+def agent_script(request: dict) -> tuple[list[dict], str]:
+    last = request["messages"][-1]
+    if last.get("role") == "tool":
+        return [{"content": AGENT_SAYS}, {"content": last.get("content") or ""}], "stop"
+    call_id = f"call_{len(request['messages'])}"  # one id per turn, as a model's are
+    return [{"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                             "function": {"name": "get_weather", "arguments": ""}}]},
+            {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}]}
+            ], "tool_calls"
 
 
 def whole(deltas: list[dict], finish: str) -> dict:
