@@ -63,9 +63,10 @@ from backends.errors import EmberError
 router = APIRouter(prefix="/api", tags=["ollama"])
 
 
-STREAMED = {200: {"description": "The whole answer (application/json), or with `stream` (the "
-                               "default) its chunks, a line of JSON each (application/x-ndjson)",
-                  "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}
+STREAMED: dict[int | str, dict] = {200: {
+    "description": "The whole answer (application/json), or with `stream` (the default) its "
+                   "chunks, a line of JSON each (application/x-ndjson)",
+    "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}
 
 
 def errors(*statuses: int) -> dict[int | str, dict]:
