@@ -6,10 +6,7 @@ speculation they are the target model's."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from app.runtime import Runtime
-from app.server.app import create_app
 from backends.base import (
     GenerationRequest,
     LoadPlan,
@@ -19,7 +16,13 @@ from backends.base import (
     SpeculativeParams,
 )
 from backends.cuda import CudaBackend
-from tests.support.logprobs import TOLERANCE, check_against_scoring, generate, teacher_forced
+from tests.support.logprobs import (
+    TOLERANCE,
+    check_against_scoring,
+    check_chat_logprobs_through_the_worker,
+    generate,
+    teacher_forced,
+)
 
 pytestmark = pytest.mark.slow
 HAIKU = (Message("user", "Write a haiku about a rusty bicycle."),)
@@ -78,16 +81,4 @@ def test_a_request_without_logprobs_gets_none(qwen_cuda):
 def test_openai_chat_logprobs_come_from_the_cuda_worker(store, qwen):
     """Through the Runtime's worker and the OpenAI route (which answered 400 before this
     backend reported logprobs)."""
-    with Runtime(store=store, backend="cuda") as runtime, TestClient(create_app(runtime)) as client:
-        r = client.post("/v1/chat/completions", json={
-            "model": qwen.ref, "messages": [{"role": "user", "content": "Say hi."}],
-            "max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 2})
-        assert r.status_code == 200, r.text
-        answer = r.json()
-        assert runtime.loaded()[0].backend == "cuda"
-    choice = answer["choices"][0]
-    content = choice["logprobs"]["content"]
-    assert len(content) == answer["usage"]["completion_tokens"] > 0
-    assert "".join(e["token"] for e in content) == choice["message"]["content"]
-    for e in content:
-        assert len(e["top_logprobs"]) == 2 and e["token"] == e["top_logprobs"][0]["token"]
+    check_chat_logprobs_through_the_worker(store, qwen, "cuda", ask_for="cuda")

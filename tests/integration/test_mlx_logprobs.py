@@ -9,10 +9,7 @@ as a generated one): short prompts, 16 tokens, one loaded backend."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from app.runtime import Runtime
-from app.server.app import create_app
 from backends.base import (
     GenerationRequest,
     LoadPlan,
@@ -21,7 +18,13 @@ from backends.base import (
     SpeculativeParams,
 )
 from backends.mlx.backend import MlxBackend
-from tests.support.logprobs import TOLERANCE, check_against_scoring, generate, teacher_forced
+from tests.support.logprobs import (
+    TOLERANCE,
+    check_against_scoring,
+    check_chat_logprobs_through_the_worker,
+    generate,
+    teacher_forced,
+)
 
 TOKENS = 16
 REPEATS = "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2,"  # prompt lookup finds what follows
@@ -90,16 +93,4 @@ def test_a_request_without_logprobs_gets_none(backend):
 def test_openai_chat_logprobs_come_from_the_mlx_worker(store, qwen_mlx):
     """Through the Runtime's worker and the OpenAI route (which answered 400 before this
     backend reported logprobs)."""
-    with Runtime(store=store) as runtime, TestClient(create_app(runtime)) as client:
-        r = client.post("/v1/chat/completions", json={
-            "model": qwen_mlx.ref, "messages": [{"role": "user", "content": "Say hi."}],
-            "max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 2})
-        assert r.status_code == 200, r.text
-        answer = r.json()
-        assert runtime.loaded()[0].backend == "mlx"
-    choice = answer["choices"][0]
-    content = choice["logprobs"]["content"]
-    assert len(content) == answer["usage"]["completion_tokens"] > 0
-    assert "".join(e["token"] for e in content) == choice["message"]["content"]
-    for e in content:
-        assert len(e["top_logprobs"]) == 2 and e["token"] == e["top_logprobs"][0]["token"]
+    check_chat_logprobs_through_the_worker(store, qwen_mlx, "mlx")

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi.testclient import TestClient
+
+from app.runtime import Runtime
+from app.server.app import create_app
+from app.store import InstalledModel, Store
 from backends.base import DoneEvent, GenerationRequest, LogprobEvent
 
 TOLERANCE = 1e-3  # issue 20: within 1e-3 of the teacher-forced log-likelihood
@@ -45,3 +50,24 @@ def check_against_scoring(done: DoneEvent, scored: list[float], n_top: int,
         if greedy:  # greedy takes the most likely token
             assert entry.token == entry.top[0].token and entry.logprob == entry.top[0].logprob
     assert b"".join(e.bytes for e in done.logprobs).decode() == done.text
+
+
+def check_chat_logprobs_through_the_worker(store: Store, model: InstalledModel,
+                                           backend: str, ask_for: str | None = None) -> None:
+    """A chat request with logprobs through the Runtime's worker on `backend` (`ask_for`: the
+    backend the Runtime is told to use, else its own choice) and the OpenAI route, which
+    answered 400 before that backend reported logprobs."""
+    with Runtime(store=store, backend=ask_for) as runtime, \
+            TestClient(create_app(runtime)) as client:
+        r = client.post("/v1/chat/completions", json={
+            "model": model.ref, "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 2})
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert runtime.loaded()[0].backend == backend
+    choice = answer["choices"][0]
+    content = choice["logprobs"]["content"]
+    assert len(content) == answer["usage"]["completion_tokens"] > 0
+    assert "".join(e["token"] for e in content) == choice["message"]["content"]
+    for e in content:
+        assert len(e["top_logprobs"]) == 2 and e["token"] == e["top_logprobs"][0]["token"]
