@@ -95,7 +95,9 @@ class ChatController(QObject):
     def __init__(self, view: ChatView, history: History, runtime: Runtime,
                  settings: Settings, home: Paths | None = None,
                  tools: ChatTools | None = None) -> None:
-        super().__init__()
+        # a child of its view: answers of background tasks that arrive after the window is
+        # gone (a Think support query) are dropped with it, not delivered to deleted widgets
+        super().__init__(view)
         self.view, self.history, self.runtime, self.settings = view, history, runtime, settings
         self.home = home  # config.toml's folder (presets, model load settings)
         self.shown_ids: list[int] = []  # the message id of each of the view's messages

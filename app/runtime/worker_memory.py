@@ -3,7 +3,7 @@ counts it. The server's /metrics and the window's status bar both show this numb
 
 from __future__ import annotations
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # (no py.typed)
 
 
 def resident_bytes(pid: int | None) -> int:
