@@ -112,7 +112,7 @@ def main() -> None:
         with Runtime(store=Store(home)) as rt:
             apply_theme(app, "light", 11)
             w = build_window(home=home, runtime=rt)
-            w.settings.temperature, w.settings.max_tokens = 0.0, 200
+            w.settings.temperature, w.settings.max_tokens = 0.0, 160
             w.resize(1240, 800)
             w.show()
             w.new_chat()

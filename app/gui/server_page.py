@@ -22,9 +22,12 @@ from PySide6.QtWidgets import (
 )
 
 
-def example_request(url: str, key: str, model: str) -> str:
-    return (f"curl {url}/v1/chat/completions \\\n"
-            f"  -H 'Authorization: Bearer {key}' \\\n"
+def example_request(url: str, model: str) -> str:
+    """A request to paste in a terminal; the key stays out of it, as out of sight on the page
+    (Copy puts it in EMBER_API_KEY's place)."""
+    return ("# EMBER_API_KEY: the API key above (Copy)\n"
+            f"curl {url}/v1/chat/completions \\\n"
+            "  -H \"Authorization: Bearer $EMBER_API_KEY\" \\\n"
             f"  -H 'Content-Type: application/json' \\\n"
             f"  -d '{{\"model\": \"{model}\", "
             f"\"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'")
@@ -135,6 +138,6 @@ class ServerPage(QWidget):
 
     def _show_example(self) -> None:
         url = self.url_now
-        self.example.setPlainText(example_request(url, self.key_now, self.model) if url else
+        self.example.setPlainText(example_request(url, self.model) if url else
                                   "Start the server to get its address and key.")
         self.example.setEnabled(bool(url))

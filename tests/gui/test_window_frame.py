@@ -204,8 +204,9 @@ def test_the_server_page_starts_the_api_with_its_address_and_key(qtbot, window: 
     assert page.key.field.echoMode() == QLineEdit.EchoMode.Password  # shown on Show only
     qtbot.mouseClick(page.key.copy, Qt.MouseButton.LeftButton)
     assert QGuiApplication.clipboard().text() == key
-    assert key in page.example.toPlainText() and window.controller.model in \
-        page.example.toPlainText()
+    example = page.example.toPlainText()
+    assert url in example and window.controller.model in example
+    assert key not in example  # out of sight, as in the masked field
     assert key not in window.server_label.text()  # the status bar shows the address only
     reply = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"})
     assert reply.status_code == 200
