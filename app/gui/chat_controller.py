@@ -13,6 +13,10 @@ A conversation may use a preset (app.presets): its sampling settings, instead of
 A local model loads with the settings remembered for it (app.presets.ModelLoad), else the
 app's.
 
+The context meter counts while an answer streams: the prompt's tokens once the model has
+loaded and counted them (GenerationTask.prompt_counted), plus one per streamed piece (the
+backends stream about a token per piece); the answer's Stats set the exact numbers at its end.
+
 The Think control follows the model: what it offers comes from the Runtime
 (ThinkingSupportTask, off the UI thread), and the choice is the conversation's, in the history.
 
@@ -86,11 +90,14 @@ class ChatController(QObject):
     model_failed = Signal(str, str)  # model ref, message (load errors: offer another quant)
     conversation_changed = Signal()  # title or ordering changed
     preset_shown = Signal(object)  # the open conversation's preset name, or None
+    stats_shown = Signal(object)  # the last answer's stats (a dict), or None: the status bar
 
     def __init__(self, view: ChatView, history: History, runtime: Runtime,
                  settings: Settings, home: Paths | None = None,
                  tools: ChatTools | None = None) -> None:
-        super().__init__()
+        # a child of its view: answers of background tasks that arrive after the window is
+        # gone (a Think support query) are dropped with it, not delivered to deleted widgets
+        super().__init__(view)
         self.view, self.history, self.runtime, self.settings = view, history, runtime, settings
         self.home = home  # config.toml's folder (presets, model load settings)
         self.shown_ids: list[int] = []  # the message id of each of the view's messages
@@ -117,7 +124,12 @@ class ChatController(QObject):
         self._reasoning = ""
         self._thinking_since: float | None = None  # when the answer's thinking began
         self._thinking_s: float | None = None  # how long it thought (ended by the answer)
-        self.context_size = 0
+        self.context_size = 0  # the current model's context, once loaded (0: not known)
+        # each local model's context when it last loaded: known without asking the Runtime,
+        # whose lock a load elsewhere (the API server) may hold for seconds
+        self.contexts: dict[str, int] = {}
+        self._prompt_tokens = 0  # of the answer streaming, counted by its model
+        self._streamed = 0  # pieces streamed into it so far (about one token each)
         self.support = ThinkingSupport()  # what the current model's Think control offers
         self._support_task: ThinkingSupportTask | None = None
         self._pending_think: str | None = None  # chosen before the chat has a conversation
@@ -212,7 +224,9 @@ class ChatController(QObject):
         self.preset_shown.emit(conv.preset)
         used = (last_stats["prompt_tokens"] + last_stats["completion_tokens"]
                 if last_stats else 0)
-        self.view.set_context_use(used, self.context_size or max(used, 1))
+        self.context_size = self.contexts.get(self.model or "", 0)
+        self.view.set_context_use(used, self.context_size)
+        self.stats_shown.emit(last_stats)
         self.view.set_streaming(False)
         self._show_think()
         self._show_tools()
@@ -240,7 +254,7 @@ class ChatController(QObject):
         if self.busy or not text.strip():
             return
         if self.model is None:
-            self.view.show_banner("No model is installed yet: download one from Get models.")
+            self.view.show_banner("No model is installed yet: download one from the Models page.")
             return
         if self.conversation_id is None:
             self.new_conversation()
@@ -464,6 +478,7 @@ class ChatController(QObject):
                                           parent_id=self._parent)
         request = self.request()
         self._answer_id, self._text, self._reasoning = answer.id, "", ""
+        self._prompt_tokens = self._streamed = 0
         self._thinking_since = self._thinking_s = None
         self._answer = self.view.add_message("assistant", "", "streaming")
         self.shown_ids.append(answer.id)
@@ -474,6 +489,7 @@ class ChatController(QObject):
         self.task = GenerationTask(self.runtime, self.model, request, context, backend,
                                    gpu_layers, kv_cache)
         self.task.loaded.connect(self._loaded)
+        self.task.prompt_counted.connect(self._prompt_counted)
         self.task.token.connect(self._token)
         self.task.reasoning.connect(self._reasoning_piece)
         self.task.tool_call.connect(self._tool_call)
@@ -490,10 +506,26 @@ class ChatController(QObject):
 
     def _loaded(self, loaded) -> None:  # app.runtime.LoadedModel, None: remote
         self.context_size = loaded.plan.context if loaded is not None else 0
+        if loaded is not None:
+            self.contexts[loaded.model.ref] = loaded.plan.context
         if self._answer is not None:
             self._answer.set_status("streaming")
+        self._show_streaming_use()
+
+    def _prompt_counted(self, tokens: int) -> None:
+        # a prompt longer than the context is cut to fit it (the request truncates)
+        self._prompt_tokens = min(tokens, self.context_size) if self.context_size else tokens
+        self._show_streaming_use()
+
+    def _streamed_piece(self) -> None:
+        self._streamed += 1
+        self._show_streaming_use()
+
+    def _show_streaming_use(self) -> None:
+        self.view.set_context_use(self._prompt_tokens + self._streamed, self.context_size)
 
     def _reasoning_piece(self, piece: str) -> None:
+        self._streamed_piece()
         if self._thinking_since is None:
             self._thinking_since = time.monotonic()
         self._reasoning += piece
@@ -510,6 +542,7 @@ class ChatController(QObject):
                 self._answer.end_thinking(self._thinking_s, stopped)
 
     def _token(self, piece: str) -> None:
+        self._streamed_piece()
         self._end_thinking()
         self._text += piece
         self.history.update_message(self._answer_id, self._text)
@@ -518,6 +551,7 @@ class ChatController(QObject):
             self.view.follow()
 
     def _tool_call(self, _event: ToolCallEvent) -> None:
+        self._streamed_piece()
         self._end_thinking()  # the calls themselves are shown whole, when the answer ends
 
     def _finished(self, done: DoneEvent) -> None:
@@ -538,7 +572,8 @@ class ChatController(QObject):
         if done.reasoning and not self.support.thinks:
             self.refresh_support()  # a remote server that said nothing: now it is known
         self.view.set_context_use(stats.prompt_tokens + stats.completion_tokens,
-                                  self.context_size or stats.prompt_tokens)
+                                  self.context_size)
+        self.stats_shown.emit(data)
         if stats.truncated:
             self.view.show_banner("The conversation no longer fits the model's context: the "
                                   "earliest turns were dropped for this answer. Start a new "

@@ -1,8 +1,9 @@
-"""The conversation pane: one widget per message, the composer, the context meter."""
+"""The conversation pane: one widget per message, the composer, the context meter, the find
+bar (Ctrl+F)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent
 from PySide6.QtWidgets import (
     QComboBox,
@@ -19,7 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.find_bar import FindBar
 from app.gui.markdown import render_markdown
+from app.gui.shortcuts import is_window_key
 from app.gui.thinking_block import ThinkingBlock, ToolCallsBlock
 from app.gui.tool_card import ToolCard
 from app.gui.tools_button import ToolsButton
@@ -185,6 +188,12 @@ class Composer(QPlainTextEdit):
         self.setPlaceholderText("Message Ember (Enter sends, Shift+Enter: new line)")
         self.setMaximumHeight(120)
 
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent) \
+                and is_window_key(event):
+            return True  # left unaccepted: the window's shortcut runs (app.gui.shortcuts)
+        return super().event(event)
+
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
                 event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
@@ -213,9 +222,7 @@ class ChatView(QWidget):
         self.meter = QProgressBar()
         self.meter.setObjectName("context-meter")
         self.meter.setMinimumWidth(300)
-        self.meter.setFormat("context %v / %m tokens")
-        self.meter.setRange(0, 1)
-        self.meter.setValue(0)
+        self.meter.setTextVisible(True)
         top.addWidget(self.meter)
         layout.addLayout(top)
         self.banner = QFrame()
@@ -240,6 +247,8 @@ class ChatView(QWidget):
         self.column = QVBoxLayout(inner)
         self.column.addStretch(1)
         self.scroll.setWidget(inner)
+        self.find_bar = FindBar(self.message_texts, self.scroll)
+        layout.addWidget(self.find_bar)
         layout.addWidget(self.scroll, 1)
         actions = QHBoxLayout()
         self.regenerate = QPushButton("Regenerate")
@@ -273,6 +282,11 @@ class ChatView(QWidget):
         self.streaming = False
         self._scroll_timer = QTimer(self, singleShot=True, interval=0)
         self._scroll_timer.timeout.connect(self._scroll_to_end)
+        self.set_context_use(0, 0)
+
+    def message_texts(self) -> list[QTextBrowser]:
+        """The text of each shown message, for the find bar (tool cards are not searched)."""
+        return [m.body for m in self.messages if isinstance(m, MessageWidget)]
 
     def set_think_options(self, settings: tuple[str, ...], current: str | None) -> None:
         """The Think control's choices (none: hidden) and the chat's choice (None: the
@@ -302,6 +316,7 @@ class ChatView(QWidget):
         self.edit.setEnabled(not on and any(m.role == "user" for m in self.messages))
 
     def clear(self) -> None:
+        self.find_bar.forget()
         for m in self.messages:
             self.column.removeWidget(m)
             m.hide()
@@ -324,6 +339,7 @@ class ChatView(QWidget):
         return widget
 
     def remove_from(self, index: int) -> None:
+        self.find_bar.forget()
         for m in self.messages[index:]:
             self.column.removeWidget(m)
             m.hide()  # at once: deleteLater waits for the event loop
@@ -341,8 +357,17 @@ class ChatView(QWidget):
         return "" if self.banner.isHidden() else self.banner_text.text()
 
     def set_context_use(self, used: int, context: int) -> None:
-        self.meter.setRange(0, max(context, 1))
+        """`used` tokens of a `context`-token window; a context of 0 is not known yet (the
+        model has not loaded, or a remote server keeps it to itself): the count alone."""
+        if context <= 0:
+            self.meter.setRange(0, 1)
+            self.meter.setValue(0)
+            self.meter.setFormat(f"context {used:,} tokens" if used else
+                                 "context: known once the model loads")
+            return
+        self.meter.setRange(0, context)
         self.meter.setValue(min(used, context))
+        self.meter.setFormat(f"context {used:,} / {context:,} tokens")
 
     def _scroll_to_end(self) -> None:
         bar = self.scroll.verticalScrollBar()

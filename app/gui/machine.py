@@ -96,7 +96,7 @@ class MachinePanel(QWidget):
         self.buttons: dict[str, QPushButton] = {}
         if not picks:
             layout.addWidget(QLabel("No model in the registry runs at a useful speed here; "
-                                    "see Get models for all of them."))
+                                    "see the Models page for all of them."))
         for spec, fit in picks:
             layout.addWidget(self._card(spec, fit, f"{spec.id}:{fit.quant}" in installed))
         more = QPushButton("All models…")

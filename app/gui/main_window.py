@@ -1,5 +1,10 @@
-"""Ember's main window: conversations on the left; chat, "Your machine" and "Get models" pages
-on the right; the model picker, settings and the API server in the tool bar."""
+"""Ember's main window: the rail of pages on the left (Chat, Models, Machine, Server, and
+Settings, a dialog); the model picker (with each model's fit) and the preset in the tool bar;
+the loaded model, its memory and the last answer's speed in the status bar. Every shortcut
+is in app.gui.shortcuts (F1 lists them).
+
+Settings stays a dialog opened from the rail: its edits count only on Save (Cancel leaves
+everything as it was), which a page that is always open could not offer."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
     QFileDialog,
+    QHBoxLayout,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -18,19 +24,28 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QToolBar,
+    QWidget,
 )
 
 from app.config import Paths
 from app.export import ImportFormatError, import_file
+from app.gui import shortcuts
 from app.gui.catalog_page import HubWidget
 from app.gui.chat_controller import ChatController
 from app.gui.chat_tools import ChatTools
 from app.gui.chat_view import ChatView
 from app.gui.conversations import ConversationList
 from app.gui.export_dialog import ExportDialog, import_file_dialog
+from app.gui.icons import badge_icon
 from app.gui.machine import MachinePanel
+from app.gui.model_choices import ModelChoice, local_choice, remote_choice
+from app.gui.model_switcher import ModelSwitcher
+from app.gui.nav_rail import PAGES, NavRail
 from app.gui.presets_box import PresetPicker
+from app.gui.server_page import ServerPage
 from app.gui.settings_dialog import SettingsDialog
+from app.gui.shortcuts import ShortcutsDialog
+from app.gui.status_line import StatusLine
 from app.gui.tasks import RemoteModelsTask, ServerTask
 from app.gui.theme import apply_theme
 from app.gui.update_notice import UpdateNotice
@@ -64,43 +79,63 @@ class MainWindow(QMainWindow):
         self.pages.addWidget(self.machine_page)
         self.hub = HubWidget(runtime.store, runtime.hardware)
         self.pages.addWidget(self.hub)
+        self.server_page = ServerPage()
+        self.pages.addWidget(self.server_page)
+        self.rail = NavRail()
+        self.rail.paint_icons()
         split = QSplitter()
-        split.addWidget(self.conversations)
+        split.addWidget(self.conversations)  # shown with the Chat page only
         split.addWidget(self.pages)
         split.setStretchFactor(1, 1)
-        split.setSizes([260, 920])
-        self.setCentralWidget(split)
+        split.setSizes([250, 850])
+        body = QWidget()
+        row = QHBoxLayout(body)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self.rail)
+        row.addWidget(split, 1)
+        self.setCentralWidget(body)
 
         bar = QToolBar("Main")
         bar.setMovable(False)
         self.addToolBar(bar)
         bar.addWidget(QLabel(" Model: "))
         self.model_picker = QComboBox()
-        self.model_picker.setMinimumWidth(320)
+        self.model_picker.setMinimumWidth(360)
+        self.model_picker.setToolTip("The model of this chat, with its fit on this machine "
+                                     f"(switch with {shortcuts.MODEL_SWITCHER.keys})")
         bar.addWidget(self.model_picker)
-        bar.addWidget(QLabel(" Preset: "))
+        bar.addWidget(QLabel("  Preset: "))
         self.preset_picker = PresetPicker(home)
         bar.addWidget(self.preset_picker)
         self.actions_by_name: dict[str, QAction] = {}
-        for name, slot in (("Chat", self.show_chat), ("Your machine", self.show_machine),
-                           ("Get models", self.show_hub), ("Settings", self.open_settings),
-                           ("Export…", self.export_current), ("Import…", self.import_file)):
+        for name, slot, key in (("Export…", self.export_current, shortcuts.EXPORT),
+                                ("Import…", self.import_file, shortcuts.IMPORT)):
             action = bar.addAction(name)
             action.triggered.connect(slot)
+            action.setToolTip(f"{key.what} ({key.keys})")
             self.actions_by_name[name] = action
+        self.status_line = StatusLine(runtime)
+        self.statusBar().addPermanentWidget(self.status_line)
         self.update_notice = UpdateNotice()
         self.statusBar().addPermanentWidget(self.update_notice)
         self.server_label = QLabel()
         self.statusBar().addPermanentWidget(self.server_label)
+        self.controller.stats_shown.connect(self.status_line.show_stats)
+        self.controller.busy_changed.connect(lambda _busy: self.status_line.refresh())
 
-        QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_chat)
-        QShortcut(QKeySequence("Ctrl+E"), self, activated=self.export_current)
-        self.actions_by_name["Export…"].setToolTip("Export this conversation (Ctrl+E)")
+        self._bind_shortcuts()
+        self.rail.page_requested.connect(self.show_page)
+        self.rail.settings_requested.connect(self.open_settings)
+        self.rail.shortcuts_requested.connect(self.show_shortcuts)
+        self.server_page.toggle_requested.connect(self.toggle_server)
+        self.switcher: ModelSwitcher | None = None
+        self.shortcuts_dialog: ShortcutsDialog | None = None
+        self.choices: list[ModelChoice] = []  # what the picker lists, in its order
         self.export_dialog: ExportDialog | None = None
         self.import_dialog: QFileDialog | None = None
         self.preset_picker.picked.connect(self.controller.set_preset)
         self.controller.preset_shown.connect(self.preset_picker.show_preset)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.controller.stop)
         self.conversations.new_requested.connect(self.new_chat)
         self.conversations.selected.connect(self._open_conversation)
         self.conversations.deleted.connect(self._deleted)
@@ -115,6 +150,7 @@ class MainWindow(QMainWindow):
         self.remote_models: list = []
         self.remote_failures: dict[str, str] = {}
         self.quick_ref: str | None = None  # the first-run download, to open a chat on
+        self._server_state("stopped")
         self.refresh_models()
         self.refresh_remote_models()
         self._build_machine_page()
@@ -137,19 +173,81 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Ember", f"The history file could not be read; it was "
                                 f"kept as {history.recovered_from} and a new one started.")
 
-    # pages
+    # pages and shortcuts
+
+    def _bind_shortcuts(self) -> None:
+        keys = shortcuts
+        for key, slot in ((keys.MODEL_SWITCHER, self.open_model_switcher),
+                          (keys.NEW_CHAT, self.new_chat), (keys.FIND, self.find_in_chat),
+                          (keys.EXPORT, self.export_current), (keys.IMPORT, self.import_file),
+                          (keys.OPEN_SETTINGS, self.open_settings),
+                          (keys.HELP, self.show_shortcuts)):
+            QShortcut(QKeySequence(key.keys), self, activated=slot)
+        for item in PAGES:
+            QShortcut(QKeySequence(item.shortcut), self,
+                      activated=lambda name=item.name: self.show_page(name))
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self._escape)
+
+    def _escape(self) -> None:
+        """Esc closes the find bar when it has the keyboard, else stops the answer."""
+        bar = self.chat.find_bar
+        if bar.isVisible() and bar.isAncestorOf(QApplication.focusWidget()):
+            bar.close_bar()
+            self.chat.composer.setFocus()
+        else:
+            self.controller.stop()
+
+    def show_page(self, name: str) -> None:
+        {"chat": self.show_chat, "models": self.show_hub, "machine": self.show_machine,
+         "server": self.show_server}[name]()
+
+    def _page_shown(self, name: str) -> None:
+        self.rail.set_current(name)
+        self.conversations.setVisible(name == "chat")
 
     def show_chat(self) -> None:
         self.pages.setCurrentWidget(self.chat)
+        self._page_shown("chat")
         self.chat.composer.setFocus()
 
     def show_machine(self) -> None:
         self.pages.setCurrentWidget(self.machine_page)
+        self._page_shown("machine")
 
     def show_hub(self, spec_id: str | None = None) -> None:
         if isinstance(spec_id, str):
             self.hub.expand(spec_id)
         self.pages.setCurrentWidget(self.hub)
+        self._page_shown("models")
+
+    def show_server(self) -> None:
+        self.server_page.set_model(self.controller.model)
+        self.pages.setCurrentWidget(self.server_page)
+        self._page_shown("server")
+
+    def find_in_chat(self) -> None:
+        """Ctrl+F: the find bar over the shown conversation."""
+        self.show_chat()
+        self.chat.find_bar.open_bar()
+
+    def show_shortcuts(self) -> None:
+        self.shortcuts_dialog = ShortcutsDialog(self)
+        self.shortcuts_dialog.open()
+
+    def open_model_switcher(self) -> None:
+        """Ctrl+K: type to filter the models, Enter picks one for this chat."""
+        if not self.model_picker.isEnabled():
+            self.statusBar().showMessage("The model can change once this answer ends "
+                                         "(Esc stops it)", 5000)
+            return
+        self.switcher = ModelSwitcher(self.choices, self.controller.model, self)
+        self.switcher.chosen.connect(self.choose_model)
+        self.switcher.popup()
+
+    def choose_model(self, ref: str) -> None:
+        index = self.model_picker.findData(ref)
+        if index >= 0:
+            self.model_picker.setCurrentIndex(index)
 
     def _build_machine_page(self) -> None:
         models = self.runtime.store.list()
@@ -201,17 +299,21 @@ class MainWindow(QMainWindow):
         current = select or self.controller.model or self.settings.default_model
         self.model_picker.blockSignals(True)
         self.model_picker.clear()
-        for m in self.runtime.store.list():
-            if m.chat:
-                self.model_picker.addItem(f"{m.ref}  ·  {self._backend_of(m)}", m.ref)
-        for rm in self.remote_models:
-            self.model_picker.addItem(f"{rm.ref}  ·  remote", rm.ref)
+        hardware = self.runtime.hardware
+        self.choices = [local_choice(m, self._backend_of(m), hardware)
+                        for m in self.runtime.store.list() if m.chat]
+        self.choices += [remote_choice(rm.ref) for rm in self.remote_models]
+        for i, choice in enumerate(self.choices):
+            self.model_picker.addItem(choice.text, choice.ref)
+            if choice.color:
+                self.model_picker.setItemIcon(i, badge_icon(choice.color))
+            self.model_picker.setItemData(i, choice.detail, Qt.ItemDataRole.ToolTipRole)
         index = self.model_picker.findData(current)
         if index < 0:
             index = next((i for i in range(self.model_picker.count())
                           if str(self.model_picker.itemData(i)).startswith(current + ":")), 0)
         self.model_picker.setCurrentIndex(index)
-        self.model_picker.setPlaceholderText("no model installed: see Your machine")
+        self.model_picker.setPlaceholderText("no model installed: see the Machine page")
         self.model_picker.blockSignals(False)
         if self.model_picker.currentData() is not None:
             self.controller.model = self.model_picker.currentData()
@@ -305,13 +407,9 @@ class MainWindow(QMainWindow):
         model = self.controller.model
         local = model if model and not self.runtime.is_remote(model) else None
         dialog = SettingsDialog(self.settings, self.runtime.hardware, system, installed,
-                                self.server_text, self.server is not None, home=self.home,
-                                model=local)
+                                home=self.home, model=local)
         dialog.presets.changed.connect(self.preset_picker.refresh)
         dialog.remotes_changed.connect(self.refresh_remote_models)
-        dialog.server_toggled.connect(lambda: (self.toggle_server(),
-                                               dialog.set_server(self.server_text,
-                                                                 self.server is not None)))
         self.settings_dialog = dialog
         if dialog.exec():
             self.apply_settings(dialog.result_settings(), dialog.result_system_prompt())
@@ -371,7 +469,7 @@ class MainWindow(QMainWindow):
             return
         self.server = ServerTask(self.runtime)
         self.server.started.connect(lambda url, key: self._server_state(
-            f"{url}  (OpenAI: {url}/v1, Ollama: {url}/api)  key: {key}"))
+            f"{url}  (OpenAI: {url}/v1, Ollama: {url}/api)  key: {key}", url, key))
         self.server.stopped.connect(self._server_stopped)
         self._server_state("starting…")
         self.server.start()
@@ -381,14 +479,14 @@ class MainWindow(QMainWindow):
             self.server = None
             self._server_state(f"stopped: {why}")
 
-    def _server_state(self, text: str) -> None:
+    def _server_state(self, text: str, url: str = "", key: str = "") -> None:
         self.server_text = text
-        self.server_label.setText("API server: " + text)
-        dialog = getattr(self, "settings_dialog", None)
-        if dialog is not None:
-            dialog.set_server(text, self.server is not None)
+        # the key stays on the Server page (behind Show), not in the status bar
+        self.server_label.setText("API server: " + (url or text))
+        self.server_page.show_state(text, self.server is not None, url, key)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.status_line.stop()
         self.controller.stop(wait=True)
         for row in self.hub.rows.values():
             if row.task is not None:

@@ -1,4 +1,5 @@
-"""Settings: generation, backend and hardware, appearance, and the local API server."""
+"""Settings: generation, backend and hardware, presets, appearance, remote servers, updates
+and MCP servers. (The local API server has its own page: app.gui.server_page.)"""
 
 from __future__ import annotations
 
@@ -41,12 +42,10 @@ from backends.errors import EmberError
 
 
 class SettingsDialog(QDialog):
-    server_toggled = Signal()
     remotes_changed = Signal()
 
     def __init__(self, settings: Settings, hardware: HardwareProfile, system_prompt: str,
-                 installed: list[str], server_text: str, server_running: bool,
-                 home: Paths | None = None, model: str | None = None) -> None:
+                 installed: list[str], home: Paths | None = None, model: str | None = None) -> None:
         super().__init__()
         self.home = home
         self.setWindowTitle("Settings")
@@ -134,16 +133,6 @@ class SettingsDialog(QDialog):
         self.font_size = QSpinBox(minimum=7, maximum=32, value=settings.font_size)
         form.addRow("Font size", self.font_size)
         layout.addWidget(look)
-
-        server = QGroupBox("Local API server (OpenAI and Ollama compatible)")
-        row = QHBoxLayout(server)
-        self.server_status = QLineEdit(server_text)
-        self.server_status.setReadOnly(True)
-        row.addWidget(self.server_status, 1)
-        self.server_button = QPushButton("Stop" if server_running else "Start")
-        self.server_button.clicked.connect(self.server_toggled)
-        row.addWidget(self.server_button)
-        layout.addWidget(server)
 
         layout.addWidget(self._remotes_box())
         layout.addWidget(self._updates_box(settings))
@@ -244,10 +233,6 @@ class SettingsDialog(QDialog):
         if self.mcp is not None and self.mcp.changed and not self.mcp.save():
             return
         self.accept()
-
-    def set_server(self, text: str, running: bool) -> None:
-        self.server_status.setText(text)
-        self.server_button.setText("Stop" if running else "Start")
 
     def result_settings(self) -> Settings:
         return replace(self.settings, temperature=round(self.temperature.value(), 3),

@@ -32,6 +32,7 @@ class GenerationTask(ThreadTask):
     """Load `model` (if needed), then stream one answer."""
     thread_name = "ember-gui-generate"
     loaded = Signal(object)  # app.runtime.LoadedModel
+    prompt_counted = Signal(int)  # the prompt's tokens, counted by the loaded model
     token = Signal(str)  # a piece of the answer
     reasoning = Signal(str)  # a piece of the thinking
     tool_call = Signal(object)  # backends.base.ToolCallEvent
@@ -68,6 +69,8 @@ class GenerationTask(ThreadTask):
             self.failed.emit(f"{type(e).__name__}: {e}", "load", "")
             return
         self.loaded.emit(loaded)
+        if not remote:
+            self._count_prompt()
         try:
             self._generation = self.runtime.generate(self.model, self.request,
                                                      backend=None if remote else self.backend)
@@ -92,6 +95,17 @@ class GenerationTask(ThreadTask):
             self.failed.emit(str(e), "backend", text)
         except Exception as e:
             self.failed.emit(f"{type(e).__name__}: {e}", "backend", text)
+
+
+    def _count_prompt(self) -> None:
+        """The prompt's tokens, before the first one streams: the context meter shows them
+        while the answer streams (its Stats, with the exact numbers, come at the end). A
+        count that fails only leaves the meter without them; the answer says what is wrong."""
+        try:
+            tokens = self.runtime.count_prompt_tokens(self.model, self.request, self.backend)
+        except EmberError:
+            return
+        self.prompt_counted.emit(tokens)
 
 
 class ThinkingSupportTask(ThreadTask):

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from pathlib import Path
 
+from app.runtime.worker_memory import resident_bytes
 from backends.base import Stats
 
 TTFT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-
-
-def _rss(pid: int | None) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 class Metrics:
@@ -70,6 +60,7 @@ class Metrics:
                   "# HELP ember_model_memory_bytes Resident memory of each loaded model's worker.",
                   "# TYPE ember_model_memory_bytes gauge"]
         for m in loaded:
-            lines.append(f'ember_model_memory_bytes{{model="{m.model.ref}"}} {_rss(m.pid)}')
+            lines.append(f'ember_model_memory_bytes{{model="{m.model.ref}"}} '
+                         f"{resident_bytes(m.pid)}")
         lines += ["# TYPE ember_loaded_models gauge", f"ember_loaded_models {len(loaded)}"]
         return "\n".join(lines) + "\n"

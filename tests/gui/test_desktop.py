@@ -220,7 +220,7 @@ def test_switching_the_check_on_in_settings_saves_it_and_checks_at_once(qtbot, w
     with feed_server() as feed:
         feed.body = json.dumps({"version": "99.0", "url": "https://example.org/99"}).encode()
         w = window_on(f'[app]\nupdate_feed = "{feed.url}"\n')
-        dialog = SettingsDialog(w.settings, w.runtime.hardware, "", [], "stopped", False,
+        dialog = SettingsDialog(w.settings, w.runtime.hardware, "", [],
                                 home=w.home)
         qtbot.addWidget(dialog)
         assert not dialog.update_check.isChecked()

@@ -239,7 +239,7 @@ def test_stop_while_a_call_runs_ends_the_answer_at_once(qtbot, window: MainWindo
 
 
 def test_mcp_json_is_edited_in_settings_and_a_mistake_is_never_saved(qtbot, window: MainWindow):
-    dialog = SettingsDialog(window.settings, window.runtime.hardware, "", [], "stopped", False,
+    dialog = SettingsDialog(window.settings, window.runtime.hardware, "", [],
                             home=window.home)
     qtbot.addWidget(dialog)
     box = dialog.mcp

@@ -391,7 +391,7 @@ def test_a_remote_server_added_in_settings_lists_its_models_and_streams_answers(
         window = build_window(home=home, runtime=rt)
         qtbot.addWidget(window)
         window.show()
-        dialog = SettingsDialog(window.settings, window.runtime.hardware, "", [], "", False,
+        dialog = SettingsDialog(window.settings, window.runtime.hardware, "", [],
                                 home=window.home)
         qtbot.addWidget(dialog)
         dialog.remotes_changed.connect(window.refresh_remote_models)
@@ -426,7 +426,7 @@ def test_the_gpu_layers_setting_reaches_the_load_plan(qtbot, window: MainWindow,
 
 
 def test_speculative_decoding_from_settings_speeds_the_same_answer(qtbot, window: MainWindow):
-    dialog = SettingsDialog(window.settings, window.runtime.hardware, "", ["a-draft"], "", False)
+    dialog = SettingsDialog(window.settings, window.runtime.hardware, "", ["a-draft"])
     qtbot.addWidget(dialog)
     assert dialog.speculative.isEnabled()  # llama.cpp does it
     assert dialog.draft_model.itemText(0) == "none: prompt lookup"

@@ -22,6 +22,18 @@ def test_from_the_source_tree_the_repository_files_are_used(monkeypatch):
     assert resources.source_checkout()
 
 
+def test_the_rail_icons_are_assets_that_ship_in_every_layout(tmp_path, monkeypatch):
+    from app.gui.nav_rail import PAGES, SETTINGS, SHORTCUTS
+
+    names = [f"icons/{item.name}.svg" for item in (*PAGES, SETTINGS, SHORTCUTS)]
+    for name in names:
+        assert "currentColor" in resources.asset(name).read_text()  # drawn in the theme's color
+    packaged = copy_data(tmp_path / "app" / "_data")  # as setup.py and the spec copy assets/
+    monkeypatch.setattr(resources, "PACKAGED", packaged)
+    assert all(resources.asset(name) == packaged / "assets" / name for name in names)
+    assert all(resources.asset(name).is_file() for name in names)
+
+
 def copy_data(folder: Path) -> Path:
     folder.mkdir(parents=True)
     shutil.copy(ROOT / "models.yaml", folder / "models.yaml")

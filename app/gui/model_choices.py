@@ -1,0 +1,55 @@
+"""What the model picker and the Ctrl+K switcher list: each model with where it runs and its
+fit badge for this machine (the same fit labels and colors as the Models page)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.fit import Fit, fits_for
+from app.gui.catalog_page import BADGE_COLOR
+from app.hardware import HardwareProfile
+from app.registry import load_registry
+from app.store import InstalledModel
+from backends.errors import EmberError
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    ref: str  # what the Runtime is asked for (MODEL:QUANT, or ENDPOINT/model)
+    where: str  # the backend that runs it here, or "remote"
+    fit: str = ""  # the fit label ("full GPU", "CPU", ...); "" where none is known
+    color: str = ""  # the badge's color
+    detail: str = ""  # the fit's explanation (memory parts, speed)
+
+    @property
+    def text(self) -> str:
+        return "  ·  ".join(part for part in (self.ref, self.where, self.fit) if part)
+
+
+def installed_fit(model: InstalledModel, hardware: HardwareProfile) -> Fit | None:
+    """The fit of an installed registry model's own variant; None for an imported file the
+    registry does not know (its fit shows when it loads, in the load plan)."""
+    try:
+        spec = load_registry().get(model.id)
+    except EmberError:
+        return None
+    return next((f for f in fits_for(spec, hardware)
+                 if f.quant == model.quant and f.format == model.format), None)
+
+
+def local_choice(model: InstalledModel, where: str, hardware: HardwareProfile) -> ModelChoice:
+    fit = installed_fit(model, hardware)
+    if fit is None:
+        return ModelChoice(model.ref, where)
+    return ModelChoice(model.ref, where, fit.label, BADGE_COLOR[fit.placement], fit.explain())
+
+
+def remote_choice(ref: str) -> ModelChoice:
+    return ModelChoice(ref, "remote", detail="runs on a remote server, in its memory")
+
+
+def matches(choice: ModelChoice, query: str) -> bool:
+    """Every word of the query is in the choice's text (case-insensitive), as in the Models
+    page's search."""
+    text = choice.text.lower()
+    return all(word in text for word in query.lower().split())
