@@ -173,6 +173,19 @@ def test_allowlisted_libraries_are_reported_with_their_reason_not_failed(tmp_pat
     assert entry["reason"].startswith("numpy:") and entry["found"]["avx512"] >= 1
 
 
+def test_a_folder_pattern_allows_only_the_library_at_that_path(tmp_path: Path):
+    """cryptography's `_rust.abi3.so` is allowlisted by its folder: another extension of that
+    generic name elsewhere is still held to the baseline."""
+    bundle = tmp_path / "bundle"
+    build(bundle / "cryptography" / "hazmat" / "bindings", "_rust.abi3.so", AVX512, "-mavx512f")
+    build(bundle / "other", "_rust.abi3.so", AVX512 + "int other(void) { return 1; }\n",
+          "-mavx512f")  # not a copy of the first (copies are checked once)
+    code, report = run_check(bundle)
+    assert code == 1 and list(report["violations"]) == ["other/_rust.abi3.so"]
+    entry = report["allowlisted"]["cryptography/hazmat/bindings/_rust.abi3.so"]
+    assert entry["reason"].startswith("cryptography")
+
+
 def test_copies_and_symlinks_are_checked_once_and_listed_as_aliases(tmp_path: Path):
     bundle = tmp_path / "bundle"
     real = build(bundle, "libv3.so.0.1.0", SOURCE, "-mavx2")
