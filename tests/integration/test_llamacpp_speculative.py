@@ -57,11 +57,15 @@ def test_seeded_sampling_gives_the_same_answer_with_and_without_speculation(stor
     with Runtime(store=store) as rt:
         plain, _ = rt.generate(qwen.ref, edit_request(sampled)).result()
         looked, stats = rt.generate(qwen.ref, edit_request(sampled, LOOKUP)).result()
-        other_seed, _ = rt.generate(qwen.ref, edit_request(
-            SamplingParams(temperature=0.9, top_p=0.95, seed=99, max_tokens=48))).result()
+        # the seed matters, so the equality below means something: an answer that copies
+        # code is nearly certain at most tokens, so one other seed may well agree; of three
+        # (each 48 tokens), one differs
+        others = [rt.generate(qwen.ref, edit_request(SamplingParams(
+            temperature=0.9, top_p=0.95, seed=seed, max_tokens=48))).result()[0]
+            for seed in (99, 7, 2024)]
     assert looked == plain
     assert stats.accepted_tokens > 0
-    assert other_seed != plain  # the seed matters, so the equality above means something
+    assert any(other != plain for other in others)
 
 
 def test_speculating_streams_decoded_together_match_their_solo_runs(store, qwen):

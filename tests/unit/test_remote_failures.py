@@ -25,6 +25,7 @@ from backends.base import (
 )
 from backends.errors import BackendError, RemoteError
 from backends.remote import Endpoint, Received, RemoteBackend, request_body
+from tests.support import fake_openai
 from tests.support.fake_openai import fake_server
 
 ASK = GenerationRequest(messages=(Message("user", "hi"),),
@@ -190,9 +191,7 @@ def test_one_unreachable_endpoint_does_not_hide_the_others_models(tmp_path, fake
     endpoints.add("down", refused_url(), paths=paths)
     with Runtime(store=Store(paths)) as rt:
         models, failed = rt.remote_models()
-    assert {m.ref for m in models} == {f"fake/{m}" for m in
-                                       ("ok", "slow", "stall", "drop", "garbage", "html", "fail",
-                                        "think", "reason", "tool")}
+    assert {m.ref for m in models} == {f"fake/{m}" for m in fake_openai.MODELS}
     assert list(failed) == ["down"] and "cannot connect" in failed["down"]
 
 
