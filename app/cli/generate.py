@@ -296,8 +296,7 @@ def chat(model: str, system: str | None, backend: str | None, quant: str | None,
                         click.echo(f"\nerror: {event.message}", err=True)
             except KeyboardInterrupt:
                 generation.cancel()
-                for _ in generation:  # drain to the final event so the worker is free
-                    pass
+                generation.drain()  # to the final event, so the worker is free
                 printer.end()
                 click.echo("\n[stopped]", err=True)
             if answer:

@@ -40,15 +40,17 @@ class Generation:
             sink = self._events = queue.Queue()
         worker.open_stream(self.stream_id, request, sink)
         self._finished = False
+        self._closed = False  # the stream was given back: nothing more can arrive
 
     def close(self) -> None:
+        self._closed = True
         self._worker.close_stream(self.stream_id)
 
     def __iter__(self) -> Iterator[Event]:
         if self._events is None:
             raise TypeError("this generation's events go to the sink it was given")
         try:
-            while not self._finished:
+            while not self._finished and not self._closed:
                 try:
                     event = self._events.get(timeout=1.0)
                 except queue.Empty:
@@ -61,8 +63,11 @@ class Generation:
                     self._finished = True
                 yield event
         except GeneratorExit:  # the consumer stopped early: stop the work too
+            # (also when Ctrl+C lands in the consumer's loop body rather than in get(): the
+            # loop's iterator is dropped, and a drain() after it must not wait for events
+            # that no longer come)
             self.cancel()
-            self._worker.close_stream(self.stream_id)
+            self.close()
             raise
         except BaseException:
             # e.g. Ctrl+C while waiting: cancel, but keep the stream so that iterating
@@ -70,6 +75,12 @@ class Generation:
             self.cancel()
             raise
         self._worker.close_stream(self.stream_id)
+
+    def drain(self) -> None:
+        """After `cancel()`: read the rest of the stream up to its final event, so the worker
+        is done with it. Returns at once when the stream was already given back."""
+        for _ in self:
+            pass
 
     def cancel(self) -> None:
         if self._finished:
