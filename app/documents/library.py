@@ -161,12 +161,9 @@ class DocumentLibrary:
             raise DocumentLibraryError(f"{path} was written by a newer Ember (schema "
                                        f"{version}); update Ember to open it")
         if version == 0:
-            db.execute("BEGIN IMMEDIATE")  # all tables and the version, or none
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            db.execute("COMMIT")
+            # all tables and the version in one transaction, or none
+            db.executescript(f"BEGIN IMMEDIATE;{SCHEMA}PRAGMA user_version={SCHEMA_VERSION};"
+                             "COMMIT;")
         return db
 
     def close(self) -> None:

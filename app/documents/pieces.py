@@ -85,6 +85,7 @@ def _split_section(name: str, section: Section, count_tokens: Callable[[str], in
             units += [_Unit(number, f, j > 0)
                       for j, f in enumerate(_fragments(line, int(target / per_char * 0.9)))]
 
+    overlap = min(OVERLAP_TOKENS, target / 8)
     chunks: list[list[_Unit]] = []
     chunk: list[_Unit] = []
     fresh = 0  # units of `chunk` not carried over from the chunk before
@@ -93,7 +94,7 @@ def _split_section(name: str, section: Section, count_tokens: Callable[[str], in
         cost = estimate(unit.text)
         if chunk and size + cost > target:
             if fresh:
-                emitted, chunk, fresh = _cut(chunk, estimate)
+                emitted, chunk, fresh = _cut(chunk, estimate, overlap)
                 chunks.append(emitted)
             else:  # only the overlap so far, and the next unit is large: no overlap then
                 chunk, fresh = [], 0
@@ -110,12 +111,12 @@ def _split_section(name: str, section: Section, count_tokens: Callable[[str], in
     return pieces
 
 
-def _cut(chunk: list[_Unit], estimate: Callable[[str], float]
+def _cut(chunk: list[_Unit], estimate: Callable[[str], float], overlap: float
          ) -> tuple[list[_Unit], list[_Unit], int]:
     """Where a full chunk ends, what the next one starts with, and how many of those units
     are new (not in a piece yet): at the last blank line in its second half (nothing shared:
     a paragraph ends there), or else at its end, the next starting with its last lines (up to
-    OVERLAP_TOKENS) again."""
+    `overlap` tokens) again."""
     for j in range(len(chunk) - 1, len(chunk) // 2 - 1, -1):
         if not chunk[j].text.strip() and j > 0:
             return chunk[:j], chunk[j + 1:], len(chunk) - j - 1
@@ -123,7 +124,7 @@ def _cut(chunk: list[_Unit], estimate: Callable[[str], float]
     size = 0.0
     for unit in reversed(chunk[1:]):
         size += estimate(unit.text)
-        if size > OVERLAP_TOKENS:
+        if size > overlap:
             break
         carried.insert(0, unit)
     return chunk, carried, 0
@@ -138,7 +139,7 @@ def _fitting(name: str, page: int | None, units: list[_Unit],
         units = units[:-1]
     if not units:
         return []
-    text = _join(units)
+    text = _join(units).rstrip()  # a fragment cut after a sentence ends in its space
     if count_tokens(text) <= max_tokens:
         return [Piece(name, text, page, units[0].line, units[-1].line)]
     if len(units) == 1:
