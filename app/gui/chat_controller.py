@@ -284,7 +284,7 @@ class ChatController(QObject):
         backend = None if self.settings.backend == "auto" else self.settings.backend
         task = DocumentContextTask(self.runtime, documents.library, self.conversation_id,
                                    question, self.model, self.request(),
-                                   (context, backend, gpu_layers, kv_cache))
+                                   (context, backend, gpu_layers, kv_cache), self.home)
         task.progress.connect(self.status_message)
         task.loaded.connect(self._loaded)
         task.ready.connect(self._context_ready)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 
+from app.config import Paths
 from app.gui.thread_task import ThreadTask
 from app.runtime import Runtime
 from backends.base import GenerationRequest
@@ -99,8 +100,10 @@ class DocumentContextTask(ThreadTask):
 
     def __init__(self, runtime: Runtime, library: DocumentLibrary, conversation_id: int,
                  question: str, model: str, request: GenerationRequest,
-                 load: tuple[int | None, str | None, int | None, str | None]) -> None:
+                 load: tuple[int | None, str | None, int | None, str | None],
+                 home: Paths | None = None) -> None:
         super().__init__()
+        self.home = home  # config.toml's folder: the embedding model setting
         self.runtime, self.library, self.model = runtime, library, model
         self.conversation_id, self.question, self.request = conversation_id, question, request
         self.load = load  # context, backend, gpu layers, KV cache type (as GenerationTask)
@@ -125,7 +128,7 @@ class DocumentContextTask(ThreadTask):
         fit whole need none; the window offers the download when they do not)."""
         from app.documents.embedder import RuntimeEmbedder, embedding_model_setting
 
-        ref = embedding_model_setting()
+        ref = embedding_model_setting(self.home)
         try:
             self.runtime.store.get(ref)
         except EmberError:
