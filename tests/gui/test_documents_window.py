@@ -162,9 +162,9 @@ def test_files_dropped_on_the_message_box_are_attached_not_pasted(
 
 def test_documents_too_long_for_the_context_give_the_best_pieces_with_their_citations(
         qtbot, window: MainWindow, minilm: InstalledModel, tmp_path: Path):
-    # ~9,000 tokens of filler around one fact: more than the 4,096-token context
+    # ~8,000 tokens of filler around one fact: more than the 4,096-token context
     filler = "\n".join(f"Line {i}: the weather report says clouds and light wind."
-                       for i in range(700))
+                       for i in range(300))
     report = tmp_path / "report.txt"
     report.write_text(filler + "\nThe launch code of the rocket is 7319.\n" + filler,
                       encoding="utf-8")
