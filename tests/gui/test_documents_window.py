@@ -188,6 +188,31 @@ def test_documents_too_long_for_the_context_give_the_best_pieces_with_their_cita
     assert again.id != answer.id and window.library.used_by(again.id).pieces == used.pieces
 
 
+def test_without_the_embedding_model_a_long_document_offers_its_download(
+        qtbot, window: MainWindow, home: Paths, tmp_path: Path):
+    # a model name the registry does not know: the download fails at once, offline
+    home.config_file.write_text('[documents]\nembedding_model = "no-such-embedder"\n',
+                                encoding="utf-8")
+    report = tmp_path / "report.txt"
+    report.write_text("\n".join(f"Line {i}: clouds and light wind over the harbour."
+                                for i in range(600)), encoding="utf-8")
+    attach(qtbot, window, report)
+    window.chat.composer.setPlainText("What is the weather?")
+    qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return)
+    wait_idle(qtbot, window)
+    conv = window.controller.conversation_id
+    assert [m.role for m in window.history.messages(conv)] == ["user"]  # not answered
+    banner = window.chat.banner_message()
+    assert "needs the embedding model no-such-embedder, which is not installed" in banner
+    button = window.chat.banner_buttons["Download the embedding model"]
+    assert button.isVisible() and window.chat.banner_buttons["Retry"].isVisible()
+    button.click()
+    assert window.pages.currentWidget() is window.hub  # the download, on the Models page
+    row = window.hub.rows["no-such-embedder"]
+    qtbot.waitUntil(lambda: row.state == "failed", timeout=30_000)
+    assert "no-such-embedder" in row.detail.text()
+
+
 def test_the_chips_show_each_document_and_detach_by_id(qtbot):
     chips = DocumentChips()
     qtbot.addWidget(chips)
