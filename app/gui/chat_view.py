@@ -309,9 +309,8 @@ class ChatView(QWidget):
         row = QHBoxLayout()
         self.attach = QToolButton()
         self.attach.setObjectName("attach")
-        self.attach.setIcon(themed_icon("paperclip", QApplication.palette().color(
-            QPalette.ColorRole.WindowText)))
         self.attach.setText("Attach")
+        self._paint_icons()
         self.attach.setToolTip("Attach files to this chat: text and code, Markdown, PDF, "
                                ".docx (or drop them here)")
         self.attach.clicked.connect(self.choose_files)
@@ -344,6 +343,16 @@ class ChatView(QWidget):
         self._scroll_timer.timeout.connect(self._scroll_to_end)
         self.set_context_use(0, 0)
         self.setAcceptDrops(True)
+
+    def _paint_icons(self) -> None:
+        self.attach.setIcon(themed_icon("paperclip", QApplication.palette().color(
+            QPalette.ColorRole.WindowText)))
+
+    def changeEvent(self, event: QEvent) -> None:
+        # a theme applied after the window was built, or changed in Settings (as the rail)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self._paint_icons()
+        super().changeEvent(event)
 
     def choose_files(self) -> QFileDialog:
         """The paperclip: Qt's own file dialog (the same everywhere), without blocking; the
