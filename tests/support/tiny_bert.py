@@ -60,7 +60,8 @@ def weights(seed: int = 0) -> dict[str, np.ndarray]:
         for m in ("attention.self.query", "attention.self.key", "attention.self.value",
                   "attention.output.dense"):
             t[p + m + ".weight"], t[p + m + ".bias"] = r(HIDDEN, HIDDEN), r(HIDDEN)
-        t[p + "intermediate.dense.weight"], t[p + "intermediate.dense.bias"] = r(FFN, HIDDEN), r(FFN)
+        t[p + "intermediate.dense.weight"] = r(FFN, HIDDEN)
+        t[p + "intermediate.dense.bias"] = r(FFN)
         t[p + "output.dense.weight"], t[p + "output.dense.bias"] = r(HIDDEN, FFN), r(HIDDEN)
         for m in ("attention.output.LayerNorm", "output.LayerNorm"):
             t[p + m + ".weight"], t[p + m + ".bias"] = 1 + r(HIDDEN), r(HIDDEN)

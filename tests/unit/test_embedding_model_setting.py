@@ -18,7 +18,8 @@ def test_without_a_setting_documents_use_minilm(isolated_home: Paths):
 
 def test_the_users_setting_wins(isolated_home: Paths):
     isolated_home.home.mkdir(parents=True)
-    isolated_home.config_file.write_text('[documents]\nembedding_model = " nomic-embed-text-v1.5 "\n')
+    isolated_home.config_file.write_text(
+        '[documents]\nembedding_model = " nomic-embed-text-v1.5 "\n')
     assert embedding_model_setting() == "nomic-embed-text-v1.5"  # EMBER_HOME from the fixture
 
 
