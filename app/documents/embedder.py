@@ -128,12 +128,18 @@ class RuntimeEmbedder:
 
 
 def _cut_to(text: str, room: int, count_tokens: Callable[[str], int]) -> str:
-    """`text`, cut at the end until it has at most `room` tokens."""
-    n = count_tokens(text)
-    while n > room and text:
-        text = text[:max(int(len(text) * room / n * 0.95), 0)]
-        n = count_tokens(text)
-    return text
+    """The longest beginning of `text` with at most `room` tokens (a binary search over its
+    length: a dozen counts for a long question)."""
+    if count_tokens(text) <= room:
+        return text
+    low, high = 0, len(text)  # text[:low] fits, text[:high] does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if count_tokens(text[:middle]) <= room:
+            low = middle
+        else:
+            high = middle
+    return text[:low]
 
 
 def _registry_spec(model_id: str) -> ModelSpec | None:

@@ -50,7 +50,7 @@ class ConversionError(EmberError):
 @dataclass(frozen=True)
 class Vocabulary:
     tokens: list[str]
-    types: list[int]  # gguf.TokenType values
+    types: list[gguf.TokenType]
 
 
 def _json(path: Path) -> dict:
@@ -93,7 +93,7 @@ def read_vocabulary(folder: Path, vocab_size: int) -> Vocabulary:
     return Vocabulary([_phantom(t, k) for t, k in zip(tokens, types, strict=True)], types)
 
 
-def _phantom(token: str, kind: int) -> str:
+def _phantom(token: str, kind: gguf.TokenType) -> str:
     if kind == gguf.TokenType.CONTROL:
         return token
     if token.startswith("##"):

