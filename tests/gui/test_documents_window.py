@@ -161,31 +161,38 @@ def test_files_dropped_on_the_message_box_are_attached_not_pasted(
 
 
 def test_documents_too_long_for_the_context_give_the_best_pieces_with_their_citations(
-        qtbot, window: MainWindow, minilm: InstalledModel, tmp_path: Path):
-    # ~8,000 tokens of filler around one fact: more than the 4,096-token context
+        qtbot, window: MainWindow, runtime: Runtime, qwen: InstalledModel,
+        minilm: InstalledModel, tmp_path: Path):
+    window.settings.context = 1024  # a small context: a short document overflows it
+    # ~1,400 tokens of filler around one fact: more than the 1,024-token context
     filler = "\n".join(f"Line {i}: the weather report says clouds and light wind."
-                       for i in range(300))
+                       for i in range(50))
     report = tmp_path / "report.txt"
     report.write_text(filler + "\nThe launch code of the rocket is 7319.\n" + filler,
                       encoding="utf-8")
     attach(qtbot, window, report)
-    ask(qtbot, window, "What is the launch code of the rocket?")
-    wait_idle(qtbot, window)
-    conv = window.controller.conversation_id
-    answer = window.history.messages(conv)[-1]
-    assert answer.status == "complete", window.chat.banner_message()
-    used = window.library.used_by(answer.id)
-    assert used is not None and not used.whole and len(used.pieces) >= 1
-    assert any("7319" in p.text for p in used.pieces)  # the piece with the fact was chosen
-    block = answer_widget(window).sources
-    assert block.isVisible() and block.sources == sources_of(used)
-    assert all(s.citation.startswith("report.txt, line") for s in block.sources)
+    try:
+        ask(qtbot, window, "What is the launch code of the rocket?")
+        wait_idle(qtbot, window)
+        assert runtime.loaded()[0].plan.context == 1024
+        conv = window.controller.conversation_id
+        answer = window.history.messages(conv)[-1]
+        assert answer.status == "complete", window.chat.banner_message()
+        used = window.library.used_by(answer.id)
+        assert used is not None and not used.whole and len(used.pieces) >= 1
+        assert any("7319" in p.text for p in used.pieces)  # the piece with the fact
+        assert used.tokens <= 1024 - 6
+        block = answer_widget(window).sources
+        assert block.isVisible() and block.sources == sources_of(used)
+        assert all(s.citation.startswith("report.txt, line") for s in block.sources)
 
-    # a regenerated answer is given the same pieces (no new search)
-    qtbot.mouseClick(window.chat.regenerate, Qt.MouseButton.LeftButton)
-    wait_idle(qtbot, window)
-    again = window.history.messages(conv)[-1]
-    assert again.id != answer.id and window.library.used_by(again.id).pieces == used.pieces
+        # a regenerated answer is given the same pieces (no new search)
+        qtbot.mouseClick(window.chat.regenerate, Qt.MouseButton.LeftButton)
+        wait_idle(qtbot, window)
+        again = window.history.messages(conv)[-1]
+        assert again.id != answer.id and window.library.used_by(again.id).pieces == used.pieces
+    finally:
+        runtime.load(qwen.ref, context=4096)  # the shared Runtime as it was
 
 
 def test_without_the_embedding_model_a_long_document_offers_its_download(
