@@ -346,7 +346,8 @@ class ChatController(QObject):
                 last_stats = m.stats
         self._show_versions()
         self.preset_shown.emit(conv.preset)
-        used = (last_stats["prompt_tokens"] + last_stats["completion_tokens"]
+        # .get: an imported file's stats need not hold every count
+        used = (last_stats.get("prompt_tokens", 0) + last_stats.get("completion_tokens", 0)
                 if last_stats else 0)
         self.context_size = self.contexts.get(self.model or "", 0)
         self.view.set_context_use(used, self.context_size)

@@ -8,6 +8,7 @@ tokens. The same on a real X server is test_documents_xcb.py."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,6 +219,44 @@ def test_without_the_embedding_model_a_long_document_offers_its_download(
     row = window.hub.rows["no-such-embedder"]
     qtbot.waitUntil(lambda: row.state == "failed", timeout=30_000)
     assert "no-such-embedder" in row.detail.text()
+
+
+def test_stop_while_the_documents_are_chosen_leaves_the_question_unanswered(
+        qtbot, window: MainWindow, tmp_path: Path):
+    notes = tmp_path / "fruit.txt"
+    notes.write_text(FRUIT, encoding="utf-8")
+    attach(qtbot, window, notes)
+    window.chat.composer.setPlainText("What is the secret fruit?")
+    qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return)
+    # choosing the documents comes first, off the UI thread: Stop is offered at once
+    assert window.controller.busy and window.controller.task is None
+    assert window.chat.send.text() == "Stop"
+    qtbot.mouseClick(window.chat.send, Qt.MouseButton.LeftButton)
+    assert not window.controller.busy and window.chat.send.text() == "Send"
+    qtbot.wait(1000)  # the documents' answer, when it comes, starts nothing
+    conv = window.controller.conversation_id
+    assert window.controller.task is None
+    assert [m.role for m in window.history.messages(conv)] == ["user"]
+
+
+def test_an_imported_answer_shows_the_citations_its_export_kept(
+        qtbot, window: MainWindow, tmp_path: Path):
+    export = {"format": "ember.conversations", "version": 1, "conversations": [{
+        "title": "Fruit", "model": None, "system_prompt": "", "created_at": 1.0,
+        "updated_at": 1.0, "messages": [
+            {"id": 1, "parent": None, "role": "user", "content": "What fruit?",
+             "status": "complete", "created_at": 1.0},
+            {"id": 2, "parent": 1, "role": "assistant", "content": "Mango.",
+             "status": "complete", "created_at": 2.0,
+             "stats": {"completion_tokens": 2, "sources": ["fruit.txt, lines 1-2"]}}]}]}
+    path = tmp_path / "fruit.json"
+    path.write_text(json.dumps(export), encoding="utf-8")
+    [conv] = window.import_from(str(path))
+    assert window.controller.conversation_id == conv
+    block = answer_widget(window).sources
+    assert block.toggle.text() == "Sources: fruit.txt, lines 1-2"
+    block.toggle.click()
+    assert block.pieces.text() == "— fruit.txt, lines 1-2"  # the text stayed in documents.db
 
 
 def test_the_chips_show_each_document_and_detach_by_id(qtbot):
