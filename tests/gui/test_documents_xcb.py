@@ -2,7 +2,7 @@
 Linux desktop; the other window tests run offscreen): a file attached through the paperclip's
 file dialog, a question about it answered by the real Qwen2.5-Coder-0.5B, a second version
 from Regenerate, back to the first with "<", and Ctrl+E's Markdown export, which lists the
-answer and its sources. The session runs in its own process (tests/support/
+answer and its sources (a screenshot is kept in build/ci-artifacts/). The session runs in its own process (tests/support/
 documents_session.py): this test process already chose the offscreen platform."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tests.support import REPO
 from tests.support.desktop import desktop_env, home_with_model, xvfb
 
 SHORT_ANSWERS = "[app]\nmax_tokens = 6\ntemperature = 0.0\n"
+SCREENSHOT = REPO / "build" / "ci-artifacts" / "documents-xcb.png"  # for a person to look at
 FRUIT = "The secret fruit of the garden is mango.\nNobody else knows it.\n"
 
 
@@ -30,7 +31,7 @@ def test_on_x11_a_file_is_attached_asked_about_branched_and_exported_with_its_so
     with xvfb() as display:
         done = subprocess.run(
             [sys.executable, "-m", "tests.support.documents_session", str(document),
-             str(export), str(result)], env=desktop_env(display, home), cwd=REPO,
+             str(export), str(result), str(SCREENSHOT)], env=desktop_env(display, home), cwd=REPO,
             capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     seen = json.loads(result.read_text(encoding="utf-8"))

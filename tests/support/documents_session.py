@@ -3,7 +3,7 @@ server of DISPLAY (tests/gui/test_documents_xcb.py): the paperclip's file dialog
 file, a question about it is typed and answered, Regenerate makes a second version and "<"
 on the switcher goes back to the first, and Ctrl+E exports the conversation as Markdown.
 
-    python -m tests.support.documents_session FILE EXPORT.md RESULT.json
+    python -m tests.support.documents_session FILE EXPORT.md RESULT.json SCREENSHOT.png
 
 EMBER_HOME holds the model and config.toml. What it saw goes to RESULT.json; any step that
 does not happen is an AssertionError (exit status 1, the traceback on stderr).
@@ -34,7 +34,7 @@ def wait_until(app: QApplication, done: Callable[[], bool], what: str,
         time.sleep(0.01)
 
 
-def run(document: Path, export: Path) -> dict:
+def run(document: Path, export: Path, screenshot: Path) -> dict:
     from app.gui import build_window
     from app.gui.branch_switcher import BranchSwitcher
 
@@ -87,6 +87,10 @@ def run(document: Path, export: Path) -> dict:
         w.export_dialog.path.setText(str(export))
         QTest.mouseClick(w.export_dialog.save_button, Qt.MouseButton.LeftButton)
         wait_until(app, lambda: export.exists(), "the export file", 10)
+        w.chat.messages[1].sources.toggle.click()  # for a person to look at: the pieces
+        app.processEvents()
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        w.grab().save(str(screenshot))
         return {"platform": app.platformName(), "first": first, "sources": sources,
                 "second_sources": second_sources, "label": label, "shown": shown,
                 "shown_sources": shown_sources}
@@ -98,8 +102,8 @@ def run(document: Path, export: Path) -> dict:
 
 
 def main() -> None:
-    document, export, result = (Path(a) for a in sys.argv[1:4])
-    result.write_text(json.dumps(run(document, export)), encoding="utf-8")
+    document, export, result, screenshot = (Path(a) for a in sys.argv[1:5])
+    result.write_text(json.dumps(run(document, export, screenshot)), encoding="utf-8")
 
 
 if __name__ == "__main__":
