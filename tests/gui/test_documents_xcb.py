@@ -2,8 +2,8 @@
 Linux desktop; the other window tests run offscreen): a file attached through the paperclip's
 file dialog, a question about it answered by the real Qwen2.5-Coder-0.5B, a second version
 from Regenerate, back to the first with "<", and Ctrl+E's Markdown export, which lists the
-answer and its sources (a screenshot is kept in build/ci-artifacts/). The session runs in its own process (tests/support/
-documents_session.py): this test process already chose the offscreen platform."""
+answer and its sources (a screenshot is kept in build/ci-artifacts/). The session runs in
+its own process (tests/support/documents_session.py): this test process is offscreen."""
 
 from __future__ import annotations
 
