@@ -6,6 +6,10 @@ version of every turn (the whole tree, each message's parent and shown child), t
 calls and results, statuses and stats. Importing it back gives the same conversations under
 new ids: exporting those again gives the same file, less the ids.
 
+An answer made with the chat's documents keeps the citations of the pieces it was given in
+its stats (`stats["sources"]`): Markdown lists them under the answer, JSON carries them both
+ways. The pieces' text and the documents themselves stay in documents.db (not exported).
+
 An import reads and checks the whole file before it writes anything, and then writes it in one
 transaction: a file that is not Ember's, or is damaged anywhere, is an ImportFormatError that
 says where (`conversations[0].messages[3].role: ...`) and changes nothing.
@@ -233,6 +237,9 @@ def _message_markdown(m: StoredMessage, version: tuple[int, int] | None) -> str:
     for call in m.tool_calls:
         parts.append(f"Tool call `{call.name}` (id `{call.id}`):\n\n"
                      + fence(_pretty(call.arguments), "json"))
+    cited = [c for c in (m.stats or {}).get("sources") or [] if isinstance(c, str)]
+    if cited:  # the document pieces the answer was given (app.gui.chat_controller)
+        parts.append("Sources:\n\n" + "\n".join(f"- {c}" for c in cited))
     if m.status in ("interrupted", "stopped", "error"):
         parts.append(f"*({m.status})*")
     return "\n\n".join(parts)

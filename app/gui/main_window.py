@@ -58,9 +58,10 @@ from backends.errors import EmberError
 
 class MainWindow(QMainWindow):
     def __init__(self, runtime: Runtime, history: History, settings: Settings,
-                 home: Paths, settings_error: str = "") -> None:
+                 home: Paths, settings_error: str = "", library=None) -> None:
         super().__init__()
         self.runtime, self.history, self.settings, self.home = runtime, history, settings, home
+        self.library = library  # app.documents.library.DocumentLibrary: the chats' documents
         self.settings_error = settings_error  # a broken config.toml is never overwritten
         self.server: ServerTask | None = None
         self.server_text = "stopped"
@@ -71,7 +72,7 @@ class MainWindow(QMainWindow):
         self.chat = ChatView(dark=settings.theme == "dark")
         self.chat_tools = ChatTools(home)  # MCP servers of mcp.json, closed with the window
         self.controller = ChatController(self.chat, history, runtime, settings, home,
-                                         self.chat_tools)
+                                         self.chat_tools, library)
         self.pages = QStackedWidget()
         self.pages.addWidget(self.chat)
         self.machine_page = QScrollArea()
@@ -122,6 +123,8 @@ class MainWindow(QMainWindow):
         self.server_label = QLabel()
         self.statusBar().addPermanentWidget(self.server_label)
         self.controller.stats_shown.connect(self.status_line.show_stats)
+        self.controller.status_message.connect(self._status_message)
+        self.controller.embedding_model_wanted.connect(self._download_from_machine_page)
         self.controller.busy_changed.connect(lambda _busy: self.status_line.refresh())
 
         self._bind_shortcuts()
@@ -363,6 +366,15 @@ class MainWindow(QMainWindow):
             self.controller.conversation_id = None
             self.chat.clear()
             self.chat.title.setText("")
+            if self.controller.documents is not None:
+                self.controller.documents.show(None)
+
+    def _status_message(self, text: str) -> None:
+        """Progress of the chat's documents (reading, embedding); "" clears it."""
+        if text:
+            self.statusBar().showMessage(text, 15000)
+        else:
+            self.statusBar().clearMessage()
 
     # export and import
 

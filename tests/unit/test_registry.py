@@ -37,12 +37,12 @@ def test_unknown_quantization_lists_known_ones():
 
 def recomputed_params(arch) -> int:
     """Parameters from the architecture numbers: embeddings (twice when the output matrix is
-    not tied), per layer Q/K/V/O projections, a gated MLP (3 matrices; times the experts and
-    a router for MoE) and two norms, plus the final norm."""
+    not tied), per layer Q/K/V/O projections, a gated MLP (3 matrices, 2 for BERT's plain
+    one; times the experts and a router for MoE) and two norms, plus the final norm."""
     q = arch.heads * arch.head_dim
     kv = arch.kv_heads * arch.head_dim
     attention = arch.hidden * q + 2 * arch.hidden * kv + q * arch.hidden
-    mlp = 3 * arch.hidden * arch.ffn
+    mlp = (3 if arch.gated_ffn else 2) * arch.hidden * arch.ffn
     if arch.experts:
         mlp = mlp * arch.experts + arch.hidden * arch.experts
     embeddings = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
@@ -81,7 +81,7 @@ def test_every_variant_is_complete():
             assert v.size_bytes > 0, (m.id, v.quant)
             assert v.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", v.sha256), (m.id, v.quant)
             for s in v.sources:
-                assert s.kind in ("hf", "mirror")
+                assert s.kind in ("hf", "mirror", "pypi-model")
                 if s.kind == "hf":
                     assert s.repo and "/" in s.repo, (m.id, v.quant)
                     assert v.format != "gguf" or s.file, (m.id, v.quant)
