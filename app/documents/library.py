@@ -247,6 +247,8 @@ class DocumentLibrary:
         they fit, else the pieces closest to the question, found with `embedder` (embedding
         any pieces not embedded yet, reported through `on_progress`)."""
         attached = self.documents(conversation_id)
+        if not attached:
+            return DocumentContext(True, (), "", 0, conversation_id)
         docs = [self.document(a.id) for a in attached]
         whole = whole_context([p for d in docs for p in _whole_pieces(d)], count_tokens,
                               conversation_id)
