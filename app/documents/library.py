@@ -7,13 +7,15 @@ model's ref: another model splits and embeds again. Vectors are saved batch by b
 embedding run that is stopped goes on where it stopped.
 
 Search is cosine similarity in numpy over the conversation's vectors (unit length, so a dot
-product). Measured for 10,000 x 384 float32 vectors (benchmarks/document_search.py, 2-core
-x86-64): numpy takes about 1 ms a query once the matrix is in memory and about 10 ms to read
-it from SQLite; sqlite-vec 0.1.9's brute-force `vec0` scan takes several ms a query as well,
-so it would buy nothing at this size (a conversation's documents are thousands of pieces, not
-millions) and it is a native extension Python's sqlite3 must be allowed to load: Ember's own
-Python (python-build-standalone) is built without `enable_load_extension`, as is macOS's
-system Python. numpy it is.
+product). Measured with benchmarks/document_search.py for 10,000 x 384 float32 vectors, the
+top 20, on the shared 2-core x86-64 machine (medians, load average 3-4): numpy reads the BLOBs
+from SQLite and searches them in 19-42 ms (the product alone, in memory: 0.3-1 ms);
+sqlite-vec 0.1.9's `vec0` KNN query takes 7-8 ms, its `vec_distance_cosine` scan 14 ms, with
+the same top 20. Tens of milliseconds either way, against seconds to embed the question and
+answer it, so sqlite-vec buys nothing that matters at a conversation's size (thousands of
+pieces, not millions), and it is a native extension that Python's sqlite3 must be allowed to
+load: the Python Ember is developed and bundled with (pyenv's 3.11 build) has no
+`enable_load_extension`, so it could not load it at all. numpy it is.
 
 Same manners as app/history.py: WAL, one transaction per change, a damaged file is moved
 aside (never deleted) and a new one started, the schema's version in SQLite's user_version.
@@ -245,6 +247,8 @@ class DocumentLibrary:
         they fit, else the pieces closest to the question, found with `embedder` (embedding
         any pieces not embedded yet, reported through `on_progress`)."""
         attached = self.documents(conversation_id)
+        if not attached:
+            return DocumentContext(True, (), "", 0, conversation_id)
         docs = [self.document(a.id) for a in attached]
         whole = whole_context([p for d in docs for p in _whole_pieces(d)], count_tokens,
                               conversation_id)

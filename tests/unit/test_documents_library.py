@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from fpdf import FPDF
 
+from app.documents.context import DocumentContext
 from app.documents.library import DocumentLibrary, DocumentLibraryError
 from app.documents.pieces import Piece
 from app.documents.reader import DocumentError
@@ -94,6 +95,7 @@ def test_an_attached_document_outlives_its_file_and_a_restart(tmp_path: Path):
     again = DocumentLibrary(tmp_path / "documents.db")
     assert again.documents(7) == [attached]
     assert again.documents(8) == []
+    assert again.context_for(8, "anything?", 0, words) == DocumentContext(True, (), "", 0, 8)
     context = again.context_for(7, "when do we ship?", 1000, words)
     assert context.whole and context.pieces == (Piece("notes.md", "# Plan\n\nShip on Friday.\n",
                                                        None, 1, 4),)
