@@ -81,6 +81,9 @@ def test_converted_model_embeds_as_the_original_weights_do(embedder, minilm_fold
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
     cosines = (ours * reference).sum(axis=1)
     assert cosines.min() >= 0.999, cosines  # F16 matrices: not bit for bit
+    # more texts than one Runtime call carries: the rows stay in order across calls
+    twice = embedder.embed_documents(SENTENCES * 2)
+    np.testing.assert_allclose(twice, np.vstack([ours, ours]), atol=1e-6)
 
 
 def test_llama_cpp_splits_words_as_the_models_own_tokenizer(embedder, minilm_folder):
