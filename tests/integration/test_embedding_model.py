@@ -81,6 +81,9 @@ def test_converted_model_embeds_as_the_original_weights_do(embedder, minilm_fold
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
     cosines = (ours * reference).sum(axis=1)
     assert cosines.min() >= 0.999, cosines  # F16 matrices: not bit for bit
+    # more texts than one Runtime call carries: the rows stay in order across calls
+    twice = embedder.embed_documents(SENTENCES * 2)
+    np.testing.assert_allclose(twice, np.vstack([ours, ours]), atol=1e-6)
 
 
 def test_llama_cpp_splits_words_as_the_models_own_tokenizer(embedder, minilm_folder):
@@ -119,3 +122,14 @@ def test_a_piece_of_max_tokens_embeds_and_one_more_token_is_refused(embedder):
     # a question longer than the model reads is embedded from its beginning
     assert np.allclose(embedder.embed_query(word * 600), embedder.embed_query(word * 510),
                        atol=1e-6)
+
+
+def test_asking_the_embedding_model_to_generate_is_a_clear_error(embedder):
+    from backends.base import GenerationRequest, Message
+    from backends.errors import InvalidRequestError
+
+    request = GenerationRequest(messages=(Message("user", "hello"),))
+    with pytest.raises(InvalidRequestError, match="all-minilm-l6-v2:F16 is an embedding model: "
+                                                  "it embeds text"):
+        embedder._runtime.generate(embedder.model, request).result()
+    assert embedder.embed_query("still embeds").shape == (384,)  # the worker lives on

