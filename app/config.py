@@ -41,6 +41,11 @@ class Paths:
         return self.home / "history.db"
 
     @property
+    def documents_db(self) -> Path:
+        """The documents attached to conversations (app.documents.library)."""
+        return self.home / "documents.db"
+
+    @property
     def config_file(self) -> Path:
         return self.home / "config.toml"
 

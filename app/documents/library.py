@@ -256,9 +256,11 @@ class DocumentLibrary:
             return whole
         names = _names([d.name for d in docs])
         if embedder is None:
+            from app.config import Paths
             from app.documents.embedder import embedding_model_setting
 
-            model = embedding_model_setting()
+            # the setting of the data folder this library lives in (not only $EMBER_HOME's)
+            model = embedding_model_setting(Paths(self.path.parent))
             raise DocumentError(names, f"{whole.tokens:,} tokens of text, more than the "
                                        f"{budget_tokens:,} the prompt has room for, so Ember "
                                        "searches them for what the question needs with the "
@@ -369,8 +371,9 @@ class DocumentLibrary:
 
 def _whole_pieces(doc: Document) -> list[Piece]:
     """Each section of `doc` as one piece (a page, or a whole text file)."""
+    # a file's last line ends with a newline: that is not one more line
     return [Piece(doc.name, s.text, s.page, s.first_line,
-                  s.first_line + s.text.count("\n"))
+                  s.first_line + s.text.rstrip("\n").count("\n"))
             for s in doc.sections if s.text.strip()]
 
 

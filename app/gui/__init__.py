@@ -14,7 +14,6 @@ from app.config import Paths, paths
 
 log = logging.getLogger(__name__)
 START_FAILED = 1  # the exit status when the window could not be started
-DOCUMENTS_DB = "documents.db"
 
 
 def build_window(home: Paths | None = None, runtime=None, hardware=None):
@@ -36,7 +35,7 @@ def build_window(home: Paths | None = None, runtime=None, hardware=None):
         runtime = Runtime(store=Store(p), hardware=hardware)
     history = History(p.history_db)
     # beside the history: the documents attached to its conversations
-    library = DocumentLibrary(p.history_db.with_name(DOCUMENTS_DB))
+    library = DocumentLibrary(p.documents_db)
     return MainWindow(runtime, history, settings, p, error, library)
 
 

@@ -98,8 +98,8 @@ def test_an_attached_document_outlives_its_file_and_a_restart(tmp_path: Path):
     assert again.context_for(8, "anything?", 0, words) == DocumentContext(True, (), "", 0, 8)
     context = again.context_for(7, "when do we ship?", 1000, words)
     assert context.whole and context.pieces == (Piece("notes.md", "# Plan\n\nShip on Friday.\n",
-                                                       None, 1, 4),)
-    assert context.prompt_text.endswith("[notes.md, lines 1-4]\n# Plan\n\nShip on Friday.\n")
+                                                       None, 1, 3),)
+    assert context.prompt_text.endswith("[notes.md, lines 1-3]\n# Plan\n\nShip on Friday.\n")
     assert context.tokens == words(context.prompt_text)
 
 
@@ -215,6 +215,15 @@ def test_without_an_embedder_too_much_text_names_the_model_to_install(
     assert message.startswith("book.pdf: ")
     assert "more than the 100 the prompt has room for" in message
     assert "ember pull all-minilm-l6-v2" in message
+
+
+def test_the_model_to_install_is_the_one_set_in_the_librarys_own_data_folder(tmp_path: Path):
+    (tmp_path / "config.toml").write_text(
+        '[documents]\nembedding_model = "nomic-embed-text-v1.5"\n', encoding="utf-8")
+    library = DocumentLibrary(tmp_path / "documents.db")  # not $EMBER_HOME's folder
+    library.attach(1, write_book(tmp_path / "book.pdf"))
+    with pytest.raises(DocumentError, match="ember pull nomic-embed-text-v1.5"):
+        library.context_for(1, "code?", 100, words)
 
 
 def test_a_budget_smaller_than_any_piece_says_so(library: DocumentLibrary, tmp_path: Path):
