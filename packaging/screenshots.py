@@ -4,8 +4,9 @@
     QT_QPA_PLATFORM=offscreen python packaging/screenshots.py [OUT_DIR]
 
 Pages: first-run (an empty data folder), chat (a real answer of the installed
-Qwen2.5-Coder-0.5B, EMBER_HOME or the test home), models, machine, server (running), settings,
-switcher (Ctrl+K) and find (Ctrl+F).
+Qwen2.5-Coder-0.5B, EMBER_HOME or the test home), documents (a file attached, asked about,
+its Sources opened), models, machine, server (running), settings, switcher (Ctrl+K) and find
+(Ctrl+F).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QPoint
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -32,6 +33,13 @@ from app.store import Store
 THEMES = {"light": "", "dark": "-dark"}
 QUESTION = ("Write a Python function that checks whether a string is a palindrome, with a "
             "short explanation.")
+NOTES = """# Release plan
+
+- 2.0 beta: March 3, for the people on the test list.
+- 2.0 release: April 14, after the translations are in.
+- Known issue: the installer needs 600 MB free on the system disk.
+"""
+DOCUMENT_QUESTION = "When is the 2.0 release, and what does the installer need?"
 
 
 def settle(app: QApplication, seconds: float = 0.4) -> None:
@@ -63,10 +71,37 @@ def shoot(app: QApplication, widget: QWidget, out: Path, name: str, theme: str,
     print(f"  {path}", flush=True)
 
 
+def open_chat(w: MainWindow, conv_id: int) -> None:
+    """As a click on the conversation in the list."""
+    items = w.conversations.list
+    for row in range(items.count()):
+        if items.item(row).data(Qt.ItemDataRole.UserRole) == conv_id:
+            items.setCurrentItem(items.item(row))
+
+
+def unfold_sources(w: MainWindow) -> None:
+    for message in w.chat.messages:
+        block = getattr(message, "sources", None)
+        if block is not None and not block.isHidden() and not block.unfolded:
+            block.toggle.click()
+
+
+def ask(app: QApplication, w: MainWindow, question: str) -> None:
+    w.chat.composer.setPlainText(question)
+    w.controller.send()
+    while w.controller.busy:
+        settle(app, 0.05)
+
+
 def pages(app: QApplication, w: MainWindow, out: Path, theme: str,
           settings: Callable[[], SettingsDialog]) -> None:
     use_theme(app, w, theme)
     w.show_chat()
+    chats = [c.id for c in w.history.conversations()]  # newest first: the documents chat
+    open_chat(w, chats[0])
+    unfold_sources(w)
+    shoot(app, w, out, "documents", theme)
+    open_chat(w, chats[1])
     shoot(app, w, out, "chat", theme)
     w.show_hub("qwen2.5-coder-1.5b-instruct")
     shoot(app, w, out, "models", theme)
@@ -116,10 +151,14 @@ def main() -> None:
             w.resize(1240, 800)
             w.show()
             w.new_chat()
-            w.chat.composer.setPlainText(QUESTION)
-            w.controller.send()
-            while w.controller.busy:
+            ask(app, w, QUESTION)
+            w.new_chat()
+            notes = Path(tmp) / "release-plan.md"
+            notes.write_text(NOTES, encoding="utf-8")
+            w.controller.attach_files([notes])
+            while w.controller.documents is not None and w.controller.documents.attaching:
                 settle(app, 0.05)
+            ask(app, w, DOCUMENT_QUESTION)
             w.toggle_server()
             while "key:" not in w.server_text and w.server is not None:
                 settle(app, 0.05)
