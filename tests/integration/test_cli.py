@@ -127,10 +127,19 @@ def test_chat_keeps_history_and_understands_commands(qwen):
 
 
 def test_ctrl_c_stops_the_answer_but_not_the_chat(qwen):
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "chat", qwen.id,
-                             "--temperature", "0", "--max-tokens", "2000"],
-                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # A chat in a terminal starts with Ctrl+C's signal at its default. The test run may not
+    # have it so: a job started in the background by a non-interactive shell (`cmd &`, as CI
+    # scripts do) ignores SIGINT, and a child inherits that across exec, where Python then
+    # leaves it ignored. So the chat is started with the default disposition, as a terminal
+    # would start it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "chat", qwen.id,
+                                 "--temperature", "0", "--max-tokens", "2000"],
+                                cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     out: list[str] = []
     err: list[str] = []
     threading.Thread(target=lambda: out.extend(iter(lambda: proc.stdout.read(1), "")),
