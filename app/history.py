@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.history_tree import Version, shown_path, versions
+from app.sqlite_file import connect, open_or_set_aside
 from backends.base import ToolCall
 from backends.errors import EmberError
 
@@ -197,32 +198,14 @@ class History:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.recovered_from: Path | None = None  # a damaged file moved aside at open
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        try:
-            self._db = self._open(path)
-        except sqlite3.DatabaseError:
-            # Never overwrite the user's file: keep it under another name, start a new one.
-            aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
-            path.rename(aside)
-            for extra in ("-wal", "-shm"):
-                sidecar = path.with_name(path.name + extra)
-                if sidecar.exists():
-                    sidecar.rename(aside.with_name(aside.name + extra))
-            self.recovered_from = aside
-            self._db = self._open(path)
+        # a damaged file is kept under another name (recovered_from), a new one started
+        self._db, self.recovered_from = open_or_set_aside(path, self._open)
         self.interrupted_on_open = self._mark_interrupted()
 
     @staticmethod
     def _open(path: Path) -> sqlite3.Connection:
-        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
-        db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode survives any crash or kill of the process (only a power loss can
-        # cost the last transactions), at a fraction of FULL's fsyncs per streamed update.
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA foreign_keys=ON")
+        db = connect(path)
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise HistoryError(f"{path} was written by a newer Ember (schema {version}); "

@@ -43,6 +43,7 @@ from app.documents.context import (
 )
 from app.documents.pieces import Piece, split_document
 from app.documents.reader import Document, DocumentError, Section, read_document
+from app.sqlite_file import connect, open_or_set_aside
 from backends.errors import EmberError
 
 if TYPE_CHECKING:
@@ -133,30 +134,14 @@ class DocumentLibrary:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.recovered_from: Path | None = None  # a damaged file moved aside at open
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        try:
-            self._db = self._open(path)
-        except sqlite3.DatabaseError:
-            # Never overwrite the user's file: keep it under another name, start a new one
-            # (the documents can be attached again; history.db is another file, untouched).
-            aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
-            path.rename(aside)
-            for extra in ("-wal", "-shm"):
-                sidecar = path.with_name(path.name + extra)
-                if sidecar.exists():
-                    sidecar.rename(aside.with_name(aside.name + extra))
-            self.recovered_from = aside
-            self._db = self._open(path)
+        # a damaged file is kept under another name (recovered_from), a new one started (the
+        # documents can be attached again; history.db is another file, untouched)
+        self._db, self.recovered_from = open_or_set_aside(path, self._open)
 
     @staticmethod
     def _open(path: Path) -> sqlite3.Connection:
-        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
-        db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")  # as history.db: survives any kill
-        db.execute("PRAGMA foreign_keys=ON")
+        db = connect(path)
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             db.close()
