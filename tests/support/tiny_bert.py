@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.support.mirror import make_wheel
+
 SPECIALS = {"[PAD]": 0, "[UNK]": 2, "[CLS]": 3, "[SEP]": 4, "[MASK]": 5}
 VOCAB = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on",
          "mat", "##s", ".", "paris"]
@@ -106,14 +108,4 @@ def make_model_wheel(folder: Path, model: Path, package: str, module: str,
         for f in sorted(model.rglob("*")):
             if f.is_file():
                 inner.write(f, f.relative_to(model).as_posix())
-    wheel = folder / f"{package.replace('-', '_')}-{version}-py3-none-any.whl"
-    dist = f"{package.replace('-', '_')}-{version}.dist-info"
-    with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr(f"{module}/__init__.py", "")
-        z.writestr(f"{module}/model.zip", buffer.getvalue())
-        z.writestr(f"{dist}/METADATA",
-                   f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
-        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                    "Tag: py3-none-any\n")
-        z.writestr(f"{dist}/RECORD", "")
-    return wheel
+    return make_wheel(folder, package, version, {"model.zip": buffer.getvalue()}, module)
