@@ -411,8 +411,12 @@ class Backend(Protocol):
     a request under a stream id) and `step` (advance every running request by one decode,
     returning the events it produced); `fail_all` ends them all after a failed step.
     `count_prompt_tokens` is the length of the request's whole prompt (its chat template
-    rendered, nothing dropped to fit the context)."""
+    rendered, nothing dropped to fit the context). A backend whose `tokenize`,
+    `detokenize` and `count_prompt_tokens` are safe to call from another thread while a
+    `step` runs says so in `tokenizes_while_stepping`: the worker then answers them at once,
+    not after the step (a burst of API requests each counts its prompt before it starts)."""
     name: str
+    tokenizes_while_stepping: bool
 
     def capabilities(self) -> Capabilities: ...
     def load(self, model: ModelFiles, plan: LoadPlan) -> None: ...

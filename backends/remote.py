@@ -190,6 +190,7 @@ class RemoteBackend:
     """One endpoint. Thread-safe: each request has its own streamed response on a shared
     connection pool."""
     name = "remote"
+    tokenizes_while_stepping = False
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint

@@ -78,10 +78,25 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
                 capabilities=backend.capabilities()))
 
+    def answer(call: Tokenize | CountPromptTokens | Detokenize | Embed) -> None:
+        try:
+            reply = Reply(call.call_id, value=_answer(backend, call))
+        except EmberError as e:
+            reply = Reply(call.call_id, error=str(e), invalid=True)
+        except Exception as e:
+            log.exception("%s failed", type(call).__name__.lower())
+            reply = Reply(call.call_id, error=f"{type(e).__name__}: {e}")
+        send(reply)
+
     jobs: queue.Queue[Generate | Tokenize | CountPromptTokens | Detokenize | Embed | Shutdown] = (
         queue.Queue())
     cancels: dict[str, threading.Event] = {}
     lock = threading.Lock()
+    # Counting a prompt need not wait for the engine step that runs (a whole prompt batch can
+    # take seconds): where the backend allows it, the reader answers it, so a burst of API
+    # requests, which each count their prompt first, reach the same next step.
+    at_once = ((Tokenize, CountPromptTokens, Detokenize) if backend.tokenizes_while_stepping
+               else ())
 
     def read_commands() -> None:
         while True:
@@ -103,6 +118,12 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 with lock:
                     if msg.stream_id in cancels:  # a finished stream has nothing to cancel
                         cancels[msg.stream_id].set()
+            elif isinstance(msg, at_once):
+                try:
+                    answer(msg)
+                except (BrokenPipeError, EOFError, OSError):
+                    jobs.put(Shutdown())
+                    return
             elif isinstance(msg, Tokenize | CountPromptTokens | Detokenize | Embed):
                 jobs.put(msg)
 
@@ -118,13 +139,7 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
             break
         try:
             if isinstance(job, Tokenize | CountPromptTokens | Detokenize | Embed):
-                try:
-                    send(Reply(job.call_id, value=_answer(backend, job)))
-                except EmberError as e:
-                    send(Reply(job.call_id, error=str(e), invalid=True))
-                except Exception as e:
-                    log.exception("%s failed", type(job).__name__.lower())
-                    send(Reply(job.call_id, error=f"{type(e).__name__}: {e}"))
+                answer(job)
             elif isinstance(job, Generate):
                 with lock:
                     flag = cancels.setdefault(job.stream_id, threading.Event())

@@ -209,10 +209,17 @@ class CompletionTokensDetails(BaseModel):
     rejected_prediction_tokens: int = 0
 
 
+class PromptTokensDetails(BaseModel):
+    """Prompt tokens served from the KV cache (a conversation's earlier turns, a shared
+    system prompt): OpenAI's automatic prompt caching, as llama-server also reports it."""
+    cached_tokens: int = 0
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
     completion_tokens_details: CompletionTokensDetails | None = None
 
 

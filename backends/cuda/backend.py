@@ -62,6 +62,7 @@ class Job(BaseJob):
 
 class CudaBackend:
     name = "cuda"
+    tokenizes_while_stepping = False
 
     def __init__(self, max_seqs: int | None = None, adaptive_speculation: bool = True) -> None:
         self.engine: Engine | None = None

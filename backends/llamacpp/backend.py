@@ -47,6 +47,9 @@ KV_CACHE_TYPES = ("f16", "q8_0")
 
 class LlamaCppBackend:
     name = "llamacpp"
+    # llama.cpp's vocabulary is read-only while a decode runs: llama-server tokenizes in its
+    # HTTP threads the same way
+    tokenizes_while_stepping = True
 
     def __init__(self) -> None:
         self._model: LlamaModel | None = None
@@ -67,6 +70,7 @@ class LlamaCppBackend:
         self._embedding_only = False
         self._markers: dict[int, bytes] = {}  # the format's marker tokens, shown as text
         self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
+        self._last_encoded: tuple[str, tuple[int, ...]] | None = None  # see _encode
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf",), batching=True, speculative=True,
@@ -131,6 +135,7 @@ class LlamaCppBackend:
             draft.close()
         self._drafts.clear()
         self._grammar_vocab = None  # it tokenizes through the model's vocabulary
+        self._last_encoded = None
         for part in (self._embed_batch, self._embed_ctx, self._ctx, self._model):
             if part is not None:
                 part.close()
@@ -238,8 +243,16 @@ class LlamaCppBackend:
         return self.chat.render(messages, request or GenerationRequest(messages=messages))
 
     def _encode(self, text: str) -> list[int]:
+        """`text` as tokens. The last text is remembered: the server counts a request's
+        prompt (count_prompt_tokens) just before it submits it, and tokenizing a 16k-token
+        agent prompt takes about 16 ms."""
+        last = self._last_encoded  # once: the worker's reader thread counts prompts too
+        if last is not None and last[0] == text:
+            return list(last[1])
         add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
-        return self._loaded().tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+        tokens = self._loaded().tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+        self._last_encoded = (text, tuple(tokens))
+        return tokens
 
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
         """The prompt as tokens, whether something was dropped to fit, and the parser of the

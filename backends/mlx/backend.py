@@ -63,6 +63,7 @@ def float32_activations() -> bool:
 
 class MlxBackend:
     name = "mlx"
+    tokenizes_while_stepping = False
 
     def __init__(self) -> None:
         self.engine: MlxEngine | None = None

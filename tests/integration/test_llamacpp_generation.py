@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import time
 from dataclasses import replace
@@ -281,3 +282,28 @@ def detect_small(cores: int):
     return HardwareProfile(os="t", machine="x86_64", cpu="t", physical_cores=cores,
                            logical_cores=cores, isa=("avx2",), ram_total=64 * 2**30,
                            ram_available=60 * 2**30)
+
+
+def test_a_prompt_is_counted_while_another_prompts_batch_runs(runtime, qwen):
+    """Every API request counts its prompt before it starts (Runtime.fit_context): the
+    worker answers that at once from its reader thread, not after the engine step running,
+    so a burst of requests reaches the same next step. Here the count returns while a
+    ~450-token prompt's one batch (seconds on 2 cores) has not given its first token yet,
+    and counts what that request's own generation then reports."""
+    events: queue.Queue = queue.Queue()
+    filler = " ".join(f"item{i}" for i in range(125))  # no earlier prompt shares it
+    long = ask(f"{time.time_ns()} Sort these words: {filler}",
+               SamplingParams(temperature=0.0, max_tokens=2))
+    assert 300 < runtime.count_prompt_tokens(qwen.ref, long) < 512  # one batch of the engine's
+    generation = runtime.generate(qwen.ref, long, sink=events)
+    try:
+        time.sleep(0.5)  # the worker has rendered the prompt and is inside its batch
+        other = ask("Capital of France?")
+        counted = runtime.count_prompt_tokens(qwen.ref, other)
+        assert events.empty(), "the count waited for the prompt batch"
+        while not isinstance(events.get(timeout=300), DoneEvent):
+            pass
+    finally:
+        generation.close()
+    _, stats = runtime.generate(qwen.ref, other).result()
+    assert counted == stats.prompt_tokens

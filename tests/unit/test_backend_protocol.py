@@ -47,7 +47,7 @@ def test_the_protocol_lists_every_method_a_worker_calls() -> None:
     assert METHODS == ["capabilities", "count_prompt_tokens", "detokenize", "embed",
                        "fail_all", "generate",
                        "has_work", "load", "step", "submit", "tokenize", "unload"]
-    assert Backend.__annotations__ == {"name": "str"}
+    assert Backend.__annotations__ == {"name": "str", "tokenizes_while_stepping": "bool"}
 
 
 def test_the_backend_table_names_exactly_these_classes() -> None:
@@ -66,6 +66,13 @@ def test_each_backend_method_takes_the_protocols_parameters(backend: str, method
 @pytest.mark.parametrize("backend", list(CONCRETE))
 def test_each_backend_has_its_table_name(backend: str) -> None:
     assert CONCRETE[backend].name == backend
+
+
+@pytest.mark.parametrize("backend", list(CONCRETE))
+def test_each_backend_says_whether_it_tokenizes_while_a_step_runs(backend: str) -> None:
+    """The worker answers tokenizing and counting from its reader thread only where the
+    backend says so; only llama.cpp's vocabulary is known safe for it."""
+    assert CONCRETE[backend].tokenizes_while_stepping is (backend == "llamacpp")
 
 
 @pytest.mark.parametrize("backend", list(CONCRETE))
