@@ -85,8 +85,19 @@ def runs(seq_ids: set[int]) -> int:
     return sum(1 for i in seq_ids if i - 1 not in seq_ids)
 
 
+def wanted_slots(free: list[Slot], prompts: list[list[int]]) -> frozenset[int]:
+    """The seq ids of the free slots whose caches `prompts` (other waiting requests) would
+    reuse, each prompt its best slot: placing a request must not overwrite them."""
+    wanted = set()
+    for prompt in prompts:
+        best = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
+        if reusable(best, prompt) > 0:
+            wanted.add(best.seq_id)
+    return frozenset(wanted)
+
+
 def place(free: list[Slot], prompt: list[int], can_share: bool = True,
-          busy: frozenset[int] = frozenset()) -> Placement:
+          busy: frozenset[int] = frozenset(), wanted: frozenset[int] = frozenset()) -> Placement:
     """The free slot for a new request: the one whose cache serves the most of `prompt`, the
     least recently used on a tie (so the cache evicted is the one idle longest). When that
     reuse is only a prefix of the slot's longer cache (a system prompt another conversation
@@ -96,18 +107,22 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
     cannot). A prompt that holds the slot's whole cache is that
     conversation's next turn, so it stays in its slot, unless other sequences are decoding
     (`busy`, their seq ids) and another free slot would keep them all in fewer runs of
-    consecutive ids (`runs`): the request then takes that slot, with a copy of its cells."""
+    consecutive ids (`runs`): the request then takes that slot, with a copy of its cells.
+    Neither move overwrites a cache another waiting request reuses (`wanted`, seq ids): in a
+    burst of returning conversations each finds its own cache, and once all run their ids
+    are consecutive anyway."""
     slot = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
     keep = reusable(slot, prompt)
     target = slot
+    spare = [s for s in free if s is slot or s.seq_id not in wanted]
     branches_off = common_prefix(slot.tokens, prompt) < len(slot.tokens)
     if can_share and 0 < keep < len(prompt) and branches_off and (
             len(slot.tokens) - keep >= KEEP_TAIL):
-        target = min(free, key=lambda s: s.last_used)
+        target = min(spare, key=lambda s: s.last_used)
     if busy and (can_share or keep == 0):
-        fewest = min(runs(busy | {s.seq_id}) for s in free)
+        fewest = min(runs(busy | {s.seq_id}) for s in spare)
         if runs(busy | {target.seq_id}) > fewest:
-            target = min((s for s in free if runs(busy | {s.seq_id}) == fewest),
+            target = min((s for s in spare if runs(busy | {s.seq_id}) == fewest),
                          key=lambda s: s.last_used)
     if target is not slot and keep > 0:
         return Placement(target, keep, donor=slot)
@@ -195,7 +210,9 @@ class BatchEngine:
                 return
             job = self.waiting.popleft()
             busy = frozenset(s.seq_id for s in self.slots if s.job is not None)
-            placement = place(free, job.prompt, can_share=not self._sliding, busy=busy)
+            wanted = wanted_slots(free, [j.prompt for j in self.waiting])
+            placement = place(free, job.prompt, can_share=not self._sliding, busy=busy,
+                              wanted=wanted)
             slot, keep = placement.slot, placement.keep
             if placement.donor is not None:
                 self._share_prefix(placement.donor, slot, keep)

@@ -73,6 +73,8 @@ def test_openai_chat_non_streaming_and_streaming_agree(oai, qwen):
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == text
     assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    # the same prompt again is served from the cache, and usage says so (as OpenAI does)
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens
 
 
 def test_openai_stop_and_seed(oai, qwen):

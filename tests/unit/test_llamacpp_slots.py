@@ -6,7 +6,7 @@ tests/integration/test_llamacpp_prefix_cache.py."""
 
 from __future__ import annotations
 
-from backends.llamacpp.engine import Placement, Slot, place, reusable, runs
+from backends.llamacpp.engine import Placement, Slot, place, reusable, runs, wanted_slots
 
 SYSTEM = list(range(1000, 1040))  # a 40-token system prompt
 
@@ -125,3 +125,33 @@ def test_a_short_tail_past_the_shared_prefix_is_not_worth_a_copy():
     long_tail = cached(0, document + [7] * 64, last_used=2.0)
     assert place([long_tail, idle], document + [8] * 12) == Placement(idle, 2000,
                                                                       donor=long_tail)
+
+
+def test_a_burst_of_returning_conversations_each_keeps_its_own_cache():
+    # eight conversations cached in eight slots come back together: the first runs in
+    # slot 3, and the others, waiting, must each find their cache where it was; moving one
+    # next to slot 3 would overwrite a cache another of them is about to reuse
+    prompts = [SYSTEM + [100 + i] * 10 for i in range(8)]
+    slots = [cached(i, prompts[i] + [7] * 5, last_used=float(i)) for i in range(8)]
+    for slot, prompt in zip(slots, prompts, strict=True):
+        slot.logits_at = len(prompt)
+    running = slots[3]
+    free = [s for s in slots if s is not running]
+    waiting = [prompts[i] for i in (0, 1, 2, 4, 5, 6, 7)]
+    for prompt in list(waiting):
+        waiting.remove(prompt)
+        wanted = wanted_slots(free, waiting)
+        chosen = place(free, prompt, busy=frozenset({running.seq_id}), wanted=wanted)
+        assert chosen.donor is None and chosen.keep == len(prompt)
+        assert chosen.slot.tokens[:len(prompt)] == prompt
+        free.remove(chosen.slot)
+    # without the waiting requests' caches to keep, the first one would move next to slot 3
+    first = place([s for s in slots if s is not running], prompts[0],
+                  busy=frozenset({running.seq_id}))
+    assert first.donor is slots[0] and first.slot.seq_id in (2, 4)
+
+
+def test_wanted_slots_are_each_waiting_prompts_best_cache():
+    a, b, c = cached(0, SYSTEM + [1] * 9), cached(1, [2] * 30), cached(2, [3] * 30)
+    assert wanted_slots([a, b, c], [SYSTEM + [1] * 9 + [5], [2] * 12]) == {0, 1}
+    assert wanted_slots([a, b, c], [[9] * 20]) == frozenset()  # reuses nothing
