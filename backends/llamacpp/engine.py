@@ -96,8 +96,16 @@ def wanted_slots(free: list[Slot], prompts: list[list[int]]) -> frozenset[int]:
     return frozenset(wanted)
 
 
+def covered_slots(free: list[Slot], slots: list[Slot]) -> frozenset[int]:
+    """The seq ids of the free slots whose caches lose nothing if overwritten: empty, or a
+    prefix of what another slot holds (a conversation moved on, with a copy, elsewhere)."""
+    return frozenset(s.seq_id for s in free if not s.tokens or any(
+        o is not s and o.tokens[:len(s.tokens)] == s.tokens for o in slots))
+
+
 def place(free: list[Slot], prompt: list[int], can_share: bool = True,
-          busy: frozenset[int] = frozenset(), wanted: frozenset[int] = frozenset()) -> Placement:
+          busy: frozenset[int] = frozenset(), wanted: frozenset[int] = frozenset(),
+          covered: frozenset[int] = frozenset()) -> Placement:
     """The free slot for a new request: the one whose cache serves the most of `prompt`, the
     least recently used on a tie (so the cache evicted is the one idle longest). When that
     reuse is only a prefix of the slot's longer cache (a system prompt another conversation
@@ -110,7 +118,8 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
     consecutive ids (`runs`): the request then takes that slot, with a copy of its cells.
     Neither move overwrites a cache another waiting request reuses (`wanted`, seq ids): in a
     burst of returning conversations each finds its own cache, and once all run their ids
-    are consecutive anyway."""
+    are consecutive anyway. Among the slots a move may take, those whose caches another
+    slot also holds go first (`covered`), then the least recently used."""
     slot = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
     keep = reusable(slot, prompt)
     target = slot
@@ -123,7 +132,7 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
         fewest = min(runs(busy | {s.seq_id}) for s in spare)
         if runs(busy | {target.seq_id}) > fewest:
             target = min((s for s in spare if runs(busy | {s.seq_id}) == fewest),
-                         key=lambda s: s.last_used)
+                         key=lambda s: (s.seq_id not in covered, s.last_used))
     if target is not slot and keep > 0:
         return Placement(target, keep, donor=slot)
     return Placement(target, keep)
@@ -212,7 +221,7 @@ class BatchEngine:
             busy = frozenset(s.seq_id for s in self.slots if s.job is not None)
             wanted = wanted_slots(free, [j.prompt for j in self.waiting])
             placement = place(free, job.prompt, can_share=not self._sliding, busy=busy,
-                              wanted=wanted)
+                              wanted=wanted, covered=covered_slots(free, self.slots))
             slot, keep = placement.slot, placement.keep
             if placement.donor is not None:
                 self._share_prefix(placement.donor, slot, keep)

@@ -6,7 +6,15 @@ tests/integration/test_llamacpp_prefix_cache.py."""
 
 from __future__ import annotations
 
-from backends.llamacpp.engine import Placement, Slot, place, reusable, runs, wanted_slots
+from backends.llamacpp.engine import (
+    Placement,
+    Slot,
+    covered_slots,
+    place,
+    reusable,
+    runs,
+    wanted_slots,
+)
 
 SYSTEM = list(range(1000, 1040))  # a 40-token system prompt
 
@@ -155,3 +163,23 @@ def test_wanted_slots_are_each_waiting_prompts_best_cache():
     a, b, c = cached(0, SYSTEM + [1] * 9), cached(1, [2] * 30), cached(2, [3] * 30)
     assert wanted_slots([a, b, c], [SYSTEM + [1] * 9 + [5], [2] * 12]) == {0, 1}
     assert wanted_slots([a, b, c], [[9] * 20]) == frozenset()  # reuses nothing
+
+
+def test_a_move_next_to_the_running_ones_overwrites_a_copy_before_a_conversation():
+    # sequences 1 and 2 decode; slots 0 and 3 both join them. Slot 0 holds an old copy of
+    # the conversation now running in slot 1, slot 3 the only cache of another one: the
+    # new request moves into slot 0 though slot 3 was used longer ago
+    running = cached(1, SYSTEM + [5] * 30)
+    other = cached(2, [8] * 30)
+    copy = cached(0, SYSTEM + [5] * 20, last_used=2.0)
+    unique = cached(3, [6] * 30, last_used=1.0)
+    moving = cached(5, [7] * 30, last_used=0.5)
+    free = [copy, unique, moving]
+    covered = covered_slots(free, [copy, running, other, unique, moving])
+    assert covered == {0}
+    busy = frozenset({1, 2})
+    assert place(free, [7] * 30 + [1], busy=busy, covered=covered) == Placement(
+        copy, 30, donor=moving)
+    # without knowing which cache is a copy, the least recently used goes
+    assert place(free, [7] * 30 + [1], busy=busy) == Placement(unique, 30, donor=moving)
+    assert covered_slots([cached(5, [])], [running]) == {5}  # an empty slot loses nothing
