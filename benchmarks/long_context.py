@@ -27,13 +27,16 @@ from pathlib import Path
 
 import httpx
 
-from app.fit import plan_for
-from app.fit.estimate import arch_from_gguf, kv_cache_bytes
-from app.gguf_file import read_gguf
-from app.hardware import detect
-from app.runtime.runtime import LARGEST_CONTEXT
-from app.store import Store
-from benchmarks.serve_load import (
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run as a script: `benchmarks` is not an installed package
+
+from app.fit import plan_for  # noqa: E402
+from app.fit.estimate import arch_from_gguf, kv_cache_bytes  # noqa: E402
+from app.gguf_file import read_gguf  # noqa: E402
+from app.hardware import detect  # noqa: E402
+from app.runtime.runtime import LARGEST_CONTEXT  # noqa: E402
+from app.store import Store  # noqa: E402
+from benchmarks.serve_load import (  # noqa: E402
     PARALLEL,
     free_port,
     long_code,
