@@ -90,9 +90,11 @@ def wanted_slots(free: list[Slot], prompts: list[list[int]]) -> frozenset[int]:
     reuse, each prompt its best slot: placing a request must not overwrite them."""
     wanted = set()
     for prompt in prompts:
-        best = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
-        if reusable(best, prompt) > 0:
-            wanted.add(best.seq_id)
+        # the slot place() would pick for it: the first one on a tie
+        reuse, _, _, seq_id = max((reusable(s, prompt), -s.last_used, -i, s.seq_id)
+                                  for i, s in enumerate(free))
+        if reuse > 0:
+            wanted.add(seq_id)
     return frozenset(wanted)
 
 

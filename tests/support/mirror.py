@@ -23,8 +23,8 @@ def make_wheel(folder: Path, package: str, version: str, files: dict[str, bytes]
     dist = f"{name}-{version}.dist-info"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr(f"{module}/__init__.py", "")
-        for name, data in files.items():
-            z.writestr(f"{module}/{name}", data)
+        for inside, data in files.items():
+            z.writestr(f"{module}/{inside}", data)
         z.writestr(f"{dist}/METADATA",
                    f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
         z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
