@@ -10,7 +10,8 @@ One kernel, two launch shapes:
 Each K-tile of the weight is dequantized in registers (float32, then the activation dtype)
 and fed to `tl.dot` with float32 accumulation; an int4 tile is read as BLOCK_K / 8 rows of
 words, each word once. The block sizes are reasoned, not tuned: this
-file has only run under TRITON_INTERPRET=1 on a CPU (tests/unit/test_kernels.py).
+file runs under TRITON_INTERPRET=1 on a CPU (tests/unit/test_kernels.py) and compiled on an
+NVIDIA GPU (tests/gpu/test_kernels_gpu.py).
 """
 
 from __future__ import annotations
@@ -72,9 +73,10 @@ def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_per_split,  #
         else:  # int32 (K // 8, N): nibble k % 8 of word k // 8
             # each word is loaded once, (BLOCK_K / 8, BLOCK_N), and spread to its 8 rows in
             # registers: row 8p + j of the reshape is nibble j of word row p
-            rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-            words = tl.load(q_ptr + rows[:, None] * N + offs_n[None, :],
-                            mask=(rows < K // 8)[:, None] & n_ok[None, :], other=0)
+            # (not named `rows`: compiled Triton keeps one type per name across the loop)
+            word_rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+            words = tl.load(q_ptr + word_rows[:, None] * N + offs_n[None, :],
+                            mask=(word_rows < K // 8)[:, None] & n_ok[None, :], other=0)
             nibbles = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
             q = tl.reshape(nibbles, (BLOCK_K, BLOCK_N))
             if TILE_IN_GROUP:

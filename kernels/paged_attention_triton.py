@@ -8,7 +8,8 @@ cache blocks, each looked up in the block table), and keeps an online softmax in
 Partitions give a batch-1 long-context decode enough programs to fill the GPU; their partial
 results are merged by log-sum-exp weights afterwards. The number of partitions comes from the
 block table's width, which is fixed inside a CUDA graph, so a captured graph stays valid.
-This file has only run under TRITON_INTERPRET=1 on a CPU (tests/unit/test_kernels.py).
+Tested under TRITON_INTERPRET=1 on a CPU (tests/unit/test_kernels.py) and compiled on an
+NVIDIA GPU (tests/gpu/test_kernels_gpu.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, lse_
                          stride_table, stride_slot, n_parts, scale, window,
                          HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                          PAGE: tl.constexpr, PARTITION: tl.constexpr, BLOCK_H: tl.constexpr,
-                         BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+                         BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                         PRECISION: tl.constexpr):
     seq, kvh, part = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     GROUP: tl.constexpr = HEADS // KV_HEADS
     # int32 throughout: compiled Triton wants one type for `lo` on both sides of the `if`
@@ -58,14 +60,16 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, lse_
         kv_mask = ok[:, None] & d_ok[None, :]
         k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k).to(q.dtype)) * scale  # (BLOCK_H, BLOCK_N), float32
+        # (BLOCK_H, BLOCK_N), float32
+        s = tl.dot(q, tl.trans(k).to(q.dtype), input_precision=PRECISION) * scale
         s = tl.where(ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet
         p = tl.exp(s - m_safe[:, None])
         alpha = tl.exp(m - m_safe)
         l = l * alpha + tl.sum(p, 1)  # noqa: E741
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype),
+                                            input_precision=PRECISION)
         m = m_new
 
     # an empty partition (past the end, or before the window) leaves l = 0: weight 0 below
@@ -105,8 +109,9 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         block_tables.stride(0), k_cache.stride(0), n_parts, scale, window,
         HEADS=heads, KV_HEADS=kv_heads, HEAD_DIM=dim, PAGE=block_size, PARTITION=PARTITION,
         BLOCK_H=max(16, triton.next_power_of_2(group)),
-        BLOCK_D=max(16, triton.next_power_of_2(dim)), BLOCK_N=BLOCK_N, num_warps=4,
-        num_stages=2)
+        BLOCK_D=max(16, triton.next_power_of_2(dim)), BLOCK_N=BLOCK_N,
+        # float32 stays float32 on the GPU (tl.dot's default there is TF32, 10-bit mantissas)
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2)
     if n_parts == 1:
         return out[:, :, 0].to(q.dtype)
     weights = torch.softmax(lse, dim=-1)  # every sequence has a non-empty partition
