@@ -40,6 +40,9 @@ class EngineConfig:
     # sliding-window layers keep only their window's blocks (window_blocks.py); False puts
     # them on the global table like every other layer (a reference for tests)
     window_pool: bool = True
+    # on a GPU, decode steps of up to 64 sequences replay captured CUDA graphs; False runs
+    # them eagerly (to measure what the graphs save, and to check they change nothing)
+    cuda_graphs: bool = True
 
 
 def window_pool_size(model: ModelConfig, config: EngineConfig, per_seq: int) -> tuple[int, int]:
@@ -74,7 +77,8 @@ class Engine:
         window, window_blocks = window_pool_size(model.config, config, per_seq)
         self.blocks = BlockManager(num_blocks, window, window_blocks)
         self.scheduler = Scheduler(self.blocks, config.max_seqs, config.max_tokens)
-        self.runner = ModelRunner(model, num_blocks, per_seq, device, dtype, window_blocks)
+        self.runner = ModelRunner(model, num_blocks, per_seq, device, dtype, window_blocks,
+                                  graphs=config.cuda_graphs)
         self.sampler = Sampler()
         self.speculator = Speculator(self.blocks, config.context, self.sampler,
                                      model_bytes(model), config.adaptive_speculation)

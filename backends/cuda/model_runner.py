@@ -33,9 +33,10 @@ class Batch:
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, max_blocks_per_seq: int,
-                 device: torch.device, dtype: torch.dtype, window_blocks: int = 0) -> None:
+                 device: torch.device, dtype: torch.dtype, window_blocks: int = 0,
+                 graphs: bool = True) -> None:
         """`window_blocks`: size of the sliding-window layers' own pool (0: they share the
-        global cache; see window_blocks.py)."""
+        global cache; see window_blocks.py). `graphs`: capture CUDA graphs on a GPU."""
         self.model, self.device, self.dtype = model, device, dtype
         self.max_blocks_per_seq = max_blocks_per_seq
         self.threads = torch.get_num_threads()
@@ -57,7 +58,7 @@ class ModelRunner:
                                          device=device, dtype=dtype) if n_local else None)
         self._bind_cache()
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
-        if device.type == "cuda":
+        if device.type == "cuda" and graphs:
             self.capture_graphs()
 
     def _bind_cache(self) -> None:

@@ -29,6 +29,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:  # torch's fused kernel (float32 inside): one launch instead of eight
+            return F.rms_norm(x, (x.shape[-1],), self.weight.to(x.dtype), self.eps)
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -53,16 +55,26 @@ class Rotary(nn.Module):
             inv = inv / torch.tensor(self.freq_factors, dtype=torch.float32, device=device)
         return inv / self.scaling
 
+    def prepare(self, positions: torch.Tensor) -> None:
+        """The cos and sin rows of these positions, for every layer of this forward pass
+        (CausalLM.forward calls it first, so a captured CUDA graph computes them too):
+        (tokens, 1, head_dim) each, halves [cos, cos] and [-sin, sin]."""
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # (tokens, head_dim/2)
+        cos, sin = freqs.cos(), freqs.sin()
+        self._positions = positions
+        self._cos = torch.cat((cos, cos), dim=-1)[:, None, :]
+        self._sin = torch.cat((-sin, sin), dim=-1)[:, None, :]
+
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # (tokens, head_dim/2)
-        cos, sin = freqs.cos()[:, None, :], freqs.sin()[:, None, :]
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+        if getattr(self, "_positions", None) is not positions:
+            self.prepare(positions)
+        # q and k rotate together: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), as
+        # x * [cos, cos] + [x2, x1] * [-sin, sin], the same float32 operations elementwise
+        x = torch.cat((q, k), dim=1).float()
+        x1, x2 = x.chunk(2, dim=-1)
+        out = (x * self._cos + torch.cat((x2, x1), dim=-1) * self._sin).to(q.dtype)
+        return out[:, :q.shape[1]], out[:, q.shape[1]:]
 
 
 class PagedAttention(nn.Module):
@@ -190,6 +202,8 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 ctx: Context) -> torch.Tensor:
+        for rotary in self.rotaries():
+            rotary.prepare(positions)  # once per pass, not once per layer
         h = self.tok_embd(input_ids)
         if self.embed_scale != 1.0:
             h = h * self.embed_scale
@@ -201,6 +215,14 @@ class CausalLM(nn.Module):
         if self.output is None:
             return F.linear(hidden, self.tok_embd.weight).float()
         return self.output(hidden).float()
+
+    def rotaries(self) -> list[Rotary]:
+        """The model's rotary embeddings (one, or Gemma's local and global), each once."""
+        found = self.__dict__.get("_rotaries")
+        if found is None:
+            unique = {id(m): m for m in self.modules() if isinstance(m, Rotary)}
+            found = self.__dict__["_rotaries"] = list(unique.values())
+        return found
 
     def attention_layers(self) -> list[PagedAttention]:
         return [layer.attn.attn for layer in self.layers]
