@@ -18,13 +18,17 @@ from app.store import InstalledModel, Store
 from tests.support.models import GEMMA, MINILM, QWEN, QWEN15, TEST_HOME, minilm_key
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
-if not os.path.exists("/dev/nvidiactl"):
+NVIDIA_GPU = os.path.exists("/dev/nvidiactl")
+if not NVIDIA_GPU:
     # No GPU: Triton kernels can only run in Triton's interpreter, and a kernel decorated
     # before TRITON_INTERPRET is set stays uncallable, so it is set before anything imports
     # triton (tests/unit/test_kernels.py forces the Triton path on CPU tensors).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-TIERS = ("unit", "integration", "gui", "packaging")
+TIERS = ("unit", "integration", "gui", "packaging", "gpu")
+# tests/gpu checks the compiled Triton kernels and the engine on an NVIDIA GPU: collected only
+# where one is (`bash benchmarks/gpu_checks.sh` runs it on a device machine)
+collect_ignore = [] if NVIDIA_GPU else ["gpu"]
 HERE = Path(__file__).parent
 
 
@@ -36,7 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = item.path.relative_to(HERE).parts[0]
         if tier not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: tests live in tests/unit, "
-                                    "tests/integration, tests/gui or tests/packaging")
+                                    "tests/integration, tests/gui, tests/packaging or tests/gpu")
         item.add_marker(tier)
 
 

@@ -39,6 +39,7 @@ from kernels.quant import (
     quantize_int8,
     unpack_int4,
 )
+from tests.support.kernel_cases import close, paged_case, weights
 
 TRITON_MODULES = ("kernels.matmul_triton", "kernels.paged_attention_triton")
 
@@ -56,14 +57,6 @@ def interpreter():
         del os.environ["TRITON_INTERPRET"]
     else:
         os.environ["TRITON_INTERPRET"] = old
-
-
-def weights(n: int, k: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    # a few large outliers per row, as real weights have: they set the int8 scales
-    w = torch.randn(n, k, generator=g) * 0.02
-    w[:, ::97] *= 8
-    return w.to(dtype)
 
 
 # -- packing -------------------------------------------------------------------------------
@@ -120,11 +113,6 @@ def test_quantizers_reject_what_they_cannot_pack():
 
 
 # -- the Triton matmul against the reference ----------------------------------------------
-def close(out: torch.Tensor, ref: torch.Tensor, rtol: float) -> None:
-    scale = ref.abs().max().item()
-    assert (out.float() - ref.float()).abs().max().item() <= rtol * scale
-
-
 MATMUL_CASES = [  # (rows, N, K, split_k): N never a multiple of the 64/128-wide tiles
     (1, 200, 384, None), (1, 200, 384, 2), (16, 72, 896, 3),  # GEMV, split-K
     (5, 40, 128, None),
@@ -180,24 +168,6 @@ def test_dispatch_uses_the_reference_on_the_cpu_and_names_a_bad_setting(monkeypa
 
 
 # -- the Triton paged-attention decode against the engine's torch attention ----------------
-def paged_case(lens: list[int], heads: int, kv_heads: int, dim: int, seed: int = 0,
-               dtype: torch.dtype = torch.float32):
-    """Caches with 64 blocks of 16, each sequence on shuffled blocks (table padded with 0)."""
-    g = torch.Generator().manual_seed(seed)
-    k_cache = torch.randn(64 * 16, kv_heads, dim, generator=g).to(dtype)
-    v_cache = torch.randn(64 * 16, kv_heads, dim, generator=g).to(dtype)
-    width = max(-(-n // 16) for n in lens)
-    free = torch.randperm(63, generator=g) + 1  # block 0 holds garbage the padding points at
-    tables = torch.zeros(len(lens), width, dtype=torch.long)
-    used = 0
-    for i, n in enumerate(lens):
-        blocks = -(-n // 16)
-        tables[i, :blocks] = free[used:used + blocks]
-        used += blocks
-    q = torch.randn(len(lens), heads, dim, generator=g).to(dtype)
-    return q, k_cache, v_cache, tables, torch.tensor(lens)
-
-
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (8, 2), (16, 2)])  # GQA ratios 1, 4, 8
 @pytest.mark.parametrize("lens", [
     [16, 32, 1],  # ending exactly on block boundaries, and a single token

@@ -1,0 +1,110 @@
+"""The Triton kernels compiled for an NVIDIA GPU, against their plain-torch references: the
+int8/int4 matmul (GEMV and GEMM tilings, Llama-3-8B's shapes too) in float32, bfloat16 and
+float16, and the paged-attention decode over long contexts, grouped-query heads and sliding
+windows. The CPU tier runs the same kernels in Triton's interpreter
+(tests/unit/test_kernels.py), which cannot check bfloat16 or the compiled code.
+
+This tier is collected only on a machine with an NVIDIA GPU (tests/conftest.py); run it
+with `bash benchmarks/gpu_checks.sh`."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from kernels.matmul import linear, linear_reference
+from kernels.paged_attention import paged_decode_reference
+from kernels.quant import quantize
+from tests.support.kernel_cases import close, paged_case, weights
+
+if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+    raise RuntimeError("tests/gpu needs a CUDA device and compiled Triton kernels "
+                       "(TRITON_INTERPRET unset)")
+
+from kernels.matmul_triton import matmul
+from kernels.paged_attention_triton import paged_decode
+
+CUDA = torch.device("cuda")
+KINDS = ["int8", "int8/32", "int4", "int4/32"]
+# (rows, N, K): GEMV (1-16 rows, split-K) and GEMM tilings, N no multiple of the tiles
+SMALL = [(1, 200, 384), (16, 72, 896), (5, 40, 128), (17, 200, 384), (70, 130, 256)]
+# Llama-3-8B: gate/up at decode, down at a prefill chunk, the output head at decode
+LLAMA = [(1, 14336, 4096), (64, 4096, 14336), (1, 128256, 4096)]
+# worst error against a float32 reference, relative to the output's largest magnitude
+RTOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 3e-3}
+
+
+def packed(kind: str, n: int, k: int):
+    quant, _, group = kind.partition("/")
+    return quantize(weights(n, k, seed=n + k).to(CUDA), quant, int(group) if group else None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows,n,k", SMALL)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_matmul_equals_reference(kind, rows, n, k, dtype):
+    w = packed(kind, n, k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)).to(CUDA)
+    out = matmul(x.to(dtype), w)
+    assert out.dtype == dtype
+    close(out, linear_reference(x, w), RTOL[dtype])
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("rows,n,k", LLAMA)
+def test_compiled_matmul_at_llama_3_8b_shapes_in_bfloat16(kind, rows, n, k):
+    w = packed(kind, n, k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)).to(CUDA)
+    close(matmul(x.bfloat16(), w), linear_reference(x, w), RTOL[torch.bfloat16])
+
+
+def test_compiled_matmul_in_float16_and_the_dispatch_with_bias():
+    w = packed("int4", 96, 256)
+    x, bias = torch.randn(2, 3, 256, device=CUDA), torch.randn(96, device=CUDA)
+    out = linear(x.half(), w, bias.half())  # CUDA tensors dispatch to Triton by default
+    assert out.shape == (2, 3, 96) and out.dtype == torch.float16
+    close(out, linear_reference(x, w) + bias, RTOL[torch.float16])
+
+
+def test_split_k_partial_sums_add_up_in_a_fixed_order():
+    """Split-K adds its partial sums with a reduction, not atomics: the same call gives the
+    same bits every time."""
+    w = packed("int4", 4096, 4096)
+    x = torch.randn(1, 4096, device=CUDA, dtype=torch.bfloat16)
+    first = matmul(x, w)
+    assert all(torch.equal(first, matmul(x, w)) for _ in range(5))
+
+
+def on_gpu(args, dtype: torch.dtype | None = None):
+    return [a.to(CUDA, dtype) if dtype is not None and a.is_floating_point() else a.to(CUDA)
+            for a in args]
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(4, 4, 64), (8, 2, 64), (16, 2, 64),
+                                                (32, 8, 128)])  # the last: Llama-3-8B's
+@pytest.mark.parametrize("lens", [[16, 32, 1], [17, 33, 2], [256, 257, 300],
+                                  [3000, 1, 700]])  # 12 partitions of 256 to merge
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_paged_decode_equals_reference(heads, kv_heads, dim, lens, dtype):
+    args = paged_case(lens, heads, kv_heads, dim, seed=len(lens) + heads)
+    ref = paged_decode_reference(*on_gpu(args), scale=dim ** -0.5)
+    out = paged_decode(*on_gpu(args, dtype), scale=dim ** -0.5)
+    assert out.dtype == dtype
+    close(out, ref, RTOL[dtype])
+
+
+@pytest.mark.parametrize("window", [1, 40, 256, 1024])
+def test_compiled_paged_decode_with_a_sliding_window(window):
+    args = on_gpu(paged_case([1, 39, 40, 41, 300, 2000], 8, 2, 64, seed=window))
+    close(paged_decode(*args, scale=0.125, window=window),
+          paged_decode_reference(*args, scale=0.125, window=window), RTOL[torch.float32])
+
+
+@pytest.mark.parametrize("dim,dtype", [(80, torch.float32), (256, torch.bfloat16),
+                                       (128, torch.float16)])
+def test_compiled_paged_decode_head_sizes(dim, dtype):
+    args = paged_case([20, 47, 513], 8, 1, dim)
+    out = paged_decode(*on_gpu(args, dtype), scale=dim ** -0.5)
+    close(out, paged_decode_reference(*on_gpu(args), scale=dim ** -0.5), RTOL[dtype])
