@@ -11,13 +11,24 @@ cores, while the wall clock can move by half. Prints JSON.
 
 On a CPU the models run in float32 (about 1 token/s for the 1.5B on 2 cores): keep the
 prompts few and the answers short.
+
+    python3 benchmarks/cuda_speculative.py --random llama3-8b --draft-shape llama3.2-1b
+
+`--random` (for a GPU, where nothing can be downloaded) builds a target and a draft of those
+shapes with random weights and the same vocabulary, and measures what speculation costs
+rather than what it gains (random models agree on nothing): the target's verification step
+of 1 + k rows for k = 1..8 proposed tokens, as a multiple of its plain decode step (with and
+without CUDA graphs), and the draft's proposing step. Medians over `--steps` steps.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import sys
 import time
+from pathlib import Path
 
 from app.hardware import detect
 from app.store import Store
@@ -30,6 +41,8 @@ from backends.base import (
     SpeculativeParams,
 )
 from backends.cuda import CudaBackend
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.engine, run as a script
 
 PROMPTS = {
     "edit": "Repeat this code with one change: rename `total` to `acc`.\n\n```python\n"
@@ -55,6 +68,70 @@ def run(backend: CudaBackend, prompt: str, tokens: int,
     return done[0], (time.process_time() - start) / done[0].stats.completion_tokens
 
 
+def step_times(engine, seq, steps: int) -> list[float]:
+    """The target's seconds per decode/verify step (the engine's own timing, synchronized),
+    over `steps` steps once the prompt is in."""
+    engine.add(seq)
+    while seq.num_output == 0:
+        engine.step()
+    engine.step()  # warm-up at this shape
+    out: list[float] = []
+    while len(out) < steps and seq.status.value != "finished":
+        engine.step()
+        if engine.speculator.step_s is not None:
+            out.append(engine.speculator.step_s)
+    engine.finish(seq)
+    return out
+
+
+def random_verification(shape: str, draft_shape: str, steps: int, max_k: int) -> dict:
+    import torch
+
+    from backends.cuda.backend import pick_device
+    from backends.cuda.engine import GREEDY, Engine, EngineConfig
+    from backends.cuda.sequence import Sequence
+    from benchmarks.engine import SHAPES, random_model
+
+    device, dtype = pick_device()
+    target_cfg, draft_cfg = SHAPES[shape], SHAPES[draft_shape]
+    if target_cfg.vocab_size != draft_cfg.vocab_size:
+        raise SystemExit(f"{shape} and {draft_shape} have different vocabularies")
+    target = random_model(target_cfg, device, dtype)
+    draft = random_model(draft_cfg, device, dtype)
+    prompt = torch.randint(100, target_cfg.vocab_size - 100, (256,),
+                           generator=torch.Generator().manual_seed(0)).tolist()
+    budget = steps + 8
+
+    def engine(graphs: bool) -> Engine:
+        e = Engine(target, EngineConfig(context=1024, max_seqs=1, max_tokens=512,
+                                        adaptive_speculation=False, cuda_graphs=graphs),
+                   device, dtype)
+        e.use_draft(draft, Path(f"random-{draft_shape}"))
+        return e
+
+    ms = lambda xs: round(1e3 * statistics.median(xs), 3)  # noqa: E731
+    plain = ms(step_times(engine(True), Sequence(list(prompt), GREEDY, budget), steps))
+    eager = ms(step_times(engine(False), Sequence(list(prompt), GREEDY, budget), steps))
+    spec_engine = engine(True)
+    rows: dict = {}
+    for k in range(1, max_k + 1):
+        spec = SpeculativeParams(method="draft", draft_model=draft_shape, max_draft=k,
+                                 adaptive=False)
+        t = ms(step_times(spec_engine, Sequence(list(prompt), GREEDY, budget * (k + 1),
+                                                speculative=spec), steps))
+        rows[str(k)] = {"verify_ms": t, "x_decode_step": round(t / plain, 2),
+                        "x_eager_decode_step": round(t / eager, 2)}
+    draft_s = spec_engine.speculator.draft.step_s
+    return {"target": f"random {shape}", "draft": f"random {draft_shape}",
+            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+            "dtype": str(dtype).removeprefix("torch."), "prompt_tokens": len(prompt),
+            "decode_step_ms": plain, "decode_step_ms_no_graphs": eager,
+            "draft_step_ms": round(1e3 * draft_s, 3) if draft_s else None,
+            "verification_by_k": rows,
+            "note": "random weights: the proposals are rejected, so every step verifies k "
+                    "tokens and keeps one; this measures the cost side only"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
@@ -64,7 +141,15 @@ def main() -> None:
     ap.add_argument("--max-draft", type=int, default=6)
     ap.add_argument("--fixed", action="store_true", help="also run with max_draft every step")
     ap.add_argument("--repeat", type=int, default=1, help="rounds; each mode's best counts")
+    ap.add_argument("--random", default=None, help="a random-weight target of this shape "
+                    "(benchmarks/engine.py's SHAPES): the verification cost by k")
+    ap.add_argument("--draft-shape", default="llama3.2-1b")
+    ap.add_argument("--steps", type=int, default=20, help="with --random: steps per k")
     args = ap.parse_args()
+    if args.random:
+        print(json.dumps(random_verification(args.random, args.draft_shape, args.steps,
+                                             args.max_draft), indent=2))
+        return
     store = Store()
     target, draft = store.get(args.model), store.get(args.draft)
     hw = detect()

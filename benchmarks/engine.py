@@ -6,9 +6,12 @@ Prints JSON.
     .venv/bin/python benchmarks/engine.py [--model qwen2.5-coder-0.5b-instruct]
     .venv/bin/python benchmarks/engine.py --random llama3-8b   # random weights (GPU)
     .venv/bin/python benchmarks/engine.py --random llama3-8b --quant int4 --batches 1,8
+    .venv/bin/python benchmarks/engine.py --random llama3-8b --graphs compare  # GPU
 
 Decode: B sequences with 32-token prompts; once every prompt is in the cache, `--steps`
 decode steps are timed (B tokens each). Prefill: one 512-token prompt to its first token.
+`--graphs compare` also decodes every batch without CUDA graphs: the speedup they give, and
+whether both ways make the same tokens.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ PROMPT_LEN, PREFILL_LEN = 32, 512
 SHAPES = {  # random-weight models of real shapes, for a GPU where nothing can be downloaded
     "llama3-8b": ModelConfig("llama", 128256, 4096, 32, 32, 8, 128, 14336, 1e-5, 500000.0,
                              8192),
+    "llama3.2-1b": ModelConfig("llama", 128256, 2048, 16, 32, 8, 64, 8192, 1e-5, 500000.0,
+                               8192),  # Llama 3's vocabulary: a draft for the 8B
     "qwen2.5-0.5b": ModelConfig("qwen2", 151936, 896, 24, 14, 2, 64, 4864, 1e-6, 1e6, 32768,
                                 qkv_bias=True),
 }
@@ -75,9 +80,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def decode_rate(model: CausalLM, device, dtype, batch: int, steps: int, vocab: int) -> float:
+def decode_rate(model: CausalLM, device, dtype, batch: int, steps: int, vocab: int,
+                graphs: bool = True) -> tuple[float, list[list[int]], float | None]:
+    """Aggregate decode tokens/s, every sequence's greedy output, and on a GPU with graphs
+    the milliseconds of the decode graph's replay alone."""
     engine = Engine(model, EngineConfig(context=PROMPT_LEN + steps + 16, max_seqs=batch,
-                                        max_tokens=max(512, batch)), device, dtype)
+                                        max_tokens=max(512, batch), cuda_graphs=graphs),
+                    device, dtype)
     gen = torch.Generator().manual_seed(0)
     seqs = [Sequence(torch.randint(100, vocab - 100, (PROMPT_LEN,), generator=gen).tolist(),
                      GREEDY, steps + 2) for _ in range(batch)]
@@ -91,7 +100,26 @@ def decode_rate(model: CausalLM, device, dtype, batch: int, steps: int, vocab: i
     for _ in range(steps):
         engine.step()
     sync(device)
-    return batch * steps / (time.perf_counter() - start)
+    rate = batch * steps / (time.perf_counter() - start)
+    return rate, [s.output for s in seqs], graph_replay_ms(engine, batch)
+
+
+def graph_replay_ms(engine: Engine, batch: int, n: int = 20) -> float | None:
+    """GPU milliseconds of one replay of the decode graph this batch uses (CUDA events):
+    the model's share of a decode step, without the engine's Python around it."""
+    graphs = engine.runner.graphs
+    size = next((b for b in sorted(graphs) if b >= batch), None)
+    if size is None:
+        return None
+    graph = graphs[size][0]
+    graph.replay()  # its inputs are the last step's: it rewrites that step's KV slots
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / n
 
 
 def prefill_rate(model: CausalLM, device, dtype, vocab: int) -> float:
@@ -162,6 +190,8 @@ def main() -> None:
     ap.add_argument("--no-llama-cpp", action="store_true")
     ap.add_argument("--quant", choices=["int8", "int4"], default=None,
                     help="pack every Linear weight (the Triton kernels on a GPU)")
+    ap.add_argument("--graphs", choices=["on", "off", "compare"], default="on",
+                    help="CUDA graphs for decode steps (GPU): on, off, or both ways")
     args = ap.parse_args()
     device, dtype = pick_device()
     hw = detect()
@@ -196,13 +226,24 @@ def main() -> None:
     else:
         limit, where = hw.cpu_bandwidth_gbps, f"{hw.cpu} ({threads} threads)"
     result: dict = {"model": name, "device": where, "dtype": str(dtype).removeprefix("torch."),
+                    "cuda_graphs": args.graphs if device.type == "cuda" else "none on a CPU",
                     "weights": args.quant or str(dtype).removeprefix("torch."),
                     "bandwidth_limit_gbps": limit, "bandwidth_source": hw.bandwidth_source,
                     "weight_bytes_per_token": weight_bytes(model), "ember_cuda": {}}
     ours = result["ember_cuda"]
     for b in batches:
-        ours[f"decode_tok_s_batch_{b}"] = round(decode_rate(model, device, dtype, b, steps,
-                                                            cfg.vocab_size), 2)
+        rate, tokens, replay_ms = decode_rate(model, device, dtype, b, steps, cfg.vocab_size,
+                                              graphs=args.graphs != "off")
+        ours[f"decode_tok_s_batch_{b}"] = round(rate, 2)
+        if replay_ms is not None:
+            ours[f"step_ms_batch_{b}"] = round(1e3 * b / rate, 3)
+            ours[f"graph_replay_ms_batch_{b}"] = round(replay_ms, 3)
+        if args.graphs == "compare":
+            eager, eager_tokens, _ = decode_rate(model, device, dtype, b, steps,
+                                                 cfg.vocab_size, graphs=False)
+            ours[f"decode_tok_s_batch_{b}_no_graphs"] = round(eager, 2)
+            ours[f"graphs_speedup_batch_{b}"] = round(rate / eager, 2)
+            ours[f"graphs_same_tokens_batch_{b}"] = tokens == eager_tokens
     ours["prefill_tok_s"] = round(prefill_rate(model, device, dtype, cfg.vocab_size), 1)
     if 1 in batches:
         gbps = ours["decode_tok_s_batch_1"] * result["weight_bytes_per_token"] / 1e9

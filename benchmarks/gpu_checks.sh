@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPU checks (the compiled Triton kernels and the cuda engine on an NVIDIA GPU, then its
+# speed) in one run, for a machine that has a GPU and cannot download: the tests/gpu tier,
+# CUDA graphs on and off, benchmarks/engine.py in bf16, int4 and int8, benchmarks/gemv.py,
+# the speculative verification cost, and a peer (transformers, eager and torch.compile'd)
+# on the same random Llama-3-8B shape. Each step has its own time limit, so one that hangs
+# leaves the others their time; everything goes to $OUT/log (default build/gpu-checks).
+#
+#     bash benchmarks/gpu_checks.sh [step ...]   # steps: tests graphs bf16 int4 int8 gemv spec peer peer-eager
+#
+# Python packages the machine lacks travel as wheels in .whl/ (see docs/notes/gpu-checks.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-build/gpu-checks}
+mkdir -p "$OUT"
+LOG="$OUT/log"
+export PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET
+if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/ember-site .whl/*.whl || exit 1
+    export PYTHONPATH="$PWD:/tmp/ember-site"
+else
+    export PYTHONPATH="$PWD"
+fi
+XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")  # compile kernels in parallel
+STEPS=("$@")
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(tests graphs int4 gemv spec int8 peer)
+
+run() {  # run NAME LIMIT_S COMMAND...: one step, its output and time in the log
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name: $* ($(date -u +%T), limit ${limit}s)" | tee -a "$LOG"
+    local start=$SECONDS
+    timeout -k 10 "$limit" "$@" 2>&1 | tee -a "$LOG"
+    echo "=== $name: rc=${PIPESTATUS[0]} in $((SECONDS - start)) s" | tee -a "$LOG"
+}
+
+{
+    date -u
+    ls /dev/nvidiactl
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version \
+        --format=csv
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', \
+triton.__version__, torch.cuda.get_device_name())"
+} 2>&1 | tee -a "$LOG"
+
+for step in "${STEPS[@]}"; do
+    case $step in
+        tests) run tests 130 python3 -m pytest tests/gpu -q -p no:cacheprovider $XDIST \
+                   --timeout 120 -rf ;;
+        graphs) run graphs 80 python3 benchmarks/engine.py --random llama3-8b \
+                    --batches 1,8,32,64 --graphs compare ;;
+        bf16) run bf16 80 python3 benchmarks/engine.py --random llama3-8b --batches 1,8,32,64 ;;
+        int4) run int4 60 python3 benchmarks/engine.py --random llama3-8b --batches 1,8,32,64 \
+                  --quant int4 ;;
+        int8) run int8 50 python3 benchmarks/engine.py --random llama3-8b --batches 1,8,32,64 \
+                  --quant int8 ;;
+        gemv) run gemv 45 python3 benchmarks/gemv.py ;;
+        spec) run spec 60 python3 benchmarks/cuda_speculative.py --random llama3-8b \
+                  --draft-shape llama3.2-1b --max-draft 8 --steps 10 ;;
+        peer) run peer 220 python3 benchmarks/peer_decode.py --random llama3-8b --tokens 16,80 ;;
+        peer-eager) run peer-eager 100 python3 benchmarks/peer_decode.py --random llama3-8b \
+                        --tokens 16,80 --no-compile ;;
+        *) echo "unknown step $step" | tee -a "$LOG" ;;
+    esac
+done
