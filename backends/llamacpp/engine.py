@@ -43,6 +43,11 @@ NEAR_TIE = float(os.environ.get("EMBER_NEAR_TIE", "1.0"))
 # context), which a short tail is not worth.
 KEEP_TAIL = 64
 
+# The most host memory a swap of two caches may take (both copies): 1 GiB is about 87k
+# tokens of the 0.5B's f16 cache, 8k of an 8B's. Larger caches move by a stream copy, and
+# the one they displace is lost, as before stop 30.
+SWAP_MAX_BYTES = 1 << 30
+
 
 def plan_prompt_rows(prefilling: list[Slot], room: int) -> list[tuple[Slot, int, int]]:
     """Prompt pieces (slot, start, end) for one step with `room` rows: the oldest request
@@ -72,10 +77,13 @@ def reusable(slot: Slot, prompt: list[int]) -> int:
 @dataclass(frozen=True)
 class Placement:
     """Where a new request goes: `slot`, reusing the first `keep` tokens of its cache. With a
-    `donor`, the slot first takes those `keep` cells from the donor's cache."""
+    `donor`, the slot first takes those `keep` cells from the donor's cache: a prefix another
+    conversation shares, or (`moved`) the request's own cache moving next to the running
+    sequences."""
     slot: Slot
     keep: int
     donor: Slot | None = None
+    moved: bool = False
 
 
 def runs(seq_ids: set[int]) -> int:
@@ -120,24 +128,48 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
     consecutive ids (`runs`): the request then takes that slot, with a copy of its cells.
     Neither move overwrites a cache another waiting request reuses (`wanted`, seq ids): in a
     burst of returning conversations each finds its own cache, and once all run their ids
-    are consecutive anyway. Among the slots a move may take, those whose caches another
-    slot also holds go first (`covered`), then the least recently used."""
+    are consecutive anyway. Among the slots a move, or a prompt that reuses nothing, may
+    take, those whose caches another slot also holds go first (`covered`), then the least
+    recently used. (A cache that must still be overwritten can be kept elsewhere first:
+    `shelter`.)"""
     slot = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
     keep = reusable(slot, prompt)
+    if keep == 0:  # nothing to reuse: overwrite what loses least, as a move does
+        slot = min(free, key=lambda s: (s.seq_id in wanted, s.seq_id not in covered,
+                                        s.last_used))
     target = slot
     spare = [s for s in free if s is slot or s.seq_id not in wanted]
     branches_off = common_prefix(slot.tokens, prompt) < len(slot.tokens)
     if can_share and 0 < keep < len(prompt) and branches_off and (
             len(slot.tokens) - keep >= KEEP_TAIL):
         target = min(spare, key=lambda s: s.last_used)
+    moved = False
     if busy and (can_share or keep == 0):
         fewest = min(runs(busy | {s.seq_id}) for s in spare)
         if runs(busy | {target.seq_id}) > fewest:
             target = min((s for s in spare if runs(busy | {s.seq_id}) == fewest),
                          key=lambda s: (s.seq_id not in covered, s.last_used))
+            moved = target is not slot
     if target is not slot and keep > 0:
-        return Placement(target, keep, donor=slot)
+        return Placement(target, keep, donor=slot, moved=moved)
     return Placement(target, keep)
+
+
+def shelter(free: list[Slot], placement: Placement, covered: frozenset[int],
+            wanted: frozenset[int] = frozenset()) -> Slot | None:
+    """Where the cache a placement overwrites can go first, so its conversation keeps it: a
+    free slot that loses nothing (`covered`: empty, or a copy of another cache), not the
+    placement's own slots and not one a waiting request reuses (`wanted`); empty ones
+    first, then the least recently used. None when the placement overwrites nothing of
+    value or no such slot is free. A move next to the running sequences (`place`) thus
+    swaps caches rather than dropping one (two stream copies, milliseconds, against
+    evaluating that conversation's prompt again when it returns)."""
+    target = placement.slot
+    if placement.donor is None or not target.tokens or target.seq_id in covered:
+        return None
+    room = [s for s in free if s is not target and s is not placement.donor
+            and s.seq_id in covered and s.seq_id not in wanted]
+    return min(room, key=lambda s: (bool(s.tokens), s.last_used), default=None)
 
 
 @dataclass
@@ -201,6 +233,7 @@ class BatchEngine:
         model = llama_cpp.llama_get_model(ctx.ctx)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
         self._sliding = llama_cpp.llama_model_n_swa(model) > 0  # cannot share a prefix
+        self._copying: set[int] = set()  # seq ids in a stream copy until the next decode
         self.times = StepTimes()  # decode time by batch rows, for speculation's choices
 
     def close(self) -> None:
@@ -222,11 +255,24 @@ class BatchEngine:
             job = self.waiting.popleft()
             busy = frozenset(s.seq_id for s in self.slots if s.job is not None)
             wanted = wanted_slots(free, [j.prompt for j in self.waiting])
+            covered = covered_slots(free, self.slots)
             placement = place(free, job.prompt, can_share=not self._sliding, busy=busy,
-                              wanted=wanted, covered=covered_slots(free, self.slots))
+                              wanted=wanted, covered=covered)
             slot, keep = placement.slot, placement.keep
-            if placement.donor is not None:
-                self._share_prefix(placement.donor, slot, keep)
+            donor = placement.donor
+            if placement.moved and slot.tokens and slot.seq_id not in covered and \
+                    self._swap(donor, slot):
+                # a request moving next to the running sequences with its cache: its old
+                # slot would keep a copy of that, so the cache it displaces goes there
+                # instead (a retried prompt's old answer past `keep` is what is given up)
+                donor = None
+                if len(slot.tokens) < keep:  # llama.cpp refused: both start over
+                    keep = 0
+            elif (keeper := shelter(free, placement, covered, wanted)) is not None:
+                self._share_prefix(slot, keeper, len(slot.tokens))
+                keeper.last_used = slot.last_used
+            if donor is not None:
+                self._share_prefix(donor, slot, keep)
             if keep < len(slot.tokens) and not (
                     keep > 0 and llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id,
                                                                keep, -1)):
@@ -251,9 +297,43 @@ class BatchEngine:
         llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, -1, -1)
         llama_cpp.llama_memory_seq_cp(self._memory, donor.seq_id, spare.seq_id, -1, -1)
         llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, keep, -1)
+        self._copying |= {donor.seq_id, spare.seq_id}
         spare.tokens = donor.tokens[:keep]
         spare.logits, spare.logits_at = ((donor.logits, donor.logits_at)
                                          if 0 < donor.logits_at <= keep else (None, 0))
+
+    def _swap(self, a: Slot, b: Slot) -> bool:
+        """Exchange the caches of two free slots, so a move next to the running sequences
+        displaces no conversation's only cache (`place`, when `shelter` finds no room).
+        Through host memory (llama_state_seq_get/set_data: only the cells in use, about
+        12 KB a token for the 0.5B), at once, unlike a stream copy, which llama.cpp makes
+        at the next decode: so not while one of the two is in such a copy. False when it
+        cannot be done; if llama.cpp refuses the second half, both slots start over."""
+        if {a.seq_id, b.seq_id} & self._copying:
+            return False
+        ctx = self.ctx.ctx
+        sizes = [llama_cpp.llama_state_seq_get_size(ctx, s.seq_id) for s in (a, b)]
+        if sum(sizes) > SWAP_MAX_BYTES:
+            return False
+        saved = []
+        for slot, size in zip((a, b), sizes, strict=True):
+            data = (ctypes.c_uint8 * size)()
+            if size == 0 or llama_cpp.llama_state_seq_get_data(ctx, data, size,
+                                                                slot.seq_id) != size:
+                return False
+            saved.append((data, size))
+        for slot, (data, size) in zip((b, a), saved, strict=True):
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            if llama_cpp.llama_state_seq_set_data(ctx, data, size, slot.seq_id) != size:
+                for s in (a, b):
+                    llama_cpp.llama_memory_seq_rm(self._memory, s.seq_id, -1, -1)
+                    s.tokens, s.logits, s.logits_at = [], None, 0
+                return True  # nothing is cached in either now: no copy to make
+        for name in ("tokens", "logits", "logits_at", "last_used"):
+            first = getattr(a, name)
+            setattr(a, name, getattr(b, name))
+            setattr(b, name, first)
+        return True
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
         """End every request with an error (after a failed decode) and clear the caches."""
@@ -315,6 +395,7 @@ class BatchEngine:
         is_decode = not pieces
         started = time.perf_counter()
         self.ctx.decode(self.batch)
+        self._copying.clear()  # llama.cpp made the pending stream copies first
         step_s = time.perf_counter() - started
         if is_decode:
             self.times.record(b.n_tokens, step_s)

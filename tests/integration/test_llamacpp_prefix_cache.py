@@ -5,11 +5,14 @@ shared system prompt is reused without evicting another conversation."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import llama_cpp
 import numpy as np
 import pytest
 
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
+from backends.llamacpp import engine as engine_module
 from backends.llamacpp.backend import LlamaCppBackend
 from backends.llamacpp.engine import BatchEngine
 from backends.llamacpp.speculative import common_prefix, logits_row
@@ -225,3 +228,98 @@ def test_prompts_evaluated_together_are_cached_for_their_next_turn(qwen15, first
     finally:
         fresh.unload()
         warm.unload()
+
+
+@pytest.mark.parametrize("swap_limit", [engine_module.SWAP_MAX_BYTES, 0])
+def test_moves_next_to_the_running_sequences_keep_the_caches_they_displace(qwen,
+                                                                          monkeypatch,
+                                                                          swap_limit):
+    """Six slots: five conversations, then a long answer decoding in the sixth. Returning
+    conversations move next to it (consecutive ids decode in fewer passes), each into a slot
+    holding another conversation's only cache. Nothing is lost: the first move swaps the
+    two caches (engine._swap, through host memory), the second finds the first one's old
+    slot free and swaps again, and every displaced conversation's next turn reuses all of
+    its cache, and the cells it finds are its own: its first token's logits are a fresh
+    context's (within rounding; another conversation's cells would change them wholesale).
+    Caches too large for a swap through host memory (SWAP_MAX_BYTES, 0 here) move by a
+    copy, and a cache in their way is kept only where a slot holds a copy (engine.shelter).
+    """
+    monkeypatch.setattr(engine_module, "SWAP_MAX_BYTES", swap_limit)
+    firsts: dict[int, np.ndarray] = {}  # id(job) -> the logits its first token came from
+    sample = BatchEngine._sample
+
+    def recording(self, job, row):
+        firsts.setdefault(id(job), logits_row(self.ctx.ctx, row, self.n_vocab).copy())
+        return sample(self, job, row)
+
+    monkeypatch.setattr(BatchEngine, "_sample", recording)
+    backend = LlamaCppBackend()
+    backend.load(qwen, LoadPlan(context=1024, threads=2, parallel=6))
+    fresh = LlamaCppBackend()
+    fresh.load(qwen, LoadPlan(context=1024, threads=2, parallel=1))
+    # each conversation holds more than KEEP_TAIL tokens past the template's shared prefix,
+    # so a new one takes an empty slot with a copy of that prefix instead of cutting it
+    code = "\n```python\ndef f(values):\n    return [v * 2 for v in values if v > 3]\n```"
+    users = [f"{task}{code}" for task in ("Rename f.", "Add type hints.", "Add a docstring.",
+                                           "Explain it.", "Write a test for it.")]
+    answers: dict[str, DoneEvent] = {}
+
+    def run(until: Callable[[], bool]) -> None:
+        while backend.has_work() and not until():
+            for stream, event in backend.step():
+                if isinstance(event, DoneEvent):
+                    answers[stream] = event
+
+    def turn(i: int, again: bool = False) -> GenerationRequest:
+        messages = (Message("user", users[i]),)
+        if again:
+            messages += (Message("assistant", answers[f"c{i}"].text), Message("user", "And?"))
+        return GenerationRequest(messages=messages, sampling=SamplingParams(
+            temperature=0, max_tokens=16 if again else 48))
+
+    try:
+        for i in range(5):  # conversations 0-4 in slots 0-4
+            backend.submit(f"c{i}", turn(i))
+            run(lambda: False)
+        assert [len(s.tokens) > 0 for s in backend.engine.slots] == [True] * 5 + [False]
+        held = {i: list(backend.engine.slots[i].tokens) for i in range(5)}
+        backend.submit("long", GenerationRequest(
+            messages=(Message("user", "Write a long story about a lighthouse."),),
+            sampling=SamplingParams(temperature=0, max_tokens=120)))
+        run(lambda: backend.engine.slots[5].job is not None
+            and backend.engine.slots[5].job.n_out > 0)
+        for i in (0, 1):  # each returns while the long answer decodes
+            backend.submit(f"r{i}", turn(i, again=True))
+            run(lambda i=i: any(s.job is not None and s.job.n_out > 0
+                                and s.tokens[:len(held[i])] == held[i]
+                                for s in backend.engine.slots[:5]))
+        run(lambda: False)
+        moved = {i: [s.seq_id for s in backend.engine.slots
+                     if s.tokens[:len(held[i])] == held[i]] for i in range(5)}
+        assert moved[2] == [2]
+        if swap_limit == 0:
+            # copies: the first move overwrote conversation 4's cache (no slot could keep
+            # it); the second sheltered conversation 3's in conversation 0's old copy, and
+            # conversation 1's old slot keeps a copy of it
+            assert moved[0] == [4] and moved[1] == [1, 3]
+            assert moved[3] == [0] and moved[4] == []
+            return
+        assert moved[0] == [4] and moved[1] == [3]  # next to the long answer in slot 5
+        assert sorted(moved[3] + moved[4]) == [0, 1]  # the displaced, in their old slots
+        for i in (2, 3, 4):
+            request = turn(i, again=True)
+            firsts.clear()
+            backend.submit(f"c{i}-again", request)
+            run(lambda: False)
+            assert answers[f"c{i}-again"].stats.cached_tokens >= len(held[i]) - 1, i
+            got = next(iter(firsts.values()))
+            firsts.clear()
+            fresh.engine.slots[0].tokens = []
+            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(fresh._ctx.ctx), True)
+            list(fresh.generate(request))
+            expected = next(iter(firsts.values()))
+            assert got.argmax() == expected.argmax(), i
+            assert np.abs(got - expected).max() < 1.0, i
+    finally:
+        backend.unload()
+        fresh.unload()

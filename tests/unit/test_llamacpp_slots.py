@@ -13,6 +13,7 @@ from backends.llamacpp.engine import (
     place,
     reusable,
     runs,
+    shelter,
     wanted_slots,
 )
 
@@ -114,7 +115,8 @@ def test_while_others_decode_a_request_takes_the_slot_that_keeps_their_ids_conse
     # keeps its cache
     ours = cached(6, SYSTEM + [5] * 50, last_used=0.5)
     free = [free[0], free[1], free[2], free[3], ours, free[5]]
-    assert place(free, ours.tokens + [7] * 9, busy=busy) == Placement(free[1], 90, donor=ours)
+    assert place(free, ours.tokens + [7] * 9, busy=busy) == Placement(free[1], 90, donor=ours,
+                                                                      moved=True)
     # nothing decoding: it stays where its cache is
     assert place(free, ours.tokens + [7] * 9) == Placement(ours, 90)
     # a sliding-window cache cannot be copied: it stays, and only an empty slot moves
@@ -179,7 +181,43 @@ def test_a_move_next_to_the_running_ones_overwrites_a_copy_before_a_conversation
     assert covered == {0}
     busy = frozenset({1, 2})
     assert place(free, [7] * 30 + [1], busy=busy, covered=covered) == Placement(
-        copy, 30, donor=moving)
+        copy, 30, donor=moving, moved=True)
     # without knowing which cache is a copy, the least recently used goes
-    assert place(free, [7] * 30 + [1], busy=busy) == Placement(unique, 30, donor=moving)
+    assert place(free, [7] * 30 + [1], busy=busy) == Placement(unique, 30, donor=moving,
+                                                               moved=True)
     assert covered_slots([cached(5, [])], [running]) == {5}  # an empty slot loses nothing
+
+
+def test_a_prompt_that_reuses_nothing_overwrites_a_copy_before_a_conversation():
+    copy = cached(0, SYSTEM + [5] * 20, last_used=3.0)  # an old copy of slot 1's cache
+    running = cached(1, SYSTEM + [5] * 30)
+    unique = cached(2, [6] * 30, last_used=1.0)
+    free = [copy, unique]
+    covered = covered_slots(free, [copy, running, unique])
+    assert place(free, [9] * 12, covered=covered) == Placement(copy, 0)
+    assert place(free, [9] * 12) == Placement(unique, 0)  # not knowing: the LRU one
+    # nor one that a waiting request reuses, even if it is the least recently used
+    assert place(free, [9] * 12, wanted=frozenset({2})) == Placement(copy, 0)
+
+
+def test_a_move_that_must_overwrite_a_conversation_shelters_it_in_a_copy_first():
+    # 4 and 5 decode; the conversation in slot 1 returns and moves next to them, into
+    # slot 3, the only cache of another conversation: that cache goes first to slot 0,
+    # which holds an old copy of slot 4's, and not to slot 2 (another conversation's)
+    old_copy = cached(0, [7] * 20, last_used=1.0)
+    returning = cached(1, [8] * 30, last_used=2.0)
+    other = cached(2, [9] * 30, last_used=0.5)
+    victim = cached(3, [6] * 30, last_used=3.0)
+    running = [cached(4, [7] * 40), cached(5, [5] * 10)]
+    free = [old_copy, returning, other, victim]
+    covered = covered_slots(free, free + running)
+    assert covered == {0}
+    placement = place(free, [8] * 30 + [1], busy=frozenset({4, 5}), covered=covered)
+    assert placement == Placement(victim, 30, donor=returning, moved=True)
+    assert shelter(free, placement, covered) is old_copy
+    assert shelter(free, placement, covered, wanted=frozenset({0})) is None
+    empty = cached(6, [])
+    assert shelter(free + [empty], placement, covered | {6}) is empty  # empty ones first
+    # nothing to shelter: no donor, an empty target, or a target that is itself a copy
+    assert shelter(free, Placement(victim, 0), covered) is None
+    assert shelter(free, Placement(old_copy, 20, donor=returning), covered) is None
