@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.cuda.backend import pick_device
 from backends.cuda.model_config import ModelConfig
-from benchmarks.engine import SHAPES, decode_rate, random_model
+from benchmarks.engine import SHAPES, decode_rate, random_model, sync
 
 PROMPT = 32
 
@@ -50,11 +50,6 @@ def hf_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype):
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model.eval()
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def hf_rate(model, device: torch.device, n1: int, n2: int, repeat: int,

@@ -45,7 +45,7 @@ KEEP_TAIL = 64
 
 # The most host memory a swap of two caches may take (both copies): 1 GiB is about 87k
 # tokens of the 0.5B's f16 cache, 8k of an 8B's. Larger caches move by a stream copy, and
-# the one they displace is lost, as before stop 30.
+# the one they displace is kept only if `shelter` finds a slot for it.
 SWAP_MAX_BYTES = 1 << 30
 
 
@@ -155,18 +155,25 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
     return Placement(target, keep)
 
 
+def displaces(placement: Placement, covered: frozenset[int]) -> bool:
+    """Whether the placement's copy overwrites a cache no other slot holds."""
+    target = placement.slot
+    return placement.donor is not None and bool(target.tokens) and \
+        target.seq_id not in covered
+
+
 def shelter(free: list[Slot], placement: Placement, covered: frozenset[int],
             wanted: frozenset[int] = frozenset()) -> Slot | None:
     """Where the cache a placement overwrites can go first, so its conversation keeps it: a
     free slot that loses nothing (`covered`: empty, or a copy of another cache), not the
     placement's own slots and not one a waiting request reuses (`wanted`); empty ones
     first, then the least recently used. None when the placement overwrites nothing of
-    value or no such slot is free. A move next to the running sequences (`place`) thus
-    swaps caches rather than dropping one (two stream copies, milliseconds, against
-    evaluating that conversation's prompt again when it returns)."""
-    target = placement.slot
-    if placement.donor is None or not target.tokens or target.seq_id in covered:
+    value or no such slot is free. For a prefix shared with another conversation, and for
+    a move whose caches are too large to swap (`BatchEngine._swap`): two stream copies,
+    milliseconds, against evaluating that conversation's prompt again when it returns."""
+    if not displaces(placement, covered):
         return None
+    target = placement.slot
     room = [s for s in free if s is not target and s is not placement.donor
             and s.seq_id in covered and s.seq_id not in wanted]
     return min(room, key=lambda s: (bool(s.tokens), s.last_used), default=None)
@@ -260,8 +267,7 @@ class BatchEngine:
                               wanted=wanted, covered=covered)
             slot, keep = placement.slot, placement.keep
             donor = placement.donor
-            if placement.moved and slot.tokens and slot.seq_id not in covered and \
-                    self._swap(donor, slot):
+            if placement.moved and displaces(placement, covered) and self._swap(donor, slot):
                 # a request moving next to the running sequences with its cache: its old
                 # slot would keep a copy of that, so the cache it displaces goes there
                 # instead (a retried prompt's old answer past `keep` is what is given up)
@@ -304,7 +310,7 @@ class BatchEngine:
 
     def _swap(self, a: Slot, b: Slot) -> bool:
         """Exchange the caches of two free slots, so a move next to the running sequences
-        displaces no conversation's only cache (`place`, when `shelter` finds no room).
+        displaces no conversation's only cache (`place`; tried before `shelter`).
         Through host memory (llama_state_seq_get/set_data: only the cells in use, about
         12 KB a token for the 0.5B), at once, unlike a stream copy, which llama.cpp makes
         at the next decode: so not while one of the two is in such a copy. False when it
@@ -313,13 +319,12 @@ class BatchEngine:
             return False
         ctx = self.ctx.ctx
         sizes = [llama_cpp.llama_state_seq_get_size(ctx, s.seq_id) for s in (a, b)]
-        if sum(sizes) > SWAP_MAX_BYTES:
+        if 0 in sizes or sum(sizes) > SWAP_MAX_BYTES:
             return False
         saved = []
         for slot, size in zip((a, b), sizes, strict=True):
             data = (ctypes.c_uint8 * size)()
-            if size == 0 or llama_cpp.llama_state_seq_get_data(ctx, data, size,
-                                                                slot.seq_id) != size:
+            if llama_cpp.llama_state_seq_get_data(ctx, data, size, slot.seq_id) != size:
                 return False
             saved.append((data, size))
         for slot, (data, size) in zip((b, a), saved, strict=True):
@@ -329,10 +334,10 @@ class BatchEngine:
                     llama_cpp.llama_memory_seq_rm(self._memory, s.seq_id, -1, -1)
                     s.tokens, s.logits, s.logits_at = [], None, 0
                 return True  # nothing is cached in either now: no copy to make
-        for name in ("tokens", "logits", "logits_at", "last_used"):
-            first = getattr(a, name)
-            setattr(a, name, getattr(b, name))
-            setattr(b, name, first)
+        a.tokens, b.tokens = b.tokens, a.tokens
+        a.logits, b.logits = b.logits, a.logits
+        a.logits_at, b.logits_at = b.logits_at, a.logits_at
+        a.last_used, b.last_used = b.last_used, a.last_used
         return True
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
