@@ -11,7 +11,14 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
+from backends.base import (
+    DoneEvent,
+    GenerationRequest,
+    LoadPlan,
+    Message,
+    SamplingParams,
+    TokenEvent,
+)
 from backends.llamacpp import engine as engine_module
 from backends.llamacpp.backend import LlamaCppBackend
 from backends.llamacpp.engine import BatchEngine
@@ -136,6 +143,19 @@ def test_the_same_prompt_again_starts_from_its_stored_logits(qwen):
     try:
         first, cached, n = answer(0)
         assert cached == 0
+        # the retry's first token comes out of its first step, before any decode
+        engine = backend.engine
+        decode, decoded = engine.ctx.decode, []
+        engine.ctx.decode = lambda batch: (decoded.append(batch), decode(batch))[1]
+        backend.submit("retry", GenerationRequest(
+            messages=(Message("user", "Name three sorting algorithms."),),
+            sampling=SamplingParams(temperature=0, max_tokens=12)))
+        events = backend.step()
+        assert not decoded
+        assert any(isinstance(e, TokenEvent) and e.text for _, e in events), events
+        while backend.has_work():
+            backend.step()
+        engine.ctx.decode = decode
         assert answer(0) == (first, n, n)  # the whole prompt from the cache, same answer
         sampled = answer(1.0, seed=5)
         assert sampled[1] == n and answer(1.0, seed=5) == sampled  # the seed still decides
