@@ -80,17 +80,20 @@ def ask(port: int, model: str, prompt: str, max_tokens: int) -> Answer:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         started = time.perf_counter()
         sock.sendall(head + body)
-        data, stamps, seen = b"", [], 0
+        data, stamps, pieces, scanned = b"", [], [], 0
         while chunk := sock.recv(65536):
             now = time.perf_counter()
             data += chunk
-            found = len(CONTENT.findall(data))
-            stamps += [now] * (found - seen)
-            seen = found
+            # only what came since the last whole piece: a piece cut by the read ends
+            # without its closing quote, so it is found whole next time
+            for m in CONTENT.finditer(data, scanned):
+                pieces.append(m.group(1))
+                stamps.append(now)
+                scanned = m.end()
         end = time.perf_counter()
     if b" 200 " not in data.split(b"\r\n", 1)[0]:
         raise RuntimeError(f"port {port}: {data[:300]!r}")
-    text = "".join(json.loads(b'"' + m + b'"') for m in CONTENT.findall(data))
+    text = "".join(json.loads(b'"' + m + b'"') for m in pieces)
     return Answer(ttft_s=(stamps[0] if stamps else end) - started, total_s=end - started,
                   text=text, stamps=stamps)
 
