@@ -8,7 +8,7 @@ front process (HTTP, the event loop, the thread that reads the worker's pipe) ru
 worker that decodes; on a machine whose cores all decode, every millisecond it uses is taken
 from decoding. llama-server does this work in C++ threads of the decoding process, so this is
 the per-token cost Ember's crash-isolating worker boundary adds (docs/notes/llamacpp-engine.md,
-figures 22, 34 and 39). Counts come from /proc/PID/task/TID/stat (Linux only): CPU between two
+figures 22, 34 and 40). Counts come from /proc/PID/task/TID/stat (Linux only): CPU between two
 snapshots taken around the streamed requests, after warm-up requests.
 """
 
