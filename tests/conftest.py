@@ -6,6 +6,8 @@ gui), so `pytest -m unit` selects what `pytest tests/unit` does."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +32,17 @@ TIERS = ("unit", "integration", "gui", "packaging", "gpu")
 # where one is (`bash benchmarks/gpu_checks.sh` runs it on a device machine)
 collect_ignore = [] if NVIDIA_GPU else ["gpu"]
 HERE = Path(__file__).parent
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Free disk where the suite writes: its test home, and the temp folder (hub downloads and
+    model copies, several GB); a full disk otherwise shows only as scattered write errors."""
+    lines = []
+    for name, where in (("temp", Path(tempfile.gettempdir())), ("test home", TEST_HOME)):
+        folder = next((p for p in (where, *where.parents) if p.exists()), where.anchor)
+        lines.append(f"disk: {shutil.disk_usage(folder).free / 1e9:.1f} GB free "
+                     f"for the {name} ({where})")
+    return lines
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
