@@ -34,15 +34,17 @@ collect_ignore = [] if NVIDIA_GPU else ["gpu"]
 HERE = Path(__file__).parent
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Free disk where the suite writes: its test home, and the temp folder (hub downloads and
-    model copies, several GB); a full disk otherwise shows only as scattered write errors."""
-    lines = []
-    for name, where in (("temp", Path(tempfile.gettempdir())), ("test home", TEST_HOME)):
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Free disk where the suite writes, as the run's first line (under -q too): its test home,
+    and the temp folder (hub downloads and model copies, several GB); a full disk otherwise
+    shows only as scattered write errors (stop 32's CI)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    for name, where in (("temp folder", Path(tempfile.gettempdir())), ("test home", TEST_HOME)):
         folder = next((p for p in (where, *where.parents) if p.exists()), where.anchor)
-        lines.append(f"disk: {shutil.disk_usage(folder).free / 1e9:.1f} GB free "
-                     f"for the {name} ({where})")
-    return lines
+        reporter.write_line(f"disk: {shutil.disk_usage(folder).free / 1e9:.1f} GB free "
+                            f"for the {name} ({where})")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
