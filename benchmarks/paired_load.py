@@ -17,7 +17,9 @@ their prompts are cached in both servers, as in serve_load's later rounds):
   decode loop with all of its per-token work) and the time from the first token back to the
   end of the response.
 - `cold`: a prompt of about N tokens that shares nothing with anything before it (its first
-  line is new each time): time to its first token, i.e. a cold prefill.
+  line is new each time): time to its first token, i.e. a cold prefill. Then, right after
+  it on the same server, the same module with another question (as serve_load's long
+  level): time to the first token of a cached prefix, where only the new tail is evaluated.
 
 Tokens are counted by llama-server's /tokenize of each answer's text, so both servers are
 counted alike; requests go over a plain socket (one send, TCP_NODELAY), so the client adds
@@ -158,11 +160,12 @@ def main() -> None:
                     runs[name].setdefault(f"streams_{n}", []).append((wall, answers))
             for i, n in enumerate(cold):
                 order = SERVERS if (r + i) % 2 == 0 else SERVERS[::-1]
-                prompt = (f"Round {r}, {time.time_ns()}. Here is my module:\n{long_code(n)}\n"
-                          "What does it do?")
+                module = f"Round {r}, {time.time_ns()}. Here is my module:\n{long_code(n)}\n"
                 for name in order:
-                    answer = ask(ports[name], model.id, prompt, 8)
+                    answer = ask(ports[name], model.id, module + "What does it do?", 8)
                     runs[name].setdefault(f"cold_{n}", []).append(answer.ttft_s)
+                    again = ask(ports[name], model.id, module + "Which handler returns 203?", 8)
+                    runs[name].setdefault(f"cached_{n}", []).append(again.ttft_s)
             print(json.dumps({"round": r + 1, "of": args.rounds}), file=sys.stderr, flush=True)
 
         results: dict = {"model": model.id, "threads": args.threads, "rounds": args.rounds,
@@ -187,13 +190,13 @@ def main() -> None:
                 "tokens_per_s_ratio": summary(list(zip(rates["ember"], rates["llama_server"],
                                                        strict=True)))}
         for n in cold:
-            key = f"cold_{n}"
-            results["levels"][key] = {
-                **{name: {"ttft_median_s": round(statistics.median(runs[name][key]), 3)}
-                   for name in SERVERS},
-                # time, so below 1 is Ember ahead
-                "ttft_ratio": summary(list(zip(runs["ember"][key], runs["llama_server"][key],
-                                               strict=True)))}
+            for key in (f"cold_{n}", f"cached_{n}"):
+                results["levels"][key] = {
+                    **{name: {"ttft_median_s": round(statistics.median(runs[name][key]), 3)}
+                       for name in SERVERS},
+                    # time, so below 1 is Ember ahead
+                    "ttft_ratio": summary(list(zip(runs["ember"][key],
+                                                   runs["llama_server"][key], strict=True)))}
     print(json.dumps(results, indent=2))
 
 
