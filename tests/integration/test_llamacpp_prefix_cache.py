@@ -21,7 +21,7 @@ from backends.base import (
 )
 from backends.llamacpp import engine as engine_module
 from backends.llamacpp.backend import LlamaCppBackend
-from backends.llamacpp.engine import BatchEngine
+from backends.llamacpp.engine import NEAR_TIE, BatchEngine
 from backends.llamacpp.speculative import common_prefix, logits_row
 
 SYSTEM = "You are a careful senior engineer who answers with short, correct code. "
@@ -64,8 +64,10 @@ def test_a_cached_prefix_gives_the_first_token_of_a_fresh_context(qwen15, first_
                                                                    repeats):
     """Cells computed in another batch shape round differently (llama.cpp's CPU kernels
     take other paths by rows), so a reused prefix's logits are close to a fresh context's,
-    not bit-identical: the same top token, within a fraction of a logit. Wrong positions or
-    another sequence's cells would change them wholesale."""
+    not bit-identical: within a fraction of a logit, and the same top token unless the top
+    two are a near-tie (within NEAR_TIE, the margin the engine itself treats as rounding
+    noise), which the rounding may flip (on an Intel Xeon, "Debounce in JS." did). Wrong
+    positions or another sequence's cells would change them wholesale."""
     plan = LoadPlan(context=1024, threads=2, parallel=1)
     fresh, warm = LlamaCppBackend(), LlamaCppBackend()
     fresh.load(qwen15, plan)
@@ -79,8 +81,10 @@ def test_a_cached_prefix_gives_the_first_token_of_a_fresh_context(qwen15, first_
             expected, none_cached = first_logits(fresh, SYSTEM * repeats, user)
             got, cached = first_logits(warm, SYSTEM * repeats, user)
             assert none_cached == 0
-            assert got.argmax() == expected.argmax(), (user, cached)
             assert np.abs(got - expected).max() < 1.0, (user, cached)
+            top, chosen = int(expected.argmax()), int(got.argmax())
+            assert chosen == top or expected[top] - expected[chosen] < NEAR_TIE, (
+                user, cached, top, chosen, float(expected[top] - expected[chosen]))
             reused.append(cached)
     finally:
         fresh.unload()
@@ -243,8 +247,10 @@ def test_prompts_evaluated_together_are_cached_for_their_next_turn(qwen15, first
             got, cached = first_logits(warm, system, follow_up)
             assert cached >= 48, (user, cached)
             # wrong positions or another sequence's rows would change the logits wholesale
-            assert got.argmax() == expected.argmax(), (user, cached)
             assert np.abs(got - expected).max() < 1.0, (user, cached)
+            top, chosen = int(expected.argmax()), int(got.argmax())
+            assert chosen == top or expected[top] - expected[chosen] < NEAR_TIE, (
+                user, cached, top, chosen, float(expected[top] - expected[chosen]))
     finally:
         fresh.unload()
         warm.unload()
