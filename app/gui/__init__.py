@@ -84,8 +84,10 @@ def start(app, home: Paths):
     from PySide6.QtWidgets import QMessageBox
 
     from app.gui.first_start import hardware_behind_splash
+    from app.gui.qt_check import check_qt_binding
     from app.gui.theme import apply_theme
 
+    check_qt_binding()  # a binding that would abort mid-download stops here, with a message
     window = build_window(home, hardware=hardware_behind_splash(app))
     apply_theme(app, window.settings.theme, window.settings.font_size)
     if window.settings_error:
