@@ -59,10 +59,13 @@ def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
 
     from app import logs
     from app.crash import NativeCrashLog
+    from app.gui.thread_guard import checking_threads, report_thread_crashes
 
     p = home or paths()
     logs.setup()  # once per process: a no-op under the `ember` command, which already did
     native = NativeCrashLog(p)
+    stop_reporting = report_thread_crashes(p)
+    guard = watch_threads(p) if checking_threads() else None
     try:
         app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
         try:
@@ -77,7 +80,21 @@ def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
             window.history.close()
             window.library.close()
     finally:
+        if guard is not None:
+            guard.uninstall()
+        stop_reporting()
         native.close()
+
+
+def watch_threads(home: Paths):
+    """EMBER_CHECK_THREADS: a worker thread's call into a Qt object leaves a crash report."""
+    from app.crash import write_crash_log
+    from app.gui.thread_guard import WindowThreadGuard
+
+    guard = WindowThreadGuard(
+        lambda error: write_crash_log(error, home, when="a worker thread's call into the window"))
+    guard.install()
+    return guard
 
 
 def start(app, home: Paths):

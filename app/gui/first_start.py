@@ -9,20 +9,34 @@ and the window is built with its result. Later starts skip all of this.
 
 from __future__ import annotations
 
-import threading
-
-from PySide6.QtCore import QEventLoop, QObject, Qt, Signal
+from PySide6.QtCore import QEventLoop, Qt, Signal
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QSplashScreen
 
+from app.gui.thread_task import ThreadTask
 from app.hardware import HardwareProfile, bandwidth_known, detect
 from app.identity import ICON_SVG
 
 MESSAGE = "Ember is checking what this machine can do…"
 
 
-class _Detected(QObject):
+class DetectTask(ThreadTask):
+    """`app.hardware.detect()`; `hardware` or `error` is set before `done` is emitted."""
+    thread_name = "ember-gui-detect"
     done = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hardware: HardwareProfile | None = None
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            self.hardware = detect()
+        except BaseException as e:  # re-raised on the UI thread: start-up failure handling
+            self.error = e
+        finally:
+            self.done.emit()
 
 
 def hardware_behind_splash(app: QApplication) -> HardwareProfile | None:
@@ -35,22 +49,12 @@ def hardware_behind_splash(app: QApplication) -> HardwareProfile | None:
     splash.showMessage(MESSAGE, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignHCenter)
     splash.show()
     app.processEvents()
-    result: dict[str, object] = {}
-    detected = _Detected()
+    task = DetectTask()
     loop = QEventLoop()
-    detected.done.connect(loop.quit)  # queued: emitted from the worker thread
-
-    def work() -> None:
-        try:
-            result["hardware"] = detect()
-        except BaseException as e:  # re-raised on the UI thread: start-up failure handling
-            result["error"] = e
-        finally:
-            detected.done.emit()
-
-    threading.Thread(target=work, daemon=True, name="ember-gui-detect").start()
+    task.done.connect(loop.quit)  # queued: emitted from the worker thread
+    task.start()
     loop.exec()
     splash.close()
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
-    return result["hardware"]  # type: ignore[return-value]
+    if task.error is not None:
+        raise task.error
+    return task.hardware

@@ -6,6 +6,7 @@ receivers live on the UI thread, so Qt queues every emission to it.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
@@ -26,6 +27,8 @@ from backends.base import (
     ToolCallEvent,
 )
 from backends.errors import EmberError
+
+log = logging.getLogger(__name__)
 
 
 class GenerationTask(ThreadTask):
@@ -105,6 +108,9 @@ class GenerationTask(ThreadTask):
             tokens = self.runtime.count_prompt_tokens(self.model, self.request, self.backend)
         except EmberError:
             return
+        except Exception:  # a bug here must not end the thread before the answer streams
+            log.warning("counting the prompt of %s failed", self.model, exc_info=True)
+            return
         self.prompt_counted.emit(tokens)
 
 
@@ -121,6 +127,9 @@ class ThinkingSupportTask(ThreadTask):
         try:
             support = self.runtime.thinking_support(self.model)
         except EmberError:  # an unknown or unreachable model: no control, the answer says why
+            support = ThinkingSupport()
+        except Exception:  # e.g. a remote client closed under it (its endpoint was edited)
+            log.warning("asking what %s thinks failed", self.model, exc_info=True)
             support = ThinkingSupport()
         self.found.emit(self.model, support)
 
@@ -139,6 +148,9 @@ class RemoteModelsTask(ThreadTask):
             found, failed = self.runtime.remote_models()
         except EmberError as e:  # config.toml itself is broken
             found, failed = [], {"config.toml": str(e)}
+        except Exception as e:  # a bug must not leave the list unanswered
+            log.warning("listing the remote models failed", exc_info=True)
+            found, failed = [], {"remote servers": f"{type(e).__name__}: {e}"}
         self.listed.emit(found, failed)
 
 

@@ -115,6 +115,24 @@ def test_a_history_from_a_newer_ember_stops_the_start_with_a_report_and_a_messag
     assert "the window could not start" in ember_log.read_text(encoding="utf-8")
 
 
+def test_a_qt_binding_that_leaks_references_stops_the_start_with_the_way_out(
+        qtbot, tmp_path, monkeypatch, ember_log):
+    """PySide6 6.12.0 aborted the window seconds into its first download (issue 35): such a
+    binding is refused at start, with a message and a report, before anything is lost."""
+    from app.gui import qt_check
+
+    monkeypatch.setattr(qt_check, "emit_reference_drift", lambda: qt_check.PROBE_EMITS)
+    home = Paths(tmp_path / "home")
+    boxes = answer_message_box()
+    assert main(home=home) == START_FAILED
+    [(title, text)] = boxes
+    assert title == "Ember could not start"
+    assert "has a reference-count bug in Signal.emit" in text
+    assert "pip install 'PySide6-Essentials==6.11.3'" in text
+    [report] = list(home.logs.glob("crash-*.log"))
+    assert "BrokenQtBindingError" in report.read_text(encoding="utf-8")
+
+
 def test_a_data_folder_that_is_not_a_folder_reports_into_the_temporary_folder(
         qtbot, tmp_path, monkeypatch, ember_log):
     not_a_folder = tmp_path / "ember-data"
