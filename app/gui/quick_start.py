@@ -29,6 +29,7 @@ class QuickStart(QFrame):
         about.setWordWrap(True)
         layout.addWidget(about)
         self.button = QPushButton(f"Download {spec.name} and start chatting")
+        self.button.setObjectName("primary")  # the page's one accent-colored button
         self.button.setDefault(True)
         self.button.clicked.connect(lambda _=False: self.requested.emit(self.ref))
         layout.addWidget(self.button)

@@ -12,6 +12,8 @@ import hashlib
 import html
 import json
 import re
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +50,7 @@ class PackageIndex:
     requests: list[dict[str, str | None]] = field(default_factory=list)
     json: bool = True  # False: an index that only speaks PEP 503 HTML
     url: str = ""  # the server's root; the index URL is url + "/simple/"
+    ca_file: Path | None = None  # over HTTPS: the certificate to trust
 
     @property
     def index_url(self) -> str:
@@ -149,13 +152,33 @@ def _handler(index: PackageIndex) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (openssl), the certificate being its own CA."""
+    cert, key = folder / "index-cert.pem", folder / "index-key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
 @contextmanager
-def serve_index(index: PackageIndex | None = None) -> Iterator[PackageIndex]:
-    """`index` served on a free local port until the block ends."""
+def serve_index(index: PackageIndex | None = None,
+                tls_in: Path | None = None) -> Iterator[PackageIndex]:
+    """`index` served on a free local port until the block ends. `tls_in`: over HTTPS, as
+    PyPI is (a client then reads the body in TLS records of at most 16 KB, not the larger
+    reads of plain HTTP on loopback), with a self-signed certificate written to that folder
+    (`index.ca_file`, for SSL_CERT_FILE)."""
     index = index or PackageIndex()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(index))
     server.daemon_threads = True
-    index.url = f"http://127.0.0.1:{server.server_address[1]}"
+    scheme = "http"
+    if tls_in is not None:
+        cert, key = self_signed_certificate(tls_in)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme, index.ca_file = "https", cert
+    index.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()
