@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -40,6 +41,11 @@ APPLE_CHIPS = {
     "M4": (120, 10), "M4 Pro": (273, 20), "M4 Max": (546, 40),
 }
 DEFAULT_CPU_BANDWIDTH_GBPS = 20.0
+# A bandwidth measured while other programs used this share of the machine's CPU time or more
+# is provisional: they compete for the memory bus (a first start beside a compile read 15 GB/s
+# on a machine that reads 29 idle, issue 35). It is measured again once the machine is idle.
+BUSY_SHARE = 0.25
+IDLE_SAMPLE_S = 0.1  # how long a later start watches the CPU before measuring again
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class HardwareProfile:
     apple_chip: str | None = None
     cpu_bandwidth_gbps: float = DEFAULT_CPU_BANDWIDTH_GBPS
     bandwidth_source: str = "default"  # "measured" | "table" | "default"
+    bandwidth_measured_at: str | None = None  # when "measured": ISO 8601, local time
+    bandwidth_others_busy: float | None = None  # other programs' CPU share meanwhile, 0..1
     notes: tuple[str, ...] = field(default_factory=tuple)
     torch_cuda: str | None = None  # torch's version when torch.cuda works here (cuda backend)
 
@@ -76,6 +84,23 @@ class HardwareProfile:
     @property
     def has_nvidia(self) -> bool:
         return any(g.vendor == "nvidia" for g in self.gpus)
+
+    @property
+    def bandwidth_provisional(self) -> bool:
+        """Measured while the machine was busy: probably low, measured again when idle."""
+        return (self.bandwidth_others_busy or 0.0) >= BUSY_SHARE
+
+    def bandwidth_text(self) -> str:
+        """"29 GB/s (measured 2026-11-27 23:17)", and why a figure may be low."""
+        text = f"{self.cpu_bandwidth_gbps:.0f} GB/s"
+        if self.bandwidth_source != "measured" or self.bandwidth_measured_at is None:
+            return f"{text} ({self.bandwidth_source})"
+        when = self.bandwidth_measured_at[:16].replace("T", " ")
+        if not self.bandwidth_provisional:
+            return f"{text} (measured {when})"
+        return (f"{text} (measured {when} while other programs used "
+                f"{100 * (self.bandwidth_others_busy or 0):.0f}% of the CPU, so probably low; "
+                "Ember measures again when the machine is idle)")
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -219,43 +244,105 @@ def _cores() -> tuple[int, int]:
     return logical, psutil.cpu_count(logical=False) or logical
 
 
+@dataclass(frozen=True)
+class BandwidthReading:
+    """One measurement of the CPU's read bandwidth, as hardware.json keeps it."""
+    gbps: float
+    measured_at: str  # ISO 8601, local time with its offset
+    others_busy: float  # the share of all CPU time that other processes used meanwhile
+
+    @property
+    def settled(self) -> bool:
+        return self.others_busy < BUSY_SHARE
+
+
+class _OthersCpu:
+    """The share of the machine's CPU time that processes other than this one use, between
+    `__init__` and `share()` (steal time counts: on a VM that is another guest's work)."""
+
+    def __init__(self) -> None:
+        self._own = psutil.Process()
+        self._start = (time.perf_counter(), self._busy(), self._own_cpu())
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+    def _own_cpu(self) -> float:
+        t = self._own.cpu_times()
+        return t.user + t.system
+
+    def share(self) -> float:
+        started, busy, own = self._start
+        elapsed = max(time.perf_counter() - started, 1e-3)
+        others = (self._busy() - busy) - (self._own_cpu() - own)
+        return round(min(max(others / (elapsed * _cores()[0]), 0.0), 1.0), 2)
+
+
+def read_cpu_bandwidth(threads: int) -> BandwidthReading:
+    """Measure now, noting how busy the rest of the machine was meanwhile."""
+    others = _OthersCpu()
+    gbps = measure_cpu_bandwidth(threads)
+    return BandwidthReading(gbps, datetime.now().astimezone().isoformat(timespec="seconds"),
+                            others.share())
+
+
+def machine_idle(seconds: float = IDLE_SAMPLE_S) -> bool:
+    others = _OthersCpu()
+    time.sleep(seconds)
+    return others.share() < BUSY_SHARE
+
+
 def _bandwidth_key(cpu: str, physical_cores: int) -> str:
     """hardware.json's key for a measured bandwidth: the CPU and its cores."""
     return f"{cpu}|{physical_cores}"
 
 
-def _saved_bandwidth(cache: Path, key: str) -> float | None:
+def _saved_bandwidth(cache: Path, key: str) -> BandwidthReading | None:
+    """The reading kept for this machine. One from before the time and load were kept is
+    provisional: it may come from a busy first start."""
     try:
         saved = json.loads(cache.read_text())
         if saved.get("key") == key:
-            return float(saved["cpu_bandwidth_gbps"])
+            return BandwidthReading(float(saved["cpu_bandwidth_gbps"]),
+                                    str(saved.get("measured_at", "")),
+                                    float(saved.get("others_busy", 1.0)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     return None
 
 
 def bandwidth_known() -> bool:
-    """Whether `detect()` will not need to measure (about a second): the bandwidth of this
-    machine was measured before and kept in hardware.json, or it is an Apple chip (table)."""
+    """Whether `detect()` will not need to measure (about a second): a settled measurement
+    of this machine is kept in hardware.json, or it is an Apple chip (table)."""
     if platform.system() == "Darwin" and platform.machine() == "arm64":
         return True
     key = _bandwidth_key(_cpu_info()[0], _cores()[1])
-    return _saved_bandwidth(config.paths().home / "hardware.json", key) is not None
+    saved = _saved_bandwidth(config.paths().home / "hardware.json", key)
+    return saved is not None and saved.settled
 
 
-def _cached_cpu_bandwidth(cpu: str, cores: int) -> float:
+def _cached_cpu_bandwidth(cpu: str, cores: int) -> BandwidthReading:
+    """A settled reading is kept for good. Without one, Ember measures: at once when nothing
+    is kept, else when the machine is idle now; a busy measurement keeps the higher of the
+    two figures (others' work only lowers what a measurement sees)."""
     cache = config.paths().home / "hardware.json"
     key = _bandwidth_key(cpu, cores)
     saved = _saved_bandwidth(cache, key)
-    if saved is not None:
+    if saved is not None and (saved.settled or not machine_idle()):
         return saved
-    value = measure_cpu_bandwidth(cores)
+    reading = read_cpu_bandwidth(cores)
+    if saved is not None and not reading.settled and saved.gbps > reading.gbps:
+        reading = saved
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"key": key, "cpu_bandwidth_gbps": value}))
+        cache.write_text(json.dumps({"key": key, "cpu_bandwidth_gbps": reading.gbps,
+                                     "measured_at": reading.measured_at,
+                                     "others_busy": reading.others_busy}))
     except OSError:
         pass
-    return value
+    return reading
 
 
 def torch_cuda_version() -> str | None:
@@ -295,10 +382,12 @@ def detect(measure: bool = True) -> HardwareProfile:
                          "20824); EMBER_LLAMA_AMX=1 at set-up keeps it")
         elif uses:
             notes.append("AMX present and used by llama.cpp")
+    reading: BandwidthReading | None = None
     if chip is not None:
         bandwidth, source = apple_gpus[0].bandwidth_gbps or DEFAULT_CPU_BANDWIDTH_GBPS, "table"
     elif measure:
-        bandwidth, source = _cached_cpu_bandwidth(brand, physical), "measured"
+        reading = _cached_cpu_bandwidth(brand, physical)
+        bandwidth, source = reading.gbps, "measured"
     else:
         bandwidth, source = DEFAULT_CPU_BANDWIDTH_GBPS, "default"
     return HardwareProfile(
@@ -306,4 +395,6 @@ def detect(measure: bool = True) -> HardwareProfile:
         physical_cores=physical, logical_cores=logical, isa=isa, ram_total=vm.total,
         ram_available=vm.available, gpus=gpus, apple_chip=chip, cpu_bandwidth_gbps=bandwidth,
         bandwidth_source=source, notes=tuple(notes),
+        bandwidth_measured_at=reading.measured_at if reading else None,
+        bandwidth_others_busy=reading.others_busy if reading else None,
         torch_cuda=torch_cuda_version() if any(g.vendor == "nvidia" for g in gpus) else None)

@@ -55,7 +55,7 @@ def hw(as_json: bool, context: int | None) -> None:
     click.echo("Your machine")
     isa = ", ".join(f.upper() for f in profile.isa if f in ("avx2", "avx512f", "amx_tile", "neon"))
     click.echo(f"  CPU      {profile.cpu}, {profile.physical_cores} cores ({isa}), "
-               f"{profile.cpu_bandwidth_gbps:.0f} GB/s {profile.bandwidth_source}")
+               f"{profile.bandwidth_text()}")
     click.echo(f"  RAM      {gb(profile.ram_total)} total, {gb(profile.ram_available)} "
                "available")
     for g in profile.gpus:

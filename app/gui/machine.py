@@ -27,8 +27,7 @@ RECOMMENDED_COUNT = 4
 
 
 def machine_lines(hw: HardwareProfile) -> list[tuple[str, str]]:
-    lines = [("CPU", f"{hw.cpu} · {hw.physical_cores} cores · "
-                     f"{hw.cpu_bandwidth_gbps:.0f} GB/s ({hw.bandwidth_source})"),
+    lines = [("CPU", f"{hw.cpu} · {hw.physical_cores} cores · {hw.bandwidth_text()}"),
              ("Memory", f"{hw.ram_total / GB:.1f} GB RAM, {hw.ram_available / GB:.1f} GB free")]
     if hw.apple_chip:
         lines.append(("Chip", f"Apple {hw.apple_chip}, unified memory"))

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from app import hardware
@@ -30,6 +35,52 @@ def test_cpu_bandwidth_is_measured_once_then_cached(isolated_home):
     assert second.cpu_bandwidth_gbps == first.cpu_bandwidth_gbps
     assert time.perf_counter() - started < 0.5  # no second measurement
     assert (isolated_home.home / "hardware.json").exists()
+
+
+@contextmanager
+def busy_machine() -> Iterator[None]:
+    """Every core kept busy by other processes, as a compile beside a first start would."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(os.cpu_count() or 2)]
+    try:
+        time.sleep(0.3)
+        yield
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+
+
+def test_a_busy_first_measurement_says_so_and_is_measured_again_when_idle(isolated_home):
+    with busy_machine():
+        busy = detect()
+        assert not hardware.bandwidth_known()  # the next start measures again...
+        kept = json.loads((isolated_home.home / "hardware.json").read_text())
+        again = detect()  # ...but not while the machine is still busy
+    assert busy.bandwidth_provisional and kept["others_busy"] >= hardware.BUSY_SHARE
+    assert "while other programs used" in busy.bandwidth_text()
+    assert "Ember measures again when the machine is idle" in busy.bandwidth_text()
+    assert again.bandwidth_measured_at == busy.bandwidth_measured_at
+    time.sleep(0.3)  # the burners' exit settles
+    idle = detect()
+    assert not idle.bandwidth_provisional and hardware.bandwidth_known()
+    assert idle.bandwidth_measured_at is not None
+    assert idle.bandwidth_text() == (f"{idle.cpu_bandwidth_gbps:.0f} GB/s (measured "
+                                     f"{idle.bandwidth_measured_at[:16].replace('T', ' ')})")
+    assert idle.cpu_bandwidth_gbps >= busy.cpu_bandwidth_gbps
+    print(f"busy {busy.cpu_bandwidth_gbps} GB/s ({busy.bandwidth_others_busy:.0%} others), "
+          f"idle {idle.cpu_bandwidth_gbps} GB/s")
+
+
+def test_a_figure_saved_before_the_time_and_load_were_kept_is_measured_again(isolated_home):
+    first = detect()
+    old = json.loads((isolated_home.home / "hardware.json").read_text())
+    (isolated_home.home / "hardware.json").write_text(
+        json.dumps({"key": old["key"], "cpu_bandwidth_gbps": 1.5}))  # an older Ember's file
+    assert not hardware.bandwidth_known()
+    again = detect()
+    assert again.cpu_bandwidth_gbps > 1.5 and again.bandwidth_measured_at is not None
+    assert first.bandwidth_measured_at is not None
 
 
 def test_amx_note_says_present_but_unused_when_our_build_leaves_it_out(isolated_home):
