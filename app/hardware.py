@@ -163,7 +163,10 @@ def _nvidia_gpus() -> list[GPU]:
                 return gpus
         except (OSError, subprocess.SubprocessError, ValueError):
             pass
-    if importlib.util.find_spec("torch") is not None:
+    # torch takes seconds to import: only where an NVIDIA driver could answer it (on Linux,
+    # the kernel module's /proc entry; a dev venv has torch on machines without any GPU)
+    no_driver = platform.system() == "Linux" and not os.path.exists("/proc/driver/nvidia")
+    if not no_driver and importlib.util.find_spec("torch") is not None:
         try:
             import torch
 
