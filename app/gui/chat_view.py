@@ -55,8 +55,11 @@ ROLE_NAMES = {"user": "You", "assistant": "Ember", "system": "System", "tool": "
 
 
 def stats_text(stats: dict) -> str:
-    line = (f"{stats.get('completion_tokens', 0)} tokens · first token "
-            f"{stats.get('ttft_s', 0):.2f} s · {stats.get('decode_tokens_per_s', 0):.1f} tokens/s")
+    tokens = stats.get("completion_tokens", 0)
+    line = (f"{tokens} token{'' if tokens == 1 else 's'} · "
+            f"first token {stats.get('ttft_s', 0):.2f} s")
+    if stats.get("decode_tokens_per_s"):  # none for a one-token answer: nothing was decoded
+        line += f" · {stats['decode_tokens_per_s']:.1f} tokens/s"
     if stats.get("reasoning_tokens"):
         line += f" · {stats['reasoning_tokens']} of them thinking"
     if stats.get("cached_tokens"):

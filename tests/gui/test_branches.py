@@ -227,7 +227,7 @@ def test_a_preset_made_in_settings_and_chosen_for_a_chat_sets_its_prompt_and_sam
             request.sampling.temperature) == (3, 5, 0.0)
     wait_idle(qtbot, window)
     assert window.chat.messages[-1].stats.text().startswith(
-        tuple(f"{n} tokens" for n in (1, 2, 3)))
+        ("1 token ", "2 tokens", "3 tokens"))
     pirate = window.controller.conversation_id
     assert window.history.get(pirate).preset == "Pirate"
     window._open_conversation(plain)
