@@ -9,7 +9,9 @@ there is no terminal to read, so the evidence goes into files in the data folder
   window process, with every thread's Python stack, to `DATA/logs/native-<timestamp>-<pid>.log`.
   Python's own fatal errors ("Fatal Python error: bool_dealloc", a C extension's reference
   bug) switch faulthandler off and write to file descriptor 2 instead, so when that is not a
-  terminal (a double-click, a desktop menu, a test) it goes to the same file. The file is
+  terminal (a double-click, a desktop menu, a test) it goes to the same file (and with it
+  what the window's engine workers, which inherit it, write there: an engine's own fatal
+  error is kept too, not lost). The file is
   removed at a clean exit unless it holds a crash, so only crashes leave one; a start removes
   the crash-free files of earlier processes that were killed (SIGKILL runs no exit code).
 
