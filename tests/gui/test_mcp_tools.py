@@ -75,7 +75,11 @@ def cards(w: MainWindow) -> list[ToolCard]:
 
 
 def waiting_card(qtbot, w: MainWindow) -> ToolCard:
-    qtbot.waitUntil(lambda: any(c.waiting for c in cards(w)), timeout=WAIT_MS)
+    """The card that waits for a decision, once its buttons are on screen: a card added to
+    the chat is shown by a queued event, so it can wait a moment before it is visible."""
+    def shown() -> bool:
+        return any(c.waiting and c.buttons["Allow"].isVisible() for c in cards(w))
+    qtbot.waitUntil(shown, timeout=WAIT_MS)
     return next(c for c in cards(w) if c.waiting)
 
 
