@@ -28,9 +28,9 @@ from app import __version__  # noqa: E402
 from app.identity import APP_ID, APP_NAME  # noqa: E402
 
 # The onedir bundle, in bytes (issue 18; kept at issue 35). 264 MB when set, 293 MB by issue
-# 35: documents brought cryptography (14 MB, pypdf's AES) and lxml with python-docx (12 MB),
+# 35: documents brought cryptography (14.8 MB, pypdf's AES) and lxml with python-docx (10.6 MB),
 # MCP a few pure-Python packages. Stripping the debug info some binaries carry (libpython,
-# uvloop, Python's own modules: strip_debug_info) took it to 256 MB, which leaves room for
+# uvloop, Python's own modules: strip_debug_info) took it to 254 MB, which leaves room for
 # what is coming: the multimodal library for vision (libmtmd, 1.8 MB per llama.cpp library
 # folder) and llama.cpp's Vulkan backend (libggml-vulkan, about 40 MB unpacked as another
 # project ships it; issue 39 measures ours). CUDA's backend and runtime are hundreds of MB:
@@ -112,7 +112,7 @@ def has_debug_info(elf: Path) -> bool:
 
 def strip_debug_info(bundle: Path) -> int:
     """Remove the DWARF debug sections from the bundle's binaries that carry them (the build
-    machine's libpython and Python modules, uvloop, yaml, httptools: 38 MB in all) and return
+    machine's libpython and Python modules, uvloop, yaml, httptools: 39 MB in all) and return
     the bytes saved. Only `--strip-debug`: symbol tables stay, and a library without debug
     info is never rewritten. A full strip of every library breaks those that auditwheel
     re-laid out with patchelf (numpy's OpenBLAS: "ELF load command address/offset not

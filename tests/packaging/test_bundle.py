@@ -31,7 +31,7 @@ def bundle_env(home: Path) -> dict[str, str]:
 
 
 def test_no_binary_in_the_bundle_carries_debug_info(linux_build: LinuxBuild) -> None:
-    """The build strips DWARF debug info (38 MB: libpython, uvloop, Python's own modules),
+    """The build strips DWARF debug info (39 MB: libpython, uvloop, Python's own modules),
     and only that: the bundle still runs (the other tests here run it)."""
     elves = [f for f in linux_build.bundle.rglob("*")
              if f.is_file() and not f.is_symlink() and f.open("rb").read(4) == b"\x7fELF"]

@@ -107,8 +107,7 @@ def mirror_of(wheels: Path, tls_in: Path) -> Iterator[dict[str, str]]:
                "SSL_CERT_FILE": str(index.ca_file)}
 
 
-def walk_first_run(command: list[str], home: Path, wheels: Path, name: str,
-                   extra_env: dict[str, str] | None = None) -> FirstRun:
+def walk_first_run(command: list[str], home: Path, wheels: Path, name: str) -> FirstRun:
     """Start `command` (Ember's window) on an empty `home` and live the first run. Each
     step that does not happen raises AssertionError with what was seen so far."""
     seen = FirstRun()
@@ -131,7 +130,7 @@ def walk_first_run(command: list[str], home: Path, wheels: Path, name: str,
         env = desktop_env(display, home, **mirror,
                           HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}",
                           HF_HUB_DISABLE_XET="1", HF_HUB_CACHE=str(home.parent / "hf-cache"),
-                          EMBER_CHECK_THREADS="1", **(extra_env or {}))
+                          EMBER_CHECK_THREADS="1")
         console = (home.parent / f"{name}-console.txt").open("w+", encoding="utf-8")
         app = subprocess.Popen(command, env=env, cwd=REPO, stdout=console,
                                stderr=subprocess.STDOUT, text=True)
