@@ -365,6 +365,11 @@ def llama_cpp_uses_amx() -> bool | None:
     """Whether the installed llama.cpp build has AMX compiled in (None: not installed)."""
     if importlib.util.find_spec("llama_cpp") is None:
         return None
+    from backends.errors import EmberError
+    try:
+        import backends.llamacpp  # noqa: F401  (picks the CPU build before llama_cpp loads)
+    except EmberError:  # a forced variant this CPU cannot run: the backend says so on load
+        return None
     import llama_cpp
 
     return "AMX" in llama_cpp.llama_print_system_info().decode(errors="replace")

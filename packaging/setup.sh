@@ -6,7 +6,9 @@
 #                                     whole test suite
 #
 # Needs Python 3.11+ and a C/C++ compiler with CMake (llama-cpp-python compiles once per
-# machine, about 9 minutes on 2 cores; the wheel is kept in ~/.cache/ember/wheels).
+# machine, about 3 minutes on 2 cores on x86-64 Linux, where it is the portable build a bundle
+# ships; kept in ~/.cache/ember/wheels). EMBER_LLAMA_VARIANT=baseline runs llama.cpp as an
+# AVX2-only CPU would (backends/llamacpp/cpu_variant.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +27,7 @@ py="$VENV/bin/python"
 pip_q=(-m pip install --quiet --disable-pip-version-check)
 # pip >= 24.1 reports download progress in a form Ember reads ("--progress-bar raw").
 "$py" "${pip_q[@]}" --upgrade "pip>=24.1"
-wheel=$(bash packaging/llama_cpp_wheel.sh "$py")
-"$py" "${pip_q[@]}" "$wheel"
+bash packaging/install_llama_cpp.sh "$py"
 
 if [ "$mode" = test ]; then
   bash packaging/system_packages.sh

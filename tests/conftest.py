@@ -27,7 +27,12 @@ if not NVIDIA_GPU:
     # triton (tests/unit/test_kernels.py forces the Triton path on CPU tensors).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-TIERS = ("unit", "integration", "gui", "packaging", "gpu")
+# llama.cpp's CPU build is chosen before anything imports llama_cpp: the suite runs the build
+# this CPU gets in a bundle, or the one EMBER_LLAMA_VARIANT names (`baseline` runs the whole
+# suite as an AVX2-only CPU would: backends/llamacpp/cpu_variant.py).
+from backends.llamacpp import cpu_variant  # noqa: E402
+
+TIERS = ("unit", "integration", "gui", "packaging", "gpu")  # the order they run in
 # tests/gpu checks the compiled Triton kernels and the engine on an NVIDIA GPU: collected only
 # where one is (`bash benchmarks/gpu_checks.sh` runs it on a device machine)
 collect_ignore = [] if NVIDIA_GPU else ["gpu"]
@@ -41,6 +46,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return
+    choice = cpu_variant.chosen
+    reporter.write_line("llama.cpp: " + (f"{choice.variant.name} build ({choice.reason})"
+                                          if choice else "the installed package's own build"))
     for name, where in (("temp folder", Path(tempfile.gettempdir())), ("test home", TEST_HOME)):
         folder = next((p for p in (where, *where.parents) if p.exists()), where.anchor)
         reporter.write_line(f"disk: {shutil.disk_usage(folder).free / 1e9:.1f} GB free "
@@ -48,7 +56,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tier's folder; a test file outside the tiers is an error."""
+    """Mark each test with its tier's folder; a test file outside the tiers is an error. The
+    tiers run in TIERS' order, the fast unit tier first (by folder name it came last)."""
     for item in items:
         if not item.path.is_relative_to(HERE):
             continue
@@ -57,6 +66,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid}: tests live in tests/unit, "
                                     "tests/integration, tests/gui, tests/packaging or tests/gpu")
         item.add_marker(tier)
+
+    def order(item: pytest.Item) -> int:
+        parts = item.path.relative_to(HERE).parts if item.path.is_relative_to(HERE) else ()
+        return TIERS.index(parts[0]) if parts and parts[0] in TIERS else len(TIERS)
+
+    items.sort(key=order)  # stable: each tier keeps its own order
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,11 @@ def preferred_format(hw: HardwareProfile) -> str | None:
 def llama_cpp_gpu_offload() -> bool:
     if importlib.util.find_spec("llama_cpp") is None:
         return False
+    from backends.errors import EmberError
+    try:
+        import backends.llamacpp  # noqa: F401  (picks the CPU build before llama_cpp loads)
+    except EmberError:  # a forced variant this CPU cannot run: the backend says so on load
+        return False
     import llama_cpp
 
     return bool(llama_cpp.llama_supports_gpu_offload())

@@ -6,7 +6,7 @@ The CPU variant is chosen here, before any module of this package imports `llama
 
 from backends.llamacpp import cpu_variant
 
-cpu_variant.apply()
+cpu_variant.chosen = cpu_variant.apply()
 
 from backends.llamacpp.backend import LlamaCppBackend  # noqa: E402  (after the choice)
 

@@ -17,7 +17,9 @@ builds them):
 i.e. `_internal/llama_cpp/variants/` in a PyInstaller onedir bundle, beside
 `_internal/llama_cpp/lib/` (the baseline). `variant.json` is {"name", "rank", "requires"}:
 `requires` lists /proc/cpuinfo flag names (the baseline's included), a higher rank wins.
-A development install has no variants folder and keeps its own (native) build.
+Ember's set-up on x86-64 Linux installs the same portable build with its variants
+(packaging/install_llama_cpp.sh), so the tests run what a bundle runs; elsewhere a
+development install has no variants folder and keeps its own (native) build.
 
 Precedence: an explicit `LLAMA_CPP_LIB_PATH` in the environment wins; then
 `EMBER_LLAMA_VARIANT=baseline|<name>` forces one (an unknown name, or a CPU without its flags,
@@ -62,6 +64,9 @@ class Variant:
 class Choice:
     variant: Variant
     reason: str
+
+
+chosen: Choice | None = None  # what this process's import of backends.llamacpp chose
 
 
 def cpu_flags_from(cpuinfo: str) -> frozenset[str]:
