@@ -10,9 +10,11 @@ import threading
 import pytest
 
 from app.runtime import Runtime
-from backends.base import GenerationRequest, Message, SamplingParams, SpeculativeParams
+from backends.base import GenerationRequest, LoadPlan, Message, SamplingParams, SpeculativeParams
 from backends.errors import InvalidRequestError
+from backends.llamacpp.backend import LlamaCppBackend
 from tests.support import REPO
+from tests.support.agreement import forced_through
 
 SOURCE = (REPO / "backends" / "text.py").read_text()[:1400]
 EDIT = (f"Rename the function held_back to trailing_stop_prefix in this code and output the "
@@ -106,10 +108,17 @@ def test_stop_strings_and_max_tokens_end_a_speculative_answer_where_a_plain_one_
         cached, stats = rt.generate(qwen.ref, GenerationRequest(
             messages=turn2, sampling=greedy, speculative=LOOKUP)).result()
         assert stats.cached_tokens > 0
-    with Runtime(store=store) as fresh:
-        fresh_text, _ = fresh.generate(qwen.ref, GenerationRequest(
-            messages=turn2, sampling=greedy)).result()
-    assert cached == fresh_text
+    # A fresh context evaluates the same conversation in other batch shapes, so its greedy
+    # answer may part from the cached one at a near-tie (on an AVX2-only CPU it did, at the
+    # sixth word: issue 36): every token of the cached answer is a fresh context's top choice
+    # or within the tolerance of it (tests/support/agreement.py).
+    fresh = LlamaCppBackend()
+    fresh.load(qwen, LoadPlan(context=2048, threads=2))
+    try:
+        prompt, _, _ = fresh.prompt_tokens(GenerationRequest(messages=turn2, sampling=greedy))
+        forced_through(fresh, prompt + fresh.tokenize(cached), len(prompt)).check()
+    finally:
+        fresh.unload()
 
 
 def test_a_draft_model_with_another_tokenizer_or_none_is_a_clear_error(store, qwen, gemma):
