@@ -363,16 +363,10 @@ def torch_cuda_version() -> str | None:
 
 def llama_cpp_uses_amx() -> bool | None:
     """Whether the installed llama.cpp build has AMX compiled in (None: not installed)."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        return None
-    from backends.errors import EmberError
-    try:
-        import backends.llamacpp  # noqa: F401  (picks the CPU build before llama_cpp loads)
-    except EmberError:  # a forced variant this CPU cannot run: the backend says so on load
-        return None
-    import llama_cpp
+    from app.runtime.backend_choice import llama_cpp_system_info
 
-    return "AMX" in llama_cpp.llama_print_system_info().decode(errors="replace")
+    info = llama_cpp_system_info()
+    return None if info is None else "AMX" in info
 
 
 def detect(measure: bool = True) -> HardwareProfile:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from typing import Any
 
 from app import config
 from app.errors import ConfigError
@@ -35,17 +36,32 @@ def preferred_format(hw: HardwareProfile) -> str | None:
     return "mlx" if hw.apple_chip else None
 
 
-def llama_cpp_gpu_offload() -> bool:
+def _llama_cpp() -> Any | None:
+    """The llama_cpp module of the CPU build this process runs (backends.llamacpp picks it
+    before llama_cpp loads); None where it is not installed, or a forced variant this CPU
+    cannot run (the backend says so when it loads a model)."""
     if importlib.util.find_spec("llama_cpp") is None:
-        return False
+        return None
     from backends.errors import EmberError
     try:
-        import backends.llamacpp  # noqa: F401  (picks the CPU build before llama_cpp loads)
-    except EmberError:  # a forced variant this CPU cannot run: the backend says so on load
-        return False
+        import backends.llamacpp  # noqa: F401
+    except EmberError:
+        return None
     import llama_cpp
 
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    return llama_cpp
+
+
+def llama_cpp_system_info() -> str | None:
+    """llama.cpp's line of compiled-in CPU features (AVX2 = 1 | ...), None without it."""
+    llama_cpp = _llama_cpp()
+    return None if llama_cpp is None else str(
+        llama_cpp.llama_print_system_info().decode(errors="replace"))
+
+
+def llama_cpp_gpu_offload() -> bool:
+    llama_cpp = _llama_cpp()
+    return llama_cpp is not None and bool(llama_cpp.llama_supports_gpu_offload())
 
 
 def configured_backend(model_id: str, paths: config.Paths | None = None) -> str | None:
