@@ -23,7 +23,7 @@ from backends.llamacpp.speculative import logits_row
 
 # In logits. Batch shape moved a logit by up to 0.69 (Qwen2.5-Coder-0.5B and 1.5B Q4_K_M,
 # a 96-token answer teacher-forced one row at a time against 5 rows at a time, on the x86-64-v3
-# baseline and the AVX-512 VNNI build: docs/notes/llamacpp-engine.md, figure 49).
+# baseline and the AVX-512 VNNI build: docs/notes/llamacpp-engine.md, figure 51).
 TIE_TOLERANCE = 1.0
 
 
