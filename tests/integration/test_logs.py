@@ -25,6 +25,7 @@ from app.runtime import Runtime
 from app.server.app import ServerSettings, create_app
 from backends.base import ErrorEvent, GenerationRequest, Message, SamplingParams
 from backends.errors import BackendError
+from backends.llamacpp import cpu_variant
 from tests.support import REPO
 
 SECRET = "zanzibar-marmalade"  # in prompts: it must never reach the log
@@ -106,13 +107,23 @@ def test_load_idle_unload_and_unload_are_logged_with_the_plan(debug_log: Path, s
         assert rt.unload(qwen.ref)
     info = lines(debug_log, "INFO")
     ref = re.escape(qwen.ref)
+    def build(pid: int) -> list[str]:
+        """The worker's line naming the llama.cpp CPU build it loaded, where variants are
+        installed (x86-64 Linux; packaging/install_llama_cpp.sh): chosen by itself, or the
+        library path this process chose, which it inherits."""
+        return ([rf"backends\.llamacpp\.cpu_variant \[{pid}\] llama\.cpp (CPU build: \w+ "
+                 r"\(.+\)|libraries from LLAMA_CPP_LIB_PATH=.+)$"]
+                if cpu_variant.chosen is not None else [])
+
     expected = [
         rf"app\.runtime\.worker_handle \[\d+\] worker pid {first.pid} started for {ref} "
         r"on llamacpp$",
+        *build(first.pid),
         rf"loaded {ref} on llamacpp in \d+\.\d\d s: context 2048, \d+ threads, 0 GPU layers, "
         rf"parallel 1, \d\.\d\d GB planned \(worker pid {first.pid}\)$",
         rf"app\.runtime\.runtime \[\d+\] unloading {ref}: idle for \d+ s \(keep-alive 0 s\)$",
         rf"worker pid {second.pid} started for {ref} on llamacpp$",
+        *build(second.pid),
         rf"loaded {ref} on llamacpp in .* context 1024, ",
         rf"unloading {ref} \(worker pid {second.pid}\): asked to$",
     ]
