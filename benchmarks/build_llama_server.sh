@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own llama-server from the llama.cpp that llama-cpp-python vendors, with the
-# flags Ember's wheel is built with (packaging/llama_cpp_wheel.sh), and print its path: the
-# anchor benchmarks/serve_load.py --llama-server compares Ember against. Cached by the wheel's
-# version, flags and CPU, like the wheel (about 5 minutes on 2 cores, once).
+# Build llama.cpp's own llama-server from the llama.cpp that llama-cpp-python vendors, for this
+# machine (-march=native, AMX off as in packaging/llama_cpp_wheel.sh), and print its path: the
+# anchor benchmarks/serve_load.py --llama-server compares Ember against. Ember itself runs the
+# portable build's best variant for the CPU (packaging/install_llama_cpp.sh; on this project's
+# Xeon 0.986x native decode and 0.975x prompt, benchmarks/llama_portable.py), so the anchor is
+# what a user who compiles llama-server gets. Cached by version, flags and CPU (about 5 minutes
+# on 2 cores, once).
 set -euo pipefail
 
 VERSION=${EMBER_LLAMA_CPP_VERSION:-0.3.36}

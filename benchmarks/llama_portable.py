@@ -1,9 +1,9 @@
-"""What the portable llama.cpp costs: decode and prompt-eval tokens/s of the development
-build (-march=native), the bundle's x86-64-v3 baseline and its AVX-512 variants, on the same
-model in the same run. Each measurement is a fresh process with LLAMA_CPP_LIB_PATH pointing
-at one build's lib folder (llama_cpp reads it once, at import); builds alternate within each
-round and the report gives medians, bests (on a shared machine the run least slowed by
-other work) and each build's ratio to native. Prints JSON.
+"""What the portable llama.cpp costs: decode and prompt-eval tokens/s of a -march=native build
+(packaging/llama_cpp_wheel.sh), the bundle's x86-64-v3 baseline and its AVX-512 variants, on
+the same model in the same run. Each measurement is a fresh process with LLAMA_CPP_LIB_PATH
+pointing at one build's lib folder (llama_cpp reads it once, at import); builds alternate
+within each round and the report gives medians, bests (on a shared machine the run least
+slowed by other work) and each build's ratio to native. Prints JSON.
 
     .venv/bin/python benchmarks/llama_portable.py [--model qwen2.5-coder-0.5b-instruct]
         [--tokens 128] [--prompt 256] [--repeat 5] [--threads N]
@@ -68,18 +68,27 @@ def portable_folder() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def builds(portable: Path, scratch: Path) -> dict[str, Path]:
-    """Name -> lib folder: native (this venv's llama_cpp/lib), baseline (the portable
-    wheel's, unpacked) and each variant."""
-    import importlib.util
+def native_wheel() -> Path:
+    """The -march=native wheel (packaging/llama_cpp_wheel.sh; built on first use, about 9
+    minutes): the set-up installs the portable build on x86-64 Linux, so the venv's own
+    llama_cpp is no longer native."""
+    out = subprocess.run(["bash", str(ROOT / "packaging" / "llama_cpp_wheel.sh"),
+                          sys.executable], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
 
-    spec = importlib.util.find_spec("llama_cpp")
-    assert spec is not None and spec.submodule_search_locations, "llama_cpp is not installed"
-    native = Path(list(spec.submodule_search_locations)[0]) / "lib"
-    wheel = next(portable.glob("llama_cpp_python-*.whl"))
+
+def unpacked_lib(wheel: Path, into: Path) -> Path:
     with zipfile.ZipFile(wheel) as z:
-        z.extractall(scratch, [n for n in z.namelist() if n.startswith("llama_cpp/lib/")])
-    found = {"native": native, "baseline": scratch / "llama_cpp" / "lib"}
+        z.extractall(into, [n for n in z.namelist() if n.startswith("llama_cpp/lib/")])
+    return into / "llama_cpp" / "lib"
+
+
+def builds(portable: Path, scratch: Path) -> dict[str, Path]:
+    """Name -> lib folder: native (the -march=native wheel's, unpacked), baseline (the
+    portable wheel's, unpacked) and each variant."""
+    found = {"native": unpacked_lib(native_wheel(), scratch / "native"),
+             "baseline": unpacked_lib(next(portable.glob("llama_cpp_python-*.whl")),
+                                      scratch / "baseline")}
     for variant in sorted(p for p in (portable / "variants").iterdir() if p.is_dir()):
         found[variant.name] = variant
     return found
