@@ -38,6 +38,13 @@ if [ "$mode" = test ]; then
   "$py" -m ruff check .
   PYTHON="$py" bash packaging/typecheck.sh
   export PYTHONFAULTHANDLER=1
+  if [ "${EMBER_LLAMA_VARIANT:-}" = baseline ]; then
+    # The whole suite as an AVX2-only CPU runs it: llama.cpp's AVX2 build, and the libraries
+    # that pick kernels at run time from the CPU they find held to AVX2 as well (torch's ATen
+    # for the cuda engine on the CPU, oneDNN, MKL, numpy). tests/conftest.py prints them.
+    export ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+    export NPY_DISABLE_CPU_FEATURES="AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"
+  fi
   exec "$py" -m pytest "$@"
 fi
 extras=gui,serve

@@ -33,6 +33,11 @@ if not NVIDIA_GPU:
 from backends.llamacpp import cpu_variant  # noqa: E402
 
 TIERS = ("unit", "integration", "gui", "packaging", "gpu")  # the order they run in
+# What packaging/setup.sh --test exports with EMBER_LLAMA_VARIANT=baseline, so that the
+# libraries choosing kernels at run time from the CPU (torch's ATen, oneDNN, MKL, numpy) run
+# as on an AVX2-only CPU too.
+AVX2_ONLY = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
+             "NPY_DISABLE_CPU_FEATURES")
 # tests/gpu checks the compiled Triton kernels and the engine on an NVIDIA GPU: collected only
 # where one is (`bash benchmarks/gpu_checks.sh` runs it on a device machine)
 collect_ignore = [] if NVIDIA_GPU else ["gpu"]
@@ -49,6 +54,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     choice = cpu_variant.chosen
     reporter.write_line("llama.cpp: " + (f"{choice.variant.name} build ({choice.reason})"
                                           if choice else "the installed package's own build"))
+    capped = [f"{k}={os.environ[k]}" for k in AVX2_ONLY if k in os.environ]
+    if capped:  # packaging/setup.sh --test sets them with EMBER_LLAMA_VARIANT=baseline
+        reporter.write_line(f"CPU kernels held to AVX2: {' '.join(capped)}")
     for name, where in (("temp folder", Path(tempfile.gettempdir())), ("test home", TEST_HOME)):
         folder = next((p for p in (where, *where.parents) if p.exists()), where.anchor)
         reporter.write_line(f"disk: {shutil.disk_usage(folder).free / 1e9:.1f} GB free "
