@@ -23,7 +23,9 @@ from backends.errors import EmberError, InvalidRequestError, ModelFileError
 from backends.mlx.backend import MlxBackend
 from tests.support import REPO
 
-AGREEMENT_TOKENS = 500
+# 256 tokens (500 took 192 s, the slowest test of the tier: MLX's CPU forward pass of the
+# whole text in float32): a 95% agreement over 256 still fails a broken conversion.
+AGREEMENT_TOKENS = 256
 REAL_TEXT = REPO / "README.md"
 
 
