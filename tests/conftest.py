@@ -66,6 +66,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its tier's folder; a test file outside the tiers is an error. The
     tiers run in TIERS' order, the fast unit tier first (by folder name it came last)."""
+    rank: dict[str, int] = {}
     for item in items:
         if not item.path.is_relative_to(HERE):
             continue
@@ -74,12 +75,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid}: tests live in tests/unit, "
                                     "tests/integration, tests/gui, tests/packaging or tests/gpu")
         item.add_marker(tier)
-
-    def order(item: pytest.Item) -> int:
-        parts = item.path.relative_to(HERE).parts if item.path.is_relative_to(HERE) else ()
-        return TIERS.index(parts[0]) if parts and parts[0] in TIERS else len(TIERS)
-
-    items.sort(key=order)  # stable: each tier keeps its own order
+        rank[item.nodeid] = TIERS.index(tier)
+    items.sort(key=lambda item: rank.get(item.nodeid, len(TIERS)))  # stable within a tier
 
 
 @pytest.fixture(scope="session")

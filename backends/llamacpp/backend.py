@@ -178,11 +178,18 @@ class LlamaCppBackend:
 
     def score(self, tokens: list[int], start: int) -> list[float]:
         """Teacher-forced log-probabilities: log p(tokens[i] | tokens[:i]) for each i from
-        `start` on, in a context of its own (the engine's cache is left alone), evaluated in
-        the shape plain decoding evaluates them: tokens[:start] in batches of up to
-        `batch` rows, then one token at a time. llama.cpp's CPU kernels round differently
-        by batch shape: one pass over the whole sequence moved a token's log-probability by
-        up to 0.06 on Qwen2.5-Coder-0.5B Q4_K_M (docs/notes/llamacpp-engine.md)."""
+        `start` on, from `forced_rows`."""
+        return [float(log_softmax_at(logits, np.array([tokens[i]]))[0])
+                for i, logits in self.forced_rows(tokens, start)]
+
+    def forced_rows(self, tokens: list[int], start: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(i, the logits before tokens[i]) for each i from `start` on, `tokens` forced through
+        the model in a context of its own (the engine's cache is left alone), in the shape
+        plain decoding evaluates them: tokens[:start] in batches of up to `batch` rows, then
+        one token at a time. llama.cpp's CPU kernels round differently by batch shape: one
+        pass over the whole sequence moved a token's log-probability by up to 0.06 on
+        Qwen2.5-Coder-0.5B Q4_K_M (docs/notes/llamacpp-engine.md). Each row is a view of
+        llama.cpp's buffer, valid until the next one."""
         model = self._loaded()
         if not 0 < start <= len(tokens):
             raise InvalidRequestError(f"cannot score from token {start} of {len(tokens)}")
@@ -195,15 +202,12 @@ class LlamaCppBackend:
         batch = LlamaBatch(n_tokens=self._batch, embd=0, n_seq_max=1, verbose=False)
         pieces = [(a, min(a + self._batch, start)) for a in range(0, start, self._batch)]
         pieces += [(i, i + 1) for i in range(start, len(tokens) - 1)]
-        out: list[float] = []
         try:
             for first, end in pieces:
                 batch.set_batch(tokens[first:end], first, False)  # logits of the last row
                 ctx.decode(batch)
                 if end >= start:
-                    logits = logits_row(ctx.ctx, end - 1 - first, model.n_vocab())
-                    out += log_softmax_at(logits, np.array([tokens[end]])).tolist()
-            return out
+                    yield end, logits_row(ctx.ctx, end - 1 - first, model.n_vocab())
         finally:
             batch.close()
             ctx.close()

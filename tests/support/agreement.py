@@ -15,11 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import llama_cpp
-from llama_cpp._internals import LlamaBatch, LlamaContext
-
 from backends.llamacpp.backend import LlamaCppBackend
-from backends.llamacpp.speculative import logits_row
 
 # In logits. Batch shape moved a logit by up to 0.69 (Qwen2.5-Coder-0.5B and 1.5B Q4_K_M,
 # a 96-token answer teacher-forced one row at a time against 5 rows at a time, on the x86-64-v3
@@ -47,28 +43,7 @@ class Agreement:
 
 
 def forced_through(backend: LlamaCppBackend, tokens: list[int], start: int) -> Agreement:
-    """tokens[start:] forced through `backend`'s model in a context of its own, in plain
-    decoding's shape (tokens[:start] in batches, then one row a step): how far each is below
-    its position's top logit."""
-    model = backend._loaded()
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = -(-len(tokens) // 256) * 256
-    cparams.n_batch = cparams.n_ubatch = 512
-    cparams.n_seq_max = 1
-    cparams.n_threads = cparams.n_threads_batch = backend._threads
-    ctx = LlamaContext(model=model, params=cparams, verbose=False)
-    batch = LlamaBatch(n_tokens=512, embd=0, n_seq_max=1, verbose=False)
-    pieces = [(a, min(a + 512, start)) for a in range(0, start, 512)]
-    pieces += [(i, i + 1) for i in range(start, len(tokens) - 1)]
-    gaps = []
-    try:
-        for first, end in pieces:
-            batch.set_batch(tokens[first:end], first, False)  # logits of the last row
-            ctx.decode(batch)
-            if end >= start:
-                logits = logits_row(ctx.ctx, end - 1 - first, model.n_vocab())
-                gaps.append(float(logits.max() - logits[tokens[end]]))
-        return Agreement(tuple(gaps))
-    finally:
-        batch.close()
-        ctx.close()
+    """tokens[start:] forced through `backend`'s model in plain decoding's shape
+    (`LlamaCppBackend.forced_rows`): how far each is below its position's top logit."""
+    return Agreement(tuple(float(logits.max() - logits[tokens[i]])
+                           for i, logits in backend.forced_rows(tokens, start)))
