@@ -20,7 +20,10 @@ log = logging.getLogger(__name__)
 @click.option("--api-key", default=None, envvar="EMBER_API_KEY",
               help="require 'Authorization: Bearer KEY' (needed off loopback)")
 @click.option("--insecure-no-auth", is_flag=True, help="allow a non-loopback bind without a key")
-@click.option("--cors-origin", multiple=True, help="allow browser calls from this origin")
+@click.option("--cors-origin", multiple=True,
+              help="let web pages from this origin call the API (repeatable; also "
+                   "EMBER_ORIGINS, comma-separated; `*` matches any run: "
+                   "'chrome-extension://*'). Loopback pages may always call")
 @click.option("--idle-ttl", default=600.0, show_default=True, type=float,
               help="seconds a model stays loaded after its last request")
 @click.option("--queue-limit", default=16, show_default=True, type=int,
@@ -38,6 +41,7 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
         import uvicorn
 
         from app.server.app import ServerSettings, check_bind, create_app
+        from app.server.web_walls import origins_from_env
     except ImportError as e:
         from app.install_hint import needs_extra
 
@@ -45,7 +49,8 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
     from app.runtime import Runtime
 
     settings = ServerSettings(host=host, port=port, api_key=api_key,
-                              insecure_no_auth=insecure_no_auth, cors_origins=cors_origin,
+                              insecure_no_auth=insecure_no_auth,
+                              cors_origins=origins_from_env(cors_origin),
                               idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel)
     check_bind(settings)
     logs.setup(echo=logging.WARNING)  # a server's console shows its warnings and errors

@@ -215,13 +215,14 @@ class ServerTask(ThreadTask):
             import uvicorn
 
             from app.server.app import ServerSettings, create_app
+            from app.server.web_walls import origins_from_env
         except ImportError as e:
             from app.install_hint import needs_extra
 
             self.stopped.emit(needs_extra("the API server", "serve", e.name))
             return
         settings = ServerSettings(host=self.host, port=self.port, api_key=self.key,
-                                  owns_runtime=False)
+                                  cors_origins=origins_from_env(), owns_runtime=False)
         # log_config=None: uvicorn logs through Ember's handlers (app.logs) instead of
         # replacing them with its own
         config = uvicorn.Config(create_app(self.runtime, settings), host=self.host,

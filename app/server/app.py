@@ -31,6 +31,7 @@ from app.server.metrics import Metrics
 from app.server.ollama_schemas import OllamaError
 from app.server.response_store import ResponseStore
 from app.server.schemas import ErrorResponse, ReasoningField
+from app.server.web_walls import WebWalls, origin_pattern
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 
 IDLE_SWEEP_S = 5.0
@@ -72,10 +73,12 @@ def check_bind(settings: ServerSettings) -> None:
 
 
 class Guard:
-    """Pure ASGI: checks the API key and bounds request bodies before any route runs."""
+    """Pure ASGI, before any route runs: refuses foreign Hosts and Origins and non-JSON bodies
+    (app.server.web_walls), checks the API key and bounds request bodies."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app, self.settings = app, settings
+        self.walls = WebWalls.for_server(settings.host, settings.cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -83,6 +86,11 @@ class Guard:
         path = scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
+        client = scope.get("client")
+        refusal = self.walls.check(scope["method"], headers, client[0] if client else None)
+        if refusal is not None:
+            return await _send_error(scope, send, ApiError(refusal.status, refusal.message,
+                                                           code=refusal.code))
         key = self.settings.api_key
         if key and path not in self.settings.open_paths and scope["method"] != "OPTIONS":
             given = headers.get("authorization", "").removeprefix("Bearer ").strip()
@@ -149,8 +157,10 @@ ERROR_MODELS: dict[str, type[BaseModel]] = {
     "openai": ErrorResponse, "ollama": OllamaError, "anthropic": AnthropicErrorResponse}
 ERROR_STATUSES = {400: "The request is malformed: the message names the field",
                   401: "Missing or wrong API key (when the server has one)",
+                  403: "The Host or Origin is not one this server answers (a web page's)",
                   404: "No such model, or no such stored item",
                   413: "The request body is too large",
+                  415: "The body is not sent as JSON (Content-Type: application/json)",
                   429: "Too many requests queued: retry after the Retry-After header's seconds",
                   500: "The model failed, or its worker crashed",
                   502: "A remote model's server failed"}
@@ -188,8 +198,10 @@ def document_errors(app: FastAPI, open_paths: tuple[str, ...]) -> None:
                     responses.pop("422", None)
                     if path not in open_paths:
                         responses.setdefault("401", {})
+                    responses.setdefault("403", {})
                     if "requestBody" in operation:
                         responses.setdefault("413", {})
+                        responses.setdefault("415", {})
                     for status, response in responses.items():
                         if int(status) >= 400:
                             response.setdefault("description", ERROR_STATUSES[int(status)])
@@ -322,9 +334,10 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     async def bad_json(request: Request, err: json.JSONDecodeError) -> JSONResponse:
         return _error_response(request, ApiError(400, "request body is not valid JSON"))
 
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                           allow_methods=["*"], allow_headers=["*"])
+    # loopback pages and the listed origins get CORS answers; the Guard refuses the rest
+    app.add_middleware(CORSMiddleware,
+                       allow_origin_regex=origin_pattern(settings.cors_origins).pattern,
+                       allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(Guard, settings=settings)
     app.add_middleware(AccessLog)  # the last added runs first: it sees the Guard's refusals
     return app

@@ -12,6 +12,7 @@ from app.runtime import Runtime
 from app.runtime.backend_table import BACKENDS, make_backend
 from app.server.app import create_app
 from backends.errors import InvalidRequestError
+from tests.support import LOOPBACK
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))
@@ -28,7 +29,8 @@ def test_the_mlx_backend_itself_refuses_embeddings_clearly():
 
 def test_embeddings_on_an_mlx_model_are_a_400_and_on_a_gguf_model_unit_vectors(
         store, qwen, qwen_mlx):
-    with Runtime(store=store) as runtime, TestClient(create_app(runtime)) as client:
+    with Runtime(store=store) as runtime, \
+            TestClient(create_app(runtime), base_url=LOOPBACK) as client:
         r = client.post("/v1/embeddings", json={"model": qwen_mlx.ref, "input": "hello"})
         assert r.status_code == 400
         assert "this backend has no embeddings" in r.json()["error"]["message"]

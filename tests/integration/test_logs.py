@@ -26,7 +26,7 @@ from app.server.app import ServerSettings, create_app
 from backends.base import ErrorEvent, GenerationRequest, Message, SamplingParams
 from backends.errors import BackendError
 from backends.llamacpp import cpu_variant
-from tests.support import REPO
+from tests.support import LOOPBACK, REPO
 
 SECRET = "zanzibar-marmalade"  # in prompts: it must never reach the log
 KEY = "sk-test-key-never-logged"
@@ -221,7 +221,7 @@ def test_eviction_names_the_model_evicted_and_the_one_it_made_room_for(ember_log
 def api(store, qwen) -> Iterator[TestClient]:
     with Runtime(store=store) as rt:
         app = create_app(rt, ServerSettings(api_key=KEY, owns_runtime=False, parallel=2))
-        yield TestClient(app, headers={"Authorization": f"Bearer {KEY}"})
+        yield TestClient(app, base_url=LOOPBACK, headers={"Authorization": f"Bearer {KEY}"})
 
 
 def request_lines(file: Path) -> list[str]:

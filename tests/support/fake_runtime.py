@@ -27,6 +27,7 @@ from backends.base import (
     Stats,
 )
 from backends.job import Answer
+from tests.support import LOOPBACK
 
 MODEL = "tiny-chat"
 
@@ -141,5 +142,6 @@ class ScriptedRuntime:
 def served(runtime: ScriptedRuntime, **settings: object) -> Iterator[TestClient]:
     """The real app on `runtime`, through Starlette's in-process client (an httpx.Client, so
     the official openai client can use it too)."""
-    with TestClient(create_app(runtime, ServerSettings(**settings))) as client:  # type: ignore[arg-type]
+    with TestClient(create_app(runtime, ServerSettings(**settings)),  # type: ignore[arg-type]
+                    base_url=LOOPBACK) as client:
         yield client

@@ -13,6 +13,7 @@ from app.runtime import Runtime
 from app.server.app import create_app
 from app.store import InstalledModel, Store
 from backends.base import DoneEvent, GenerationRequest, LogprobEvent
+from tests.support import LOOPBACK
 
 TOLERANCE = 1e-3  # issue 20: within 1e-3 of the teacher-forced log-likelihood
 
@@ -58,7 +59,7 @@ def check_chat_logprobs_through_the_worker(store: Store, model: InstalledModel,
     backend the Runtime is told to use, else its own choice) and the OpenAI route, which
     answered 400 before that backend reported logprobs."""
     with Runtime(store=store, backend=ask_for) as runtime, \
-            TestClient(create_app(runtime)) as client:
+            TestClient(create_app(runtime), base_url=LOOPBACK) as client:
         r = client.post("/v1/chat/completions", json={
             "model": model.ref, "messages": [{"role": "user", "content": "Say hi."}],
             "max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 2})

@@ -29,6 +29,7 @@ from backends.base import (
     ToolCallEvent,
     ToolChoice,
 )
+from tests.support import LOOPBACK
 from tests.support.fake_openai import ANSWER, THINKING, fake_server
 from tests.support.fake_runtime import MODEL, ScriptedRuntime, served
 
@@ -483,7 +484,8 @@ def remote_app(tmp_path) -> Iterator[TestClient]:
     with fake_server() as url:
         paths = Paths(tmp_path / "home")
         endpoints.add("fake", url, paths=paths)
-        with TestClient(create_app(Runtime(store=Store(paths)))) as client:
+        with TestClient(create_app(Runtime(store=Store(paths))),
+                        base_url=LOOPBACK) as client:
             yield client
 
 

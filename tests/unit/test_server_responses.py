@@ -102,7 +102,7 @@ def test_whole_and_streamed_responses_parse_as_the_sdk_types_and_agree():
 def test_the_sdk_stream_helper_and_create_read_the_answer():
     fake = ScriptedRuntime(script=[TokenEvent("Hello"), TokenEvent(" there")])
     with served(fake) as client:
-        oai = openai.OpenAI(base_url="http://testserver/v1", api_key="k", http_client=client)
+        oai = openai.OpenAI(base_url="http://127.0.0.1/v1", api_key="k", http_client=client)
         whole = oai.responses.create(model=MODEL, input="Hi", instructions="Be kind.")
         with oai.responses.stream(model=MODEL, input="Hi") as stream:
             deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]

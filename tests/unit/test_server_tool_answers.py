@@ -51,14 +51,14 @@ def ndjson(client, path: str, body: dict) -> list[dict]:
 @pytest.fixture
 def oai(fake) -> Iterator[openai.OpenAI]:
     with served(fake) as client:
-        yield openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=client,
+        yield openai.OpenAI(base_url="http://127.0.0.1/v1", api_key="x", http_client=client,
                             max_retries=0)
 
 
 @pytest.fixture
 def oll(fake) -> Iterator[ollama.Client]:
     with served(fake) as client:
-        oll = ollama.Client(host="http://testserver")
+        oll = ollama.Client(host="http://127.0.0.1")
         oll._client = client  # the in-process app instead of a socket
         yield oll
 
