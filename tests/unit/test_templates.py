@@ -34,3 +34,26 @@ def test_raise_exception_from_template_is_a_clear_error():
 def test_broken_template_does_not_compile():
     with pytest.raises(TemplateError, match="does not compile"):
         render_chat("{% for x in %}", [])
+
+
+@pytest.mark.parametrize("payload", [
+    # CVE-2025-27516: |attr reaches str.format, whose fields walk attributes unchecked
+    "{% set f = ('{0._' ~ '_class_' ~ '_._' ~ '_mro_' ~ '_}')|attr('format') %}"
+    "{{ f(messages) }}",
+    # CVE-2024-56326: a stored reference to str.format, called later
+    "{% set f = ('{0._' ~ '_init_' ~ '_._' ~ '_globals_' ~ '_}').format %}{{ f(cycler) }}",
+])
+def test_the_jinja2_format_escapes_are_refused_by_the_sandbox(payload):
+    with pytest.raises(TemplateError, match="refused by the sandbox"):
+        render_chat(payload, [{"role": "user", "content": "x"}])
+
+
+def test_jinja2_is_pinned_past_its_sandbox_escapes():
+    import tomllib
+    from importlib.metadata import version
+
+    from tests.support import REPO
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "jinja2>=3.1.6" in deps
+    assert tuple(int(p) for p in version("jinja2").split(".")[:3]) >= (3, 1, 6)
