@@ -21,6 +21,11 @@ class ModelNotFoundError(EmberError):
         super().__init__(f"unknown model {name!r} in the {where}{hint}")
 
 
+class ModelBusyError(EmberError):
+    """A request asks for a model loaded another way (context, backend) while the model
+    answers other requests: reloading it would end their answers (an API's 409)."""
+
+
 class DownloadError(EmberError):
     pass
 

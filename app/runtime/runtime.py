@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from app.errors import ModelBusyError
 from app.fit import memory_budget, plan_for
 from app.hardware import HardwareProfile, detect
 from app.runtime import endpoints
@@ -43,7 +44,8 @@ from backends.remote import RemoteModel
 
 QUANTS = ("int8", "int4")  # weight formats the cuda backend packs at load (kernels/quant.py)
 LARGEST_CONTEXT = 1 << 30  # asks the fit model for the most it gives (the trained context caps it)
-RELOAD_WAIT_S = 120.0  # how long a reload for a larger context waits for running answers
+MAX_DRAFTS = 2  # draft models one loaded model keeps beside it (each counts in the budget)
+RELOAD_WAIT_S = 120.0  # how long a reload waits for other requests' answers to end
 log = logging.getLogger(__name__)
 
 
@@ -77,7 +79,9 @@ class Runtime:
         self._workers: dict[str, Worker] = {}
         self.remotes = Remotes(self.store.paths)
         self._thinking: dict[str, ThinkingSupport] = {}  # model ref -> from its template
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held through a load: minutes
+        self._loading: dict[str, str] = {}  # model ref -> backend, while its worker starts
+        self.reload_wait_s = RELOAD_WAIT_S
 
     @property
     def hardware(self) -> HardwareProfile:
@@ -153,9 +157,14 @@ class Runtime:
                        False)
 
     def loaded(self) -> list[LoadedModel]:
-        with self._lock:
-            return [LoadedModel(w.model, w.plan, w.backend, w.pid)
-                    for w in self._workers.values() if w.alive]
+        """The models loaded now. Lock-free (a dict copy is atomic): health checks and
+        metrics answer while a load holds the lock for minutes."""
+        return [LoadedModel(w.model, w.plan, w.backend, w.pid)
+                for w in self._workers.copy().values() if w.alive]
+
+    def loading(self) -> list[str]:
+        """The models whose workers are starting now (lock-free, as `loaded`)."""
+        return sorted(self._loading.copy())
 
     def load(self, name: str, context: int | None = None, backend: str | None = None,
              gpu_layers: int | None = None, quant: str | None = None,
@@ -175,14 +184,27 @@ class Runtime:
                 f"model's files: pick a quantization when pulling instead (MODEL:QUANT)"
                 if quant in QUANTS else f"unknown weight format {quant!r} (use "
                 f"{' or '.join(QUANTS)})")
+        def as_asked(w: Worker) -> bool:
+            return w.backend == backend and (
+                context is None or w.plan.context == context) and (
+                gpu_layers is None or w.plan.gpu_layers == gpu_layers) and (
+                kv_cache is None or w.plan.kv_cache == kv_cache) and w.plan.quant == quant
+
         with self._lock:
             worker = self._workers.get(model.ref)
-            if worker is not None and worker.alive and worker.backend == backend and (
-                    context is None or worker.plan.context == context) and (
-                    gpu_layers is None or worker.plan.gpu_layers == gpu_layers) and (
-                    kv_cache is None or worker.plan.kv_cache == kv_cache) and (
-                    worker.plan.quant == quant):
+        if worker is not None and worker.alive and not as_asked(worker):
+            self._wait_idle(worker)  # others' answers end first: a reload would cut them
+        with self._lock:
+            worker = self._workers.get(model.ref)
+            if worker is not None and worker.alive and as_asked(worker):
                 return LoadedModel(model, worker.plan, worker.backend, worker.pid)
+            if worker is not None and worker.alive and worker.busy:
+                raise ModelBusyError(
+                    f"{model.ref} is answering other requests on {worker.backend} with a "
+                    f"{worker.plan.context}-token context; reloading it "
+                    f"({_changes(worker, backend, context, gpu_layers, quant)}) would end "
+                    f"their answers, and they did not finish in {self.reload_wait_s:g} s: "
+                    "ask again later, or without the context or backend setting")
             if worker is not None:
                 if worker.alive:
                     log.info("reloading %s on %s: %s", model.ref, backend,
@@ -197,7 +219,11 @@ class Runtime:
                 plan = replace(plan, gpu_layers=gpu_layers,
                                reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
             self._make_room(plan.memory_bytes, model.ref)
-            worker = Worker(model, plan, backend)
+            self._loading[model.ref] = backend
+            try:
+                worker = Worker(model, plan, backend)
+            finally:
+                del self._loading[model.ref]
             self._workers[model.ref] = worker
             return LoadedModel(model, plan, worker.backend, worker.pid)
 
@@ -227,7 +253,6 @@ class Runtime:
                                   f"({largest.reason})", "use a model with a longer context")
         log.info("reloading %s with a %d-token context: a %d-token prompt does not fit its %d",
                  ref, largest.context, tokens, worker.plan.context)
-        self._wait_idle(worker)
         self.load(name, largest.context, worker.backend, quant=worker.plan.quant)
         return tokens
 
@@ -239,15 +264,13 @@ class Runtime:
         with self._lock:
             return self._workers[ref]
 
-    @staticmethod
-    def _wait_idle(worker: Worker) -> None:
+    def _wait_idle(self, worker: Worker) -> None:
         """Let the answers running on `worker` end before it is reloaded (at most
-        RELOAD_WAIT_S: then they end with an error, rather than this request wait on)."""
-        deadline = time.monotonic() + RELOAD_WAIT_S
+        `reload_wait_s`: then the load that asked is refused, ModelBusyError; other
+        requests' answers are never cut by it)."""
+        deadline = time.monotonic() + self.reload_wait_s
         while worker.busy and worker.alive and time.monotonic() < deadline:
             time.sleep(0.05)
-        if worker.busy:
-            log.warning("reloading %s while it still answers: those answers end", worker.label)
 
     def _plan(self, model: InstalledModel, context: int | None,
               backend: str = "llamacpp", quant: str | None = None,
@@ -258,7 +281,7 @@ class Runtime:
         """Unload idle models, least recently used first, until `needed` fits beside the rest
         in the fit model's budget. Called with the lock held. Busy models are never evicted."""
         budget = memory_budget(self.hardware)
-        in_use = sum(w.plan.memory_bytes for w in self._workers.values())
+        in_use = sum(w.memory_bytes for w in self._workers.values())
         for ref, w in sorted(self._workers.items(), key=lambda kv: kv[1].last_used):
             if in_use + needed <= budget:
                 return
@@ -266,11 +289,11 @@ class Runtime:
                 continue
             log.info("evicting %s (idle %.0f s, %.2f GB): %s needs %.2f GB and %.2f GB of the "
                      "%.2f GB budget are in use", ref, time.monotonic() - w.last_used,
-                     w.plan.memory_bytes / 1e9, for_ref, needed / 1e9, in_use / 1e9,
+                     w.memory_bytes / 1e9, for_ref, needed / 1e9, in_use / 1e9,
                      budget / 1e9)
             w.stop()
             del self._workers[ref]
-            in_use -= w.plan.memory_bytes
+            in_use -= w.memory_bytes
         if in_use + needed > budget:
             log.warning("loading %s (%.2f GB) beyond the %.2f GB budget: %.2f GB are in use by "
                         "busy models, which are never evicted", for_ref, needed / 1e9,
@@ -306,12 +329,14 @@ class Runtime:
                                           "runs on local models (the remote server has its own)")
             return Generation(self.remotes.host(name), request, sink)
         worker = self._worker(name, backend)
-        return Generation(worker, self._with_draft(request, worker.model), sink)
+        return Generation(worker, self._with_draft(request, worker), sink)
 
-    def _with_draft(self, request: GenerationRequest,
-                    model: InstalledModel) -> GenerationRequest:
+    def _with_draft(self, request: GenerationRequest, worker: Worker) -> GenerationRequest:
         """The request with its draft model's path filled in (checked here: a worker cannot
-        look models up, and a wrong name should fail before anything runs)."""
+        look models up, and a wrong name should fail before anything runs). Drafts are
+        bounded: smaller than their model, at most MAX_DRAFTS per loaded model, and their
+        weights count in the memory budget (the worker keeps them loaded beside the model)."""
+        model = worker.model
         spec = request.speculative
         if spec is None or spec.method != "draft":
             return request
@@ -327,6 +352,26 @@ class Runtime:
             raise InvalidRequestError(f"the draft model {draft.ref} is {draft.format} but "
                                       f"{model.ref} is {model.format}: the draft must be in "
                                       "the same format")
+        if draft.size_bytes >= model.size_bytes:
+            raise InvalidRequestError(
+                f"the draft model {draft.ref} ({draft.size_bytes / 1e9:.2f} GB) is not smaller "
+                f"than {model.ref} ({model.size_bytes / 1e9:.2f} GB): a draft must be a smaller "
+                "model of the same family", "speculative.draft_model")
+        with self._lock:
+            if draft.ref not in worker.drafts:
+                if len(worker.drafts) >= MAX_DRAFTS:
+                    raise InvalidRequestError(
+                        f"{model.ref} keeps {', '.join(worker.drafts)} as draft models while "
+                        f"loaded, at most {MAX_DRAFTS}: draft with one of them, or unload "
+                        f"{model.ref} first", "speculative.draft_model")
+                budget = memory_budget(self.hardware)
+                in_use = sum(w.memory_bytes for w in self._workers.values())
+                if in_use + draft.size_bytes > budget:
+                    raise InvalidRequestError(
+                        f"no memory for the draft model {draft.ref} "
+                        f"({draft.size_bytes / 1e9:.2f} GB): {in_use / 1e9:.2f} GB of the "
+                        f"{budget / 1e9:.2f} GB budget are in use", "speculative.draft_model")
+                worker.drafts[draft.ref] = draft.size_bytes
         return replace(request, speculative=replace(spec, draft_path=str(draft.path)))
 
     def tokenize(self, name: str, text: str) -> list[int]:

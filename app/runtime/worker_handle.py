@@ -79,6 +79,7 @@ class Worker:
         self.last_used = time.monotonic()
         self.keep_alive_s: float | None = None  # None: the Runtime's default idle TTL
         self._stopping = False  # stop() was called: the end of the pipe is no crash
+        self.drafts: dict[str, int] = {}  # draft models it may keep loaded -> their bytes
         self._wait_loaded()
         log.info("loaded %s on %s in %.2f s: context %d, %d threads, %d GPU layers, "
                  "parallel %d%s, %.2f GB planned (worker pid %s)", model.ref, backend,
@@ -88,6 +89,11 @@ class Worker:
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"ember-runtime-{model.id}")
         self._reader.start()
+
+    @property
+    def memory_bytes(self) -> int:
+        """What the memory budget counts for it: its plan, and its draft models' weights."""
+        return self.plan.memory_bytes + sum(self.drafts.values())
 
     @property
     def pid(self) -> int | None:

@@ -90,7 +90,7 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
     message_id = anthropic_wire.new_message_id()
     show_thinking = _shows_thinking(body)
     if not body.stream:
-        final = await collect(events)
+        final = await collect(request, events)
         answer = MessageResponse(
             id=message_id, model=body.model,
             content=anthropic_wire.content(final, show_thinking),

@@ -20,12 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
-from app.errors import ModelNotFoundError
+from app.errors import ModelBusyError, ModelNotFoundError
 from app.runtime import Runtime
 from app.server import anthropic, ollama, openai, responses, tokens
 from app.server.access_log import AccessLog
 from app.server.anthropic_schemas import AnthropicErrorResponse
-from app.server.bridge import Admission, ServerBusyError
+from app.server.bridge import Admission, ClientGoneError, ServerBusyError
 from app.server.errors import ApiError, error_body, is_anthropic_path
 from app.server.metrics import Metrics
 from app.server.ollama_schemas import OllamaError
@@ -160,6 +160,7 @@ ERROR_STATUSES = {400: "The request is malformed: the message names the field",
                   403: "The Host or Origin is not one this server answers (a web page's)",
                   404: "No such model, or no such stored item",
                   413: "The request body is too large",
+                  409: "The model answers others as loaded; a reload would end them",
                   415: "The body is not sent as JSON (Content-Type: application/json)",
                   429: "Too many requests queued: retry after the Retry-After header's seconds",
                   500: "The model failed, or its worker crashed",
@@ -267,13 +268,16 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
 
     document_errors(app, settings.open_paths)
 
+    # async and lock-free: they answer at once while a model loads (minutes) or the thread
+    # pool is taken by requests waiting for it
     @app.get("/health", tags=["ember"])
-    def health() -> dict:
+    async def health() -> dict:
         return {"status": "ok", "version": __version__,
-                "loaded": [m.model.ref for m in runtime.loaded()]}
+                "loaded": [m.model.ref for m in runtime.loaded()],
+                "loading": runtime.loading()}
 
     @app.get("/metrics", tags=["ember"], response_class=PlainTextResponse)
-    def metrics() -> str:
+    async def metrics() -> str:
         admission = app.state.admission
         return app.state.metrics.render(admission.queued, admission.active, runtime.loaded())
 
@@ -320,6 +324,16 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     async def busy(request: Request, err: ServerBusyError) -> JSONResponse:
         return _error_response(request, ApiError(
             429, str(err), code="server_busy", headers={"Retry-After": str(err.retry_after_s)}))
+
+    @app.exception_handler(ModelBusyError)
+    async def model_busy(request: Request, err: ModelBusyError) -> JSONResponse:
+        return _error_response(request, ApiError(409, str(err), code="model_busy"))
+
+    @app.exception_handler(ClientGoneError)
+    async def client_gone(request: Request, err: ClientGoneError) -> JSONResponse:
+        # nobody reads it: the access log's status (nginx's 499) says the client left
+        return _error_response(request, ApiError(499, "the client closed the request",
+                                                 code="client_closed_request"))
 
     @app.exception_handler(RemoteError)
     async def remote_error(request: Request, err: RemoteError) -> JSONResponse:

@@ -8,8 +8,10 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import anyio
 from starlette.datastructures import State
@@ -25,6 +27,7 @@ from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
 from backends.errors import InvalidRequestError
 
 MAX_EMBED_INPUTS = 256
+T = TypeVar("T")
 
 
 class ServerBusyError(Exception):
@@ -58,7 +61,9 @@ def parse_keep_alive(value: str | int | float | None) -> float | None:
 
 @dataclass
 class Admission:
-    """At most `capacity` generations run and `queue_limit` wait; the rest get 429."""
+    """At most `capacity` generations run and `queue_limit` wait; the rest get 429. A request
+    takes its place first (`admit`), before it loads or counts anything, in one step under
+    the lock, so a burst cannot pass the limit between a check and an entry."""
     capacity: int = 1
     queue_limit: int = 16
 
@@ -66,17 +71,15 @@ class Admission:
         self._lock = threading.Lock()
         self.active = 0
 
-    def check(self) -> None:
-        """Raise 429 now, in the route, before a streaming response has started."""
+    def admit(self) -> Ticket:
+        """A place, or ServerBusyError (the 429) now, before a response has started."""
         with self._lock:
             if self.active >= self.capacity + self.queue_limit:
                 raise ServerBusyError(retry_after_s=max(1, (self.active - self.capacity) * 2))
-
-    def enter(self) -> None:
-        with self._lock:
             self.active += 1
+        return Ticket(self)
 
-    def leave(self) -> None:
+    def _leave(self) -> None:
         with self._lock:
             self.active -= 1
 
@@ -85,15 +88,72 @@ class Admission:
         return max(0, self.active - self.capacity)
 
 
-def stream_events(runtime: Runtime, admission: Admission, metrics: Metrics, model: str,
+class Ticket:
+    """One request's place in the Admission; given back once, however the request ends."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission: Admission | None = admission
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            admission, self._admission = self._admission, None
+        if admission is not None:
+            admission._leave()
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class ClientGoneError(Exception):
+    """The client closed its connection before its answer was ready."""
+
+
+POLL_DISCONNECT_S = 0.2
+
+
+async def until_disconnected(request: Request, work: Callable[[], Awaitable[T]]) -> T:
+    """`work()`, cancelled when the client goes away (ClientGoneError): a non-streaming
+    request whose client has closed the socket stops generating and frees its place at once,
+    as a stream does (Starlette cancels a stream whose client left; a plain response has no
+    one watching)."""
+    result: list[T] = []
+    try:
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                while not await request.is_disconnected():
+                    await anyio.sleep(POLL_DISCONNECT_S)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                result.append(await work())
+            finally:
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:  # the work's own error, as the route would see it
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    if not result:
+        access_log.note_error("client_gone")
+        raise ClientGoneError()
+    return result[0]
+
+
+def stream_events(runtime: Runtime, ticket: Ticket, metrics: Metrics, model: str,
                   request: GenerationRequest, keep_alive_s: float | None,
                   endpoint: str, backend: str | None = None) -> AsyncIterator[Event]:
-    """Events of one generation; raises ServerBusyError at once when the queue is full.
+    """Events of one generation, holding `ticket` (the request's place) until it ends.
     Leaving early (the client disconnected and the task was cancelled, or the consumer
-    stopped) cancels the generation in its worker at once."""
-    admission.check()
-    return _events(runtime, admission, metrics, model, request, keep_alive_s, endpoint,
-                   backend)
+    stopped) cancels the generation in its worker at once; a stream dropped unread gives
+    its place back when it is collected."""
+    events = _events(runtime, ticket, metrics, model, request, keep_alive_s, endpoint,
+                     backend)
+    weakref.finalize(events, ticket.release)
+    return events
 
 
 class LoopSink:
@@ -108,10 +168,9 @@ class LoopSink:
         self._loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
 
-async def _events(runtime: Runtime, admission: Admission, metrics: Metrics, model: str,
+async def _events(runtime: Runtime, ticket: Ticket, metrics: Metrics, model: str,
                   request: GenerationRequest, keep_alive_s: float | None,
                   endpoint: str, backend: str | None) -> AsyncIterator[Event]:
-    admission.enter()
     started = time.monotonic()
     generation = None
     finished = False
@@ -136,7 +195,7 @@ async def _events(runtime: Runtime, admission: Admission, metrics: Metrics, mode
             if not finished:  # the client went away: stop the work now
                 generation.cancel()
             generation.close()
-        admission.leave()
+        ticket.release()
 
 
 async def embed(request: Request, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
@@ -144,12 +203,8 @@ async def embed(request: Request, model: str, texts: list[str]) -> tuple[list[li
     state = request.app.state
     if len(texts) > MAX_EMBED_INPUTS:
         raise InvalidRequestError(f"at most {MAX_EMBED_INPUTS} inputs per request")
-    state.admission.check()
-    state.admission.enter()
-    try:
+    with state.admission.admit():
         vectors, tokens = await anyio.to_thread.run_sync(state.runtime.embed, model, texts)
-    finally:
-        state.admission.leave()
     access_log.note_prompt_tokens(tokens)
     return vectors, tokens
 
@@ -163,14 +218,10 @@ async def count_prompt_tokens(state: State, model: str, request: GenerationReque
     if backend is not None:
         check_backend(backend)
     runtime = state.runtime
-    await anyio.to_thread.run_sync(runtime.check_model, model)
-    state.admission.check()
-    state.admission.enter()
-    try:
+    with state.admission.admit():
+        await anyio.to_thread.run_sync(runtime.check_model, model)
         tokens = await anyio.to_thread.run_sync(runtime.count_prompt_tokens, model, request,
                                                 backend)
-    finally:
-        state.admission.leave()
     access_log.note_prompt_tokens(tokens)
     return tokens
 
@@ -189,6 +240,18 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     request.validate()
     if backend is not None:
         check_backend(backend)
+    ticket = state.admission.admit()  # before any load or count: a 429 costs nothing
+    try:
+        return await _checked_events(state, ticket, model, request, endpoint, keep_alive_s,
+                                     backend, context, max_tokens_param)
+    except BaseException:
+        ticket.release()
+        raise
+
+
+async def _checked_events(state: State, ticket: Ticket, model: str, request: GenerationRequest,
+                          endpoint: str, keep_alive_s: float | None, backend: str | None,
+                          context: int | None, max_tokens_param: str) -> AsyncIterator[Event]:
     runtime = state.runtime
     await anyio.to_thread.run_sync(runtime.check_model, model)
     if not runtime.is_remote(model):  # a remote server checks its own limits
@@ -201,19 +264,25 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     elif request.logprobs is not None:
         raise InvalidRequestError(f"{model} is a remote model, whose logprobs Ember does not "
                                   "pass on yet: ask without them", "logprobs")
-    return stream_events(runtime, state.admission, state.metrics, model, request,
-                         keep_alive_s, endpoint, backend)
+    return stream_events(runtime, ticket, state.metrics, model, request, keep_alive_s,
+                         endpoint, backend)
 
 
-async def collect(events: AsyncIterator[Event]) -> DoneEvent:
+async def collect(http: Request, events: AsyncIterator[Event]) -> DoneEvent:
     """The whole answer of a non-streaming request: its DoneEvent, which carries the answer's
     text, thinking and tool calls (the sum of the events streamed); an error event becomes
-    its ApiError."""
+    its ApiError. Ends early (ClientGoneError) when the client goes away."""
     from app.server.errors import error_for_event
 
-    async for event in events:
-        if isinstance(event, ErrorEvent):
-            raise error_for_event(event)
-        if isinstance(event, DoneEvent):
-            return event
-    raise RuntimeError("stream ended without a final event")
+    async def final() -> DoneEvent:
+        async for event in events:
+            if isinstance(event, ErrorEvent):
+                raise error_for_event(event)
+            if isinstance(event, DoneEvent):
+                return event
+        raise RuntimeError("stream ended without a final event")
+
+    try:
+        return await until_disconnected(http, final)
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]

@@ -263,7 +263,7 @@ async def _respond(request: Request, body: OllamaBase, model: str,
                            "done": False}) + "\n"
 
     if not body.stream:
-        final = await collect(events)
+        final = await collect(request, events)
         out = _final(body.model, final.stats, started, field)
         if body.logprobs:
             out["logprobs"] = openai_wire.chat_logprobs(final.logprobs)

@@ -112,7 +112,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if not body.stream:
-        final = await collect(events)
+        final = await collect(request, events)
         message = openai_wire.message(final, field)
         completion = ChatCompletion(
             id=completion_id, created=created, model=body.model,
@@ -201,7 +201,7 @@ async def completions(body: CompletionRequest,
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if not body.stream:
-        final = await collect(events)
+        final = await collect(request, events)
         return Completion(id=completion_id, created=created, model=body.model,
                           choices=[CompletionChoice(
                               text=final.text, finish_reason=openai_wire.finish_reason(

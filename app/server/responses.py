@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.server import responses_wire
-from app.server.bridge import check_model_name, open_events
+from app.server.bridge import check_model_name, open_events, until_disconnected
 from app.server.errors import ApiError, error_for_event
 from app.server.generation_request import (
     chat_request,
@@ -103,10 +103,16 @@ async def create_response(body: ResponseCreateRequest, request: Request) -> Resp
                                max_tokens_param="max_output_tokens")
     answer = _Answer(body, _store(request), conversation, gen_request.sampling)
     if not body.stream:
-        async for event in events:
-            if isinstance(event, ErrorEvent):
-                raise error_for_event(event)
-            answer.add(event)
+        async def whole() -> None:
+            async for event in events:
+                if isinstance(event, ErrorEvent):
+                    raise error_for_event(event)
+                answer.add(event)
+
+        try:
+            await until_disconnected(request, whole)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
         if not answer.done:
             raise RuntimeError("stream ended without a final event")
         return JSONResponse(answer.done)

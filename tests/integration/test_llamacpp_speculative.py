@@ -121,9 +121,14 @@ def test_stop_strings_and_max_tokens_end_a_speculative_answer_where_a_plain_one_
         fresh.unload()
 
 
-def test_a_draft_model_with_another_tokenizer_or_none_is_a_clear_error(store, qwen, gemma):
+def test_a_draft_model_with_another_tokenizer_or_none_is_a_clear_error(store, qwen, gemma,
+                                                                       qwen15):
     greedy = SamplingParams(temperature=0, max_tokens=8)
     with Runtime(store=store) as rt:
+        # drafts are bounded: smaller than their model (and counted in the memory budget)
+        with pytest.raises(InvalidRequestError, match="is not smaller than"):
+            rt.generate(qwen.ref, edit_request(greedy, SpeculativeParams(
+                method="draft", draft_model=qwen15.ref))).result()
         with pytest.raises(InvalidRequestError, match="does not share the model's tokenizer"):
             rt.generate(qwen.ref, edit_request(greedy, SpeculativeParams(
                 method="draft", draft_model=gemma.ref))).result()
@@ -136,6 +141,9 @@ def test_a_draft_model_with_another_tokenizer_or_none_is_a_clear_error(store, qw
         # the worker keeps serving after refusing
         text, _ = rt.generate(qwen.ref, edit_request(greedy)).result()
         assert text
+        # the drafts it was asked for count in the memory budget
+        worker = rt._workers[qwen.ref]
+        assert worker.memory_bytes == worker.plan.memory_bytes + gemma.size_bytes
     with pytest.raises(InvalidRequestError, match="needs a draft_model"):
         SpeculativeParams(method="draft").validate()
     with pytest.raises(InvalidRequestError, match="max_draft"):

@@ -125,6 +125,9 @@ class ScriptedRuntime:
     def loaded(self) -> list:
         return []
 
+    def loading(self) -> list:
+        return []
+
     def list_models(self) -> list:
         return []
 

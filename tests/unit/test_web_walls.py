@@ -5,6 +5,8 @@ their CORS preflights pass. The real app on a scripted runtime (tests/support/fa
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -87,7 +89,7 @@ def test_a_preflight_from_a_listed_origin_passes_and_from_another_is_refused():
 
 @pytest.mark.parametrize("key", [None, KEY])
 def test_a_post_without_a_json_content_type_gets_415(key):
-    body = '{"model": "%s", "messages": [{"role": "user", "content": "hi"}]}' % MODEL
+    body = json.dumps(CHAT)
     with served(ScriptedRuntime(), api_key=key) as client:
         for path in ["/v1/chat/completions", "/api/chat", "/api/pull", "/v1/messages"]:
             r = client.post(path, content=body,
