@@ -19,6 +19,7 @@ import tomlkit
 
 from app import resources
 from app.errors import ConfigError
+from app.file_modes import private_dir
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -67,7 +68,7 @@ class Paths:
 def paths() -> Paths:
     home = os.environ.get("EMBER_HOME")
     root = Path(home).expanduser() if home else Path(platformdirs.user_data_dir("ember"))
-    return Paths(home=root)
+    return Paths(home=private_dir(root))
 
 
 def registry_file() -> Path:
@@ -100,7 +101,7 @@ def update_config(edit: Callable[[tomlkit.TOMLDocument], None],
         load_config(p)  # a broken file is reported, not overwritten
     doc = tomlkit.parse(text)
     edit(doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

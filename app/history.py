@@ -23,11 +23,14 @@ opening an older file migrates it in one transaction (MIGRATIONS), keeping every
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil  # type: ignore[import-untyped]  # (no py.typed)
 
 from app.history_tree import Version, shown_path, versions
 from app.sqlite_file import connect, open_or_set_aside
@@ -97,6 +100,15 @@ CREATE TABLE IF NOT EXISTS conversation_mcp_servers (
     PRIMARY KEY (conversation_id, server)
 );
 """
+# who is writing each streamed answer: a History opened by another process leaves a live
+# answer alone, and marks "interrupted" only those whose writing process is gone
+STREAM_WRITERS_TABLE = """
+CREATE TABLE IF NOT EXISTS stream_writers (
+    message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+    pid INTEGER NOT NULL,
+    started REAL NOT NULL
+);
+"""
 THINKING_SETTINGS = ("off", "on", "low", "medium", "high")
 STATUSES = ("complete", "streaming", "interrupted", "stopped", "error")
 
@@ -149,6 +161,20 @@ class StoredMessage:
     tool_name: str | None = None  # a tool result: the tool that was called
     parent_id: int | None = None  # the turn before this one (None: a first turn)
     shown_child_id: int | None = None  # which of the turns after it is shown
+
+
+_STARTED = psutil.Process().create_time()  # with the pid: which process wrote an answer
+
+
+def writer_alive(pid: int, started: float) -> bool:
+    """Whether the process that began writing an answer still runs (its pid, and its start
+    time, so that a pid reused since does not count)."""
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 1.0
+    except psutil.AccessDenied:
+        return True  # it runs, as another user
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
 
 
 def _conversation(row: sqlite3.Row) -> Conversation:
@@ -217,13 +243,30 @@ class History:
         if version < SCHEMA_VERSION:
             migrate(db, version)
         db.executescript(MCP_SERVERS_TABLE)
+        db.executescript(STREAM_WRITERS_TABLE)
         return db
 
     def _mark_interrupted(self) -> int:
+        """Mark "interrupted" the answers left "streaming" by a process that is gone (a crash,
+        a kill); an answer another live Ember process is still writing stays as it is."""
         with self._lock:
-            cur = self._db.execute(
-                "UPDATE messages SET status='interrupted' WHERE status='streaming'")
-            return cur.rowcount
+            rows = self._db.execute(
+                "SELECT m.id, w.pid, w.started FROM messages m LEFT JOIN stream_writers w"
+                " ON w.message_id = m.id WHERE m.status='streaming'").fetchall()
+            cut = [row["id"] for row in rows
+                   if row["pid"] is None or not writer_alive(row["pid"], row["started"])]
+            self._db.executemany(
+                "UPDATE messages SET status='interrupted' WHERE id=? AND status='streaming'",
+                [(i,) for i in cut])
+            self._db.execute("DELETE FROM stream_writers WHERE message_id NOT IN"
+                             " (SELECT id FROM messages WHERE status='streaming')")
+            return len(cut)
+
+    def _rollback(self) -> None:
+        """Undo the open transaction, if SQLite has not already (a failed COMMIT on a full
+        disk rolls back by itself)."""
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
     def close(self) -> None:
         with self._lock:
@@ -309,7 +352,7 @@ class History:
                                      [(conversation_id, s) for s in sorted(set(servers))])
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
 
     def delete(self, conversation_id: int) -> None:
@@ -398,14 +441,18 @@ class History:
                      json.dumps(stats) if stats else None, model, now, reasoning,
                      _calls_json(tool_calls), tool_call_id, tool_name, parent))
                 self._show(conversation_id, parent, _rowid(cur))
+                if status == "streaming":
+                    self._db.execute(
+                        "INSERT INTO stream_writers(message_id, pid, started) VALUES (?, ?, ?)",
+                        (cur.lastrowid, os.getpid(), _STARTED))
                 self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?",
                                  (now, conversation_id))
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError as e:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise HistoryError(f"no conversation {conversation_id}") from e
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
             row = self._db.execute("SELECT * FROM messages WHERE id=?",
                                    (cur.lastrowid,)).fetchone()
@@ -448,7 +495,7 @@ class History:
                     new_ids.append(conv_id)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
         return new_ids
 
@@ -464,7 +511,7 @@ class History:
                 self._show(row[0], row[1], message_id)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
 
     def update_message(self, message_id: int, content: str, status: str | None = None,

@@ -12,6 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from app.file_modes import private_dir
 from app.mcp.config import McpConfigError
 
 
@@ -51,7 +52,7 @@ class Approvals:
         self._write(self._read() - {_key(server, tool)})
 
     def _write(self, allowed: set[str]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         fd, tmp = tempfile.mkstemp(prefix=".approvals-", suffix=".json", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:

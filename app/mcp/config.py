@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
+from app.file_modes import private_dir
 
 DEFAULT_TIMEOUT_S = 60.0  # a tool call's limit: MCP servers do real work (searches, builds)
 STARTUP_TIMEOUT_S = 20.0  # starting a server and listing its tools (npx may install first)
@@ -172,7 +173,7 @@ def save_mcp_text(path: Path, text: str) -> dict[str, McpServerConfig]:
     """Check `text`, then write it in place of `path` by rename (a crash leaves the old file);
     invalid text raises McpConfigError and the file stays as it was."""
     servers = parse_mcp_config(text, path.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=".mcp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -11,6 +11,7 @@ import pytest
 
 from app.history import MIGRATIONS, SCHEMA_VERSION, History, HistoryError
 from backends.base import ToolCall
+from tests.support.dead_writer import as_if_its_writer_died
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def test_an_answer_still_streaming_when_the_app_died_is_kept_as_interrupted(tmp_
     h.add_message(conv.id, "user", "write a poem")
     answer = h.add_message(conv.id, "assistant", "", status="streaming")
     h.update_message(answer.id, "Roses are")
-    # no close(): the process is gone
+    as_if_its_writer_died(tmp_path / "h.db")  # no close(): the process is gone
     again = History(tmp_path / "h.db")
     assert again.interrupted_on_open == 1
     last = again.messages(conv.id)[-1]
@@ -175,7 +176,8 @@ def test_a_crash_while_thinking_keeps_the_thinking_marked_interrupted(tmp_path: 
     h.add_message(conv.id, "user", "think hard")
     answer = h.add_message(conv.id, "assistant", "", status="streaming")
     h.update_message(answer.id, "", reasoning="Let me consider")
-    again = History(tmp_path / "h.db")  # no close(): the process is gone
+    as_if_its_writer_died(tmp_path / "h.db")  # no close(): the process is gone
+    again = History(tmp_path / "h.db")
     last = again.messages(conv.id)[-1]
     assert (last.reasoning, last.content, last.status) == ("Let me consider", "",
                                                            "interrupted")

@@ -12,6 +12,7 @@ import pytest
 from app.history import History, HistoryError
 from app.history_tree import descendants
 from backends.base import ToolCall
+from tests.support.dead_writer import as_if_its_writer_died
 
 # history-v2.db was written by app/history.py as it was at commit 6f19f5e (schema 2, before
 # message trees) by tests/unit/data/make_history_v2.py: thinking, a tool call and its result,
@@ -138,7 +139,8 @@ def test_a_path_survives_reopening_and_an_interrupted_branch_is_kept(tmp_path: P
     h.add_message(conv.id, "assistant", "Roses", status="complete")
     regen = h.add_message(conv.id, "assistant", "", status="streaming", parent_id=q.id)
     h.update_message(regen.id, "Violets are")
-    again = History(tmp_path / "h.db")  # no close(): the process is gone
+    as_if_its_writer_died(tmp_path / "h.db")  # no close(): the process is gone
+    again = History(tmp_path / "h.db")
     shown = again.messages(conv.id)
     assert [(m.content, m.status) for m in shown] == [("write a poem", "complete"),
                                                       ("Violets are", "interrupted")]
