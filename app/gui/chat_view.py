@@ -90,6 +90,11 @@ class MessageText(QTextBrowser):
         self.setHtml(rendered.html)
         self._fit_height()
 
+    def loadResource(self, kind: int, name: QUrl) -> object:
+        """Nothing named by a message is loaded: no image, no style sheet, no file (the
+        Markdown renderer shows images as links; this holds for any HTML that gets here)."""
+        return None
+
     def _fit_height(self) -> None:
         self.document().setTextWidth(max(self.viewport().width(), 100))
         self.setFixedHeight(int(self.document().size().height()) + 6)

@@ -1,6 +1,8 @@
 """Model answers as HTML for Qt's rich-text views: CommonMark, tables, highlighted code.
 
 Raw HTML in an answer is shown as text, never interpreted (a model's output is untrusted).
+Images are shown as links, never loaded: `![](/dev/zero)` or `![](file:///...)` in a model's
+answer or an imported chat would have Qt read that file (or fetch that URL) on the UI thread.
 Each fenced code block gets a "Copy" link `copy:N`; the view looks N up in `code_blocks`.
 Qt's rich text understands a subset of HTML 4 with inline styles, hence pygments' inline
 (`noclasses`) output and tables for the code frames.
@@ -52,6 +54,14 @@ def render_markdown(text: str, dark: bool = False) -> Rendered:
                 f'<tr><td colspan="2"><pre style="margin:0; white-space:pre-wrap">{body}</pre>'
                 f'</td></tr></table>\n')
 
+    def image(renderer, tokens, idx, options, env) -> str:
+        token = tokens[idx]
+        src = str(token.attrGet("src") or "")
+        alt = html.escape(token.content or "image")
+        return (f'<a href="{html.escape(src, quote=True)}" style="color:{link}">'
+                f'[image: {alt}]</a>')
+
+    md.add_render_rule("image", image)
     md.add_render_rule("fence", fence)
     md.add_render_rule("code_block", fence)
     return Rendered(md.render(text), blocks)
