@@ -91,7 +91,7 @@ class ToolRound(QObject):
         except InvalidRequestError as e:
             self._settle("error", failed_text(str(e)))
             return
-        if self.tools.approvals.allowed(tool.server, tool.name):
+        if self.tools.approvals.allowed(self.servers[tool.server], tool.name):
             self._run()
         else:
             card.decided.connect(self._decided)
@@ -105,7 +105,7 @@ class ToolRound(QObject):
             return
         if decision == "always":
             try:
-                self.tools.approvals.allow_always(tool.server, tool.name)
+                self.tools.approvals.allow_always(self.servers[tool.server], tool.name)
             except (McpConfigError, OSError) as e:  # it runs this once; the card says why
                 self._card.note.setText(f"Allowed this once: {e}")
         self._run()

@@ -1,5 +1,10 @@
 """The MCP tools the user allowed always: a small JSON file in the data folder,
-{"allowed": ["server/tool", ...]}, so the choice outlives the window.
+{"allowed": ["server/tool#definition", ...]}, so the choice outlives the window.
+
+An approval holds for the server as it was defined when the user gave it: `definition` is a
+hash of its command, args, cwd, url and the names of its env and headers, so an mcp.json edit
+that points the name at another program or address asks again (entries of older Embers,
+without one, allow nothing).
 
 An unreadable file allows nothing (the safe side) and is never overwritten: Allow always then
 says why it cannot be remembered.
@@ -7,17 +12,27 @@ says why it cannot be remembered.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 
 from app.file_modes import private_dir
-from app.mcp.config import McpConfigError
+from app.mcp.config import McpConfigError, McpServerConfig
 
 
-def _key(server: str, tool: str) -> str:
-    return f"{server}/{tool}"
+def definition(config: McpServerConfig) -> str:
+    """The server's identity for approvals: what it runs or reaches, not its values' secrets
+    (env and header values, e.g. a rotated token, do not void an approval)."""
+    shape = {"command": config.command, "args": list(config.args), "cwd": config.cwd,
+             "url": config.url, "env": sorted(config.env), "headers": sorted(config.headers)}
+    blob = json.dumps(shape, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _key(config: McpServerConfig, tool: str) -> str:
+    return f"{config.name}/{tool}#{definition(config)}"
 
 
 class Approvals:
@@ -36,20 +51,23 @@ class Approvals:
             raise McpConfigError(f"{self.path} must be {{\"allowed\": [\"server/tool\", ...]}}")
         return set(allowed)
 
-    def allowed(self, server: str, tool: str) -> bool:
+    def allowed(self, config: McpServerConfig, tool: str) -> bool:
         try:
-            return _key(server, tool) in self._read()
+            return _key(config, tool) in self._read()
         except McpConfigError:
             return False
 
     def all(self) -> list[str]:
-        return sorted(self._read())
+        """The allowed tools as the user knows them, "server/tool"."""
+        return sorted({entry.partition("#")[0] for entry in self._read()})
 
-    def allow_always(self, server: str, tool: str) -> None:
-        self._write(self._read() | {_key(server, tool)})
+    def allow_always(self, config: McpServerConfig, tool: str) -> None:
+        self._write(self._read() | {_key(config, tool)})
 
     def forget(self, server: str, tool: str) -> None:
-        self._write(self._read() - {_key(server, tool)})
+        """Every approval of `server/tool`, whatever the server's definition was."""
+        self._write({entry for entry in self._read()
+                     if entry.partition("#")[0] != f"{server}/{tool}"})
 
     def _write(self, allowed: set[str]) -> None:
         private_dir(self.path.parent)

@@ -6,7 +6,8 @@
         "search": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer …"}}}}
 
 A server has a `command` (stdio: Ember starts it) or a `url` (streamable HTTP), never both.
-Ember also reads `cwd`, `timeout` (seconds a call may take) and `disabled`; `type` is accepted
+Ember also reads `cwd`, `timeout` (seconds a call may take), `maxResultBytes` (how much of a
+result reaches the model, 64 KiB unless set) and `disabled`; `type` is accepted
 when it agrees with the rest ("stdio", "http", "streamable-http"). Every other key is an error
 that names it, so a typo ("comand") is never a server that silently does nothing.
 
@@ -30,7 +31,9 @@ from app.file_modes import private_dir
 DEFAULT_TIMEOUT_S = 60.0  # a tool call's limit: MCP servers do real work (searches, builds)
 STARTUP_TIMEOUT_S = 20.0  # starting a server and listing its tools (npx may install first)
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
-KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout", "disabled", "type"}
+KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout", "maxResultBytes",
+        "disabled", "type"}
+DEFAULT_MAX_RESULT_BYTES = 64 << 10  # a tool result the model reads; the rest is cut
 STDIO_TYPES = {"stdio"}
 HTTP_TYPES = {"http", "streamable-http", "streamableHttp", "streamable_http"}
 EXAMPLE = """{
@@ -57,6 +60,7 @@ class McpServerConfig:
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     disabled: bool = False
 
     @property
@@ -107,6 +111,10 @@ def _server(name: str, entry: Any) -> McpServerConfig:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise McpConfigError(f"{where}.timeout must be a positive number of seconds, "
                              f"got {timeout!r}")
+    cap = entry.get("maxResultBytes", DEFAULT_MAX_RESULT_BYTES)
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1024:
+        raise McpConfigError(f"{where}.maxResultBytes must be a whole number of bytes, at "
+                             f"least 1024, got {cap!r}")
     disabled = entry.get("disabled", False)
     if not isinstance(disabled, bool):
         raise McpConfigError(f"{where}.disabled must be true or false, got {disabled!r}")
@@ -123,7 +131,8 @@ def _server(name: str, entry: Any) -> McpServerConfig:
             raise McpConfigError(f"{where}: \"headers\" go with a \"url\", not a command")
         return McpServerConfig(name, command=command, args=tuple(args),
                                env=_strings(entry.get("env", {}), f"{where}.env"), cwd=cwd,
-                               timeout_s=float(timeout), disabled=disabled)
+                               timeout_s=float(timeout), max_result_bytes=cap,
+                               disabled=disabled)
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise McpConfigError(f"{where}.url must be an http:// or https:// address, got {url!r}")
     for key in ("args", "env", "cwd"):
@@ -131,7 +140,7 @@ def _server(name: str, entry: Any) -> McpServerConfig:
             raise McpConfigError(f"{where}: \"{key}\" goes with a \"command\", not a url")
     return McpServerConfig(name, url=url,
                            headers=_strings(entry.get("headers", {}), f"{where}.headers"),
-                           timeout_s=float(timeout), disabled=disabled)
+                           timeout_s=float(timeout), max_result_bytes=cap, disabled=disabled)
 
 
 def parse_mcp_config(text: str, source: str = "mcp.json") -> dict[str, McpServerConfig]:

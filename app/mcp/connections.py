@@ -77,6 +77,18 @@ def result_text(result: Any) -> str:
     return "\n".join(parts)
 
 
+def capped(text: str, limit: int) -> str:
+    """At most `limit` bytes of a tool's result for the model, with a note that says it was
+    cut (a server may answer megabytes: the model's context, and the history, take a bounded
+    share)."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", errors="ignore")
+    return (f"{kept}\n[result cut: the tool returned {len(data):,} bytes; the first "
+            f"{limit:,} are shown]")
+
+
 def _last_line(stderr: IO[str] | None) -> str:
     if stderr is None:
         return ""
@@ -277,7 +289,7 @@ class McpConnections:
                 raise McpServerError(why) from None
             raise McpServerError(f"MCP server {config.name}: {_describe(e)}") from None
         try:
-            text = result_text(result)
+            text = capped(result_text(result), config.max_result_bytes)
         except AttributeError as e:
             raise McpServerError(f"MCP server {config.name} answered with a result Ember "
                                  f"cannot read ({e})") from None

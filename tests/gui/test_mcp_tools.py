@@ -21,6 +21,7 @@ from app.gui.main_window import MainWindow
 from app.gui.settings_dialog import SettingsDialog
 from app.gui.tool_card import ToolCard
 from app.mcp.approvals import Approvals
+from app.mcp.config import load_mcp_config
 from app.mcp.tool_loop import STEP_LIMIT
 from app.runtime import Runtime, endpoints
 from app.store import Store
@@ -193,7 +194,8 @@ def test_a_server_that_cannot_start_is_one_line_and_the_answer_comes_anyway(
 def test_a_model_that_keeps_calling_tools_is_stopped_at_the_step_limit(
         qtbot, window: MainWindow, requests: list[dict]):
     pick(window, "lab/tool")  # calls get_weather and get_time, whatever it is told
-    Approvals(window.home.mcp_approvals).allow_always("weather", "get_weather")
+    Approvals(window.home.mcp_approvals).allow_always(
+        load_mcp_config(window.home.mcp_file)["weather"], "get_weather")
     window.new_chat()
     switch_on(window, "weather")
     send(qtbot, window, "Weather and time in Paris?")

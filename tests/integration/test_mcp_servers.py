@@ -123,3 +123,27 @@ def test_a_server_that_crashes_during_a_call_says_so_and_is_started_again(connec
     assert str(e.value) == "MCP server dying stopped during the call: the weather station crashed"
     tools, failed = connections.tools([dying])  # started again for the next use
     assert failed == {} and len(tools) == 2
+
+
+def test_a_stdio_server_gets_a_scrubbed_environment_and_its_own_env(connections, monkeypatch):
+    """Ember's keys never reach a server (the SDK's allow-list: HOME, PATH, USER...), only
+    what mcp.json gives it."""
+    import json
+
+    for key in ("EMBER_API_KEY", "HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.setenv(key, "secret-" + key)
+    entry = dict(command("--probes"), env={"WEATHER_TOKEN": "given"})
+    config = parse_mcp_config(json.dumps({"mcpServers": {"probe": entry}}))["probe"]
+    env = json.loads(connections.call(config, "environment", {}).text)
+    assert not [k for k in env if "secret-" in env[k]]
+    assert env["WEATHER_TOKEN"] == "given" and "PATH" in env
+
+
+def test_a_5_mb_result_reaches_the_model_cut_with_a_note(connections):
+    config = stdio("probe", "--probes")
+    result = connections.call(config, "flood", {"size": 5 << 20})
+    assert len(result.text.encode()) < (64 << 10) + 200
+    assert result.text.endswith("[result cut: the tool returned 5,242,880 bytes; the first "
+                                "65,536 are shown]")
+    small = connections.call(config, "flood", {"size": 100})
+    assert small.text == ("0123456789abcdef" * 7)[:100]

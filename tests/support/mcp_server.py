@@ -14,6 +14,7 @@ streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-at-start", action="store_true")
     parser.add_argument("--garbage", action="store_true")
     parser.add_argument("--http", type=int, default=0)
+    parser.add_argument("--probes", action="store_true",
+                        help="also `environment` (the names of its env) and `flood` (n bytes)")
     opts = parser.parse_args(argv)
     if opts.fail_at_start:
         print(FAILED_START, file=sys.stderr, flush=True)
@@ -70,6 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         """Add two integers."""
         before_call()
         return a + b
+
+    if opts.probes:
+        @server.tool()
+        def environment() -> str:
+            """The environment this server was started with, as JSON."""
+            return json.dumps(dict(os.environ))
+
+        @server.tool()
+        def flood(size: int) -> str:
+            """A result of `size` bytes."""
+            return ("0123456789abcdef" * (size // 16 + 1))[:size]
 
     if opts.http:
         server.run("streamable-http", host="127.0.0.1", port=opts.http)

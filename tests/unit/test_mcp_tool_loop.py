@@ -3,13 +3,14 @@ and the conversation's servers in the history."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from app.history import History
 from app.mcp.approvals import Approvals
-from app.mcp.config import McpConfigError
+from app.mcp.config import McpConfigError, McpServerConfig
 from app.mcp.connections import McpTool, result_text
 from app.mcp.tool_loop import ToolIndex, call_arguments
 from backends.base import ToolCall
@@ -54,24 +55,47 @@ def test_result_text_joins_text_blocks_and_names_what_a_text_model_cannot_see():
     assert result_text(CallToolResult(content=[], structured_content={"t": 3})) == '{"t": 3}'
 
 
+WEATHER = McpServerConfig("weather", command="weather-server", args=("--units", "C"),
+                          env={"WEATHER_TOKEN": "t1"})
+
+
 def test_allow_always_is_remembered_per_server_and_tool(tmp_path: Path):
     approvals = Approvals(tmp_path / "mcp-approvals.json")
-    assert not approvals.allowed("weather", "forecast")
-    approvals.allow_always("weather", "forecast")
+    assert not approvals.allowed(WEATHER, "forecast")
+    approvals.allow_always(WEATHER, "forecast")
     again = Approvals(tmp_path / "mcp-approvals.json")  # as after a restart
-    assert again.allowed("weather", "forecast")
-    assert not again.allowed("weather", "alerts") and not again.allowed("other", "forecast")
+    assert again.allowed(WEATHER, "forecast")
+    assert not again.allowed(WEATHER, "alerts")
+    assert not again.allowed(replace(WEATHER, name="other"), "forecast")
+    assert again.all() == ["weather/forecast"]
     again.forget("weather", "forecast")
     assert again.all() == []
+
+
+def test_allow_always_is_void_once_the_servers_definition_changes(tmp_path: Path):
+    approvals = Approvals(tmp_path / "mcp-approvals.json")
+    approvals.allow_always(WEATHER, "forecast")
+    # a rotated token is the same server; another program, argument, folder or env name is not
+    assert approvals.allowed(replace(WEATHER, env={"WEATHER_TOKEN": "t2"}), "forecast")
+    for changed in [replace(WEATHER, command="/tmp/evil"), replace(WEATHER, args=()),
+                    replace(WEATHER, cwd="/tmp"), replace(WEATHER, env={"LD_PRELOAD": "x"})]:
+        assert not approvals.allowed(changed, "forecast"), changed
+    web = McpServerConfig("weather", url="https://weather.example/mcp")
+    approvals.allow_always(web, "forecast")
+    assert approvals.allowed(web, "forecast")
+    assert not approvals.allowed(replace(web, url="https://evil.example/mcp"), "forecast")
+    # an approval an older Ember wrote (no definition) allows nothing
+    (tmp_path / "old.json").write_text('{"allowed": ["weather/forecast"]}')
+    assert not Approvals(tmp_path / "old.json").allowed(WEATHER, "forecast")
 
 
 def test_an_unreadable_approvals_file_allows_nothing_and_is_not_overwritten(tmp_path: Path):
     path = tmp_path / "mcp-approvals.json"
     path.write_text("{not json")
     approvals = Approvals(path)
-    assert not approvals.allowed("weather", "forecast")
+    assert not approvals.allowed(WEATHER, "forecast")
     with pytest.raises(McpConfigError, match="could not be read"):
-        approvals.allow_always("weather", "forecast")
+        approvals.allow_always(WEATHER, "forecast")
     assert path.read_text() == "{not json"
 
 
@@ -98,3 +122,20 @@ def test_a_repeated_call_is_the_same_call_whatever_its_spacing():
     assert call_key(first) == call_key(again)
     assert call_key(first) != call_key(ToolCall("call_3", "get_weather", '{"city": "Oslo"}'))
     assert call_key(ToolCall("c", "f", "{bad")) == ("f", "{bad")
+
+
+def test_a_result_is_capped_at_the_servers_limit_with_a_note():
+    import json
+
+    from app.mcp.config import parse_mcp_config
+    from app.mcp.connections import capped
+
+    assert capped("é" * 10, 1024) == "é" * 10
+    cut = capped("é" * 2000, 1025)  # never half a character
+    assert cut.startswith("é" * 512) and "4,000 bytes; the first 1,025 are shown" in cut
+    entry = {"command": "x", "maxResultBytes": 1 << 20}
+    assert parse_mcp_config(json.dumps({"mcpServers": {"a": entry}}))["a"].max_result_bytes \
+        == 1 << 20
+    with pytest.raises(McpConfigError, match="maxResultBytes must be a whole number"):
+        parse_mcp_config(json.dumps({"mcpServers": {"a": {"command": "x",
+                                                          "maxResultBytes": "big"}}}))
