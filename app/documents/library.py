@@ -41,8 +41,9 @@ from app.documents.context import (
     prompt_text,
     whole_context,
 )
+from app.documents.isolated import read_isolated
 from app.documents.pieces import Piece, split_document
-from app.documents.reader import Document, DocumentError, Section, read_document
+from app.documents.reader import Document, DocumentError, Section
 from app.sqlite_file import connect, open_or_set_aside
 from backends.errors import EmberError
 
@@ -132,8 +133,11 @@ class DocumentLibrary:
     """The store of attached documents. Safe to use from several threads (one connection, a
     lock); the long work (embedding) runs outside the lock."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read: Callable[[Path], Document] = read_isolated) -> None:
+        """`read`: how a file becomes a Document; by default a PDF or .docx is parsed in a
+        child process bounded in time and memory (app.documents.isolated)."""
         self.path = path
+        self._read = read
         self._lock = threading.Lock()
         # a damaged file is kept under another name (recovered_from), a new one started (the
         # documents can be attached again; history.db is another file, untouched)
@@ -162,7 +166,7 @@ class DocumentLibrary:
     def attach(self, conversation_id: int, path: Path) -> AttachedDocument:
         """Read `path` and keep its text under the conversation. DocumentError when it cannot
         be read (nothing is stored). The same file attached again is the same document."""
-        doc = read_document(path)
+        doc = self._read(path)
         with self._lock:
             row = self._db.execute(
                 "SELECT * FROM documents WHERE conversation_id=? AND sha256=? AND name=?",

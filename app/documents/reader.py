@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.documents.zipcheck import check_zip
 from backends.errors import EmberError
 
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdown", ".mkd", ".mdx"})
@@ -48,6 +49,8 @@ UNREADABLE_FORMATS = {
 }
 
 MB = 1024 * 1024
+# A PDF or .docx is parsed by pypdf / python-docx; the window reads them through
+# app.documents.isolated, in a child process bounded in time and memory.
 # What one file may weigh. Text is read whole into memory; a PDF or .docx is mostly images and
 # fonts, so its file may be larger than the text it holds.
 MAX_TEXT_BYTES = 16 * MB
@@ -182,7 +185,7 @@ def _pdf_sections(name: str, path: Path) -> tuple[Section, ...]:
             raise DocumentError(name, "the PDF is encrypted with a password; open it, save an "
                                       "unprotected copy and attach that")
         pages = list(reader.pages)
-    except DocumentError:
+    except (DocumentError, MemoryError):
         raise
     except (DependencyError, FileNotDecryptedError) as e:
         raise DocumentError(name, f"the PDF is encrypted in a way Ember cannot open ({e}); "
@@ -197,6 +200,8 @@ def _pdf_sections(name: str, path: Path) -> tuple[Section, ...]:
     for page in pages:
         try:
             texts.append(_lines(page.extract_text() or "").strip("\n"))
+        except MemoryError:
+            raise
         except Exception:  # one broken page (a bad font or stream) leaves the rest readable
             texts.append("")
     if not any(t.strip() for t in texts):
@@ -219,10 +224,13 @@ def _docx_sections(name: str, path: Path, data: bytes) -> tuple[Section, ...]:
     if data.startswith(OLE_MAGIC):
         raise DocumentError(name, "is encrypted with a password or is an old .doc file "
                                   "renamed; save an unprotected .docx and attach that")
+    check_zip(name, path)
     try:
         body = docx.Document(str(path)).element.body
     except (PackageNotFoundError, KeyError, ValueError) as e:
         raise DocumentError(name, f"is damaged or not a .docx file ({e})") from None
+    except MemoryError:
+        raise
     except Exception as e:  # zipfile.BadZipFile, lxml's XMLSyntaxError ...
         raise DocumentError(name, f"is damaged or not a .docx file ({type(e).__name__}: {e})"
                             ) from None

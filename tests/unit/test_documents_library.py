@@ -20,7 +20,7 @@ from fpdf import FPDF
 from app.documents.context import DocumentContext
 from app.documents.library import DocumentLibrary, DocumentLibraryError
 from app.documents.pieces import Piece
-from app.documents.reader import DocumentError
+from app.documents.reader import DocumentError, read_document
 
 
 class WordHashEmbedder:
@@ -80,19 +80,19 @@ def flat(text: str) -> str:
 
 @pytest.fixture
 def library(tmp_path: Path) -> DocumentLibrary:
-    return DocumentLibrary(tmp_path / "documents.db")
+    return DocumentLibrary(tmp_path / "documents.db", read=read_document)
 
 
 def test_an_attached_document_outlives_its_file_and_a_restart(tmp_path: Path):
     notes = tmp_path / "notes.md"
     notes.write_text("# Plan\n\nShip on Friday.\n", encoding="utf-8")
-    lib = DocumentLibrary(tmp_path / "documents.db")
+    lib = DocumentLibrary(tmp_path / "documents.db", read=read_document)
     attached = lib.attach(7, notes)
     assert (attached.conversation_id, attached.name, attached.kind, attached.pages,
             attached.characters) == (7, "notes.md", "markdown", None, 24)
     lib.close()
     notes.unlink()
-    again = DocumentLibrary(tmp_path / "documents.db")
+    again = DocumentLibrary(tmp_path / "documents.db", read=read_document)
     assert again.documents(7) == [attached]
     assert again.documents(8) == []
     assert again.context_for(8, "anything?", 0, words) == DocumentContext(True, (), "", 0, 8)
@@ -163,7 +163,7 @@ def test_documents_that_do_not_fit_give_the_best_pieces_in_document_order(
 
 def test_vectors_are_kept_and_only_a_new_embedding_model_embeds_again(tmp_path: Path):
     book = write_book(tmp_path / "book.pdf")
-    lib = DocumentLibrary(tmp_path / "documents.db")
+    lib = DocumentLibrary(tmp_path / "documents.db", read=read_document)
     lib.attach(1, book)
     first = WordHashEmbedder()
     question = "north turbine maintenance code"
@@ -172,7 +172,7 @@ def test_vectors_are_kept_and_only_a_new_embedding_model_embeds_again(tmp_path: 
     assert pieces > 12  # a dozen pages of ~2 pieces each
     lib.close()
 
-    lib = DocumentLibrary(tmp_path / "documents.db")
+    lib = DocumentLibrary(tmp_path / "documents.db", read=read_document)
     again = WordHashEmbedder()
     progress: list[str] = []
     assert lib.context_for(1, question, 120, words, again, progress.append) == before
@@ -220,7 +220,8 @@ def test_without_an_embedder_too_much_text_names_the_model_to_install(
 def test_the_model_to_install_is_the_one_set_in_the_librarys_own_data_folder(tmp_path: Path):
     (tmp_path / "config.toml").write_text(
         '[documents]\nembedding_model = "nomic-embed-text-v1.5"\n', encoding="utf-8")
-    library = DocumentLibrary(tmp_path / "documents.db")  # not $EMBER_HOME's folder
+    # not $EMBER_HOME's folder
+    library = DocumentLibrary(tmp_path / "documents.db", read=read_document)
     library.attach(1, write_book(tmp_path / "book.pdf"))
     with pytest.raises(DocumentError, match="ember pull nomic-embed-text-v1.5"):
         library.context_for(1, "code?", 100, words)
@@ -235,14 +236,14 @@ def test_a_budget_smaller_than_any_piece_says_so(library: DocumentLibrary, tmp_p
 
 def test_what_an_answer_used_is_kept_after_detaching_and_forgotten_with_its_chat(
         tmp_path: Path):
-    lib = DocumentLibrary(tmp_path / "documents.db")
+    lib = DocumentLibrary(tmp_path / "documents.db", read=read_document)
     doc = lib.attach(3, write_book(tmp_path / "book.pdf"))
     context = lib.context_for(3, "north turbine code", 120, words, WordHashEmbedder())
     lib.record_use(41, context)
     assert lib.used_by(40) is None
     lib.detach(doc.id)
     lib.close()
-    lib = DocumentLibrary(tmp_path / "documents.db")
+    lib = DocumentLibrary(tmp_path / "documents.db", read=read_document)
     assert lib.used_by(41) == context
     lib.forget_conversation(3)
     assert lib.used_by(41) is None
