@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from app.gguf_file import read_gguf
 from app.registry import ModelSpec, Variant, load_registry, suggest
 from backends.errors import EmberError
 
+log = logging.getLogger(__name__)
 MANIFEST_SUFFIX = ".ember.json"
 DIR_MANIFEST = "mlx" + MANIFEST_SUFFIX  # inside a directory model
 DIR_FORMATS = frozenset({"mlx"})  # formats whose model is a directory
@@ -71,6 +73,17 @@ class Store:
     def __init__(self, paths: config.Paths | None = None) -> None:
         self.paths = paths or config.paths()
 
+    def inside_models(self, path: Path) -> Path:
+        """`path`, if it lies in the models folder once `..` and symlinks are resolved; an
+        EmberError otherwise. Every path from a manifest, a model or repo name, or an import
+        passes here: a crafted name or manifest must not make Ember write or delete
+        elsewhere."""
+        root = self.paths.models.resolve()
+        resolved = path.resolve()
+        if resolved == root or not resolved.is_relative_to(root):
+            raise EmberError(f"refusing {path}: it is outside Ember's models folder ({root})")
+        return path
+
     # -- reading ---------------------------------------------------------------------------
     def list(self) -> list[InstalledModel]:
         found = []
@@ -83,6 +96,17 @@ class Store:
                 model = InstalledModel(**raw)
             except (OSError, ValueError, TypeError, KeyError):
                 continue  # a foreign or damaged manifest is not an installed model
+            if _manifest_path(model).resolve() != manifest.resolve():
+                # a manifest names the model beside it, nothing else: not one that names
+                # /etc/passwd or another model's file (`ember rm` would delete it)
+                log.warning("ignoring %s: it names %s, not the model beside it", manifest,
+                            model.path)
+                continue
+            try:
+                self.inside_models(model.path)
+            except EmberError as e:
+                log.warning("ignoring %s: %s", manifest, e)
+                continue
             if _complete(model):
                 found.append(model)
         return found
@@ -111,8 +135,8 @@ class Store:
         hf = variant.source("hf")
         folder = Path(*hf.repo.split("/", 1)) if hf and hf.repo else Path("ember", spec.id)
         if variant.format in DIR_FORMATS:
-            return self.paths.models / folder
-        return self.paths.models / folder / variant.file
+            return self.inside_models(self.paths.models / folder)
+        return self.inside_models(self.paths.models / folder / variant.file)
 
     def install(self, spec: ModelSpec, variant: Variant, verified_file: Path) -> InstalledModel:
         """Move a verified file into place, then write its manifest."""
@@ -141,7 +165,7 @@ class Store:
             if m.id == model_id and m.quant == quant:
                 raise EmberError(f"{m.ref} is already installed ({m.path}); "
                                  f"`ember rm {m.ref}` first to replace it")
-        target = self.paths.models / "imported" / model_id / source.name
+        target = self.inside_models(self.paths.models / "imported" / model_id / source.name)
         tmp = self.paths.partial / f"import-{os.getpid()}-{source.name}"
         tmp.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -169,7 +193,7 @@ class Store:
             if m.id == model_id and m.quant == quant:
                 raise EmberError(f"{m.ref} is already installed ({m.path}); "
                                  f"`ember rm {m.ref}` first to replace it")
-        target = self.paths.models / origin / f"{model_id}-{quant}".lower()
+        target = self.inside_models(self.paths.models / origin / f"{model_id}-{quant}".lower())
         if target.exists():
             raise EmberError(f"{target} exists but is not an installed model; remove it first")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -214,12 +238,15 @@ class Store:
 
     def remove(self, name: str) -> InstalledModel:
         model = self.get(name)
+        self.inside_models(model.path)  # list() checked it; a last check before deleting
         _manifest_path(model).unlink(missing_ok=True)  # unlisted first, then deleted
         if model.path.is_dir():
             shutil.rmtree(model.path, ignore_errors=True)
         else:
             model.path.unlink(missing_ok=True)
         for folder in (model.path.parent, model.path.parent.parent):
+            if folder.resolve() == self.paths.models.resolve():
+                break
             try:
                 folder.rmdir()  # only if empty
             except OSError:

@@ -72,3 +72,32 @@ def test_remove_deletes_file_and_manifest(isolated_home, tmp_path: Path):
 def test_unknown_installed_model_suggests_pull_for_registry_models(isolated_home):
     with pytest.raises(ModelNotFoundError, match="run `ember pull gemma-3-270m`"):
         Store(isolated_home).get("gemma-3-270m")
+
+
+def test_a_manifest_naming_a_file_outside_the_store_is_ignored_and_never_deleted(
+        isolated_home, tmp_path: Path):
+    """A crafted manifest (a downloaded folder, another program) must not make `ember rm`
+    delete the user's files: a manifest names the model beside it, inside the models
+    folder."""
+    import json
+
+    store = Store(isolated_home)
+    model = store.import_gguf(write_tiny_gguf(tmp_path / "m.gguf"))
+    precious = tmp_path / "precious.txt"
+    precious.write_bytes(model.path.read_bytes())  # the size the manifest records
+    manifest = model.path.with_name(model.path.name + ".ember.json")
+    raw = json.loads(manifest.read_text())
+    for elsewhere in [str(precious), str(model.path.parent / ".." / ".." / ".." / ".." /
+                                         precious.relative_to(tmp_path.parent))]:
+        manifest.write_text(json.dumps(raw | {"path": elsewhere}))
+        assert store.list() == []
+        with pytest.raises(ModelNotFoundError):
+            store.remove(model.ref)
+        assert precious.exists()
+    # a symlink in the store that points out of it is no way out either
+    link = store.paths.models / "imported" / "evil"
+    link.symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(EmberError, match="outside Ember's models folder"):
+        store.inside_models(link / "precious.txt")
+    with pytest.raises(EmberError, match="outside Ember's models folder"):
+        store.inside_models(store.paths.models / ".." / "history.db")
