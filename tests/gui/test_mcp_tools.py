@@ -20,7 +20,7 @@ from app.gui.chat_view import MessageWidget
 from app.gui.main_window import MainWindow
 from app.gui.settings_dialog import SettingsDialog
 from app.gui.tool_card import ToolCard
-from app.mcp.approvals import Approvals
+from app.mcp.approvals import Approvals, definition
 from app.mcp.config import load_mcp_config
 from app.mcp.tool_loop import STEP_LIMIT
 from app.runtime import Runtime, endpoints
@@ -130,7 +130,9 @@ def test_allow_always_runs_the_next_call_without_asking_and_a_reopened_chat_show
     qtbot.mouseClick(waiting_card(qtbot, window).buttons["Allow always"],
                      Qt.MouseButton.LeftButton)
     wait_idle(qtbot, window)
-    assert json.loads(window.home.mcp_approvals.read_text()) == {"allowed": ["weather/get_weather"]}
+    allowed = json.loads(window.home.mcp_approvals.read_text())["allowed"]
+    weather = load_mcp_config(window.home.mcp_file)["weather"]
+    assert allowed == [f"weather/get_weather#{definition(weather)}"]
     send(qtbot, window, "And again?")
     wait_idle(qtbot, window)
     assert [c.outcome for c in cards(window)] == ["ok", "ok"]  # the second never waited
