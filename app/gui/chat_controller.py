@@ -67,12 +67,14 @@ from app.preferences import Settings
 from app.presets import ModelLoad, Preset, model_load, presets
 from app.runtime import Runtime
 from app.runtime.thinking import LEVELS, ThinkingSupport, thinking_for
+from app.sqlite_file import SqliteFileError
 from backends.base import (
     DoneEvent,
     GenerationRequest,
     Message,
     SamplingParams,
     SpeculativeParams,
+    ToolCall,
     ToolCallEvent,
     ToolChoice,
 )
@@ -151,6 +153,7 @@ class ChatController(QObject):
         self._model: str | None = None
         self.task: GenerationTask | None = None
         self._answer_id: int | None = None
+        self._save_failed = False  # the answer streaming now could not be saved (banner shown)
         self._answer: MessageWidget | None = None
         self._text = ""
         self._reasoning = ""
@@ -375,6 +378,27 @@ class ChatController(QObject):
         return conv.id
 
     def send(self) -> None:
+        try:
+            self._send()
+        except SqliteFileError as e:  # the message stays in the box: nothing is lost
+            self.view.show_banner(f"Not sent: the chat could not be saved. {e}")
+
+    def _not_saved(self, error: SqliteFileError) -> None:
+        """A streamed answer that cannot be saved goes on on screen, with one banner."""
+        if not self._save_failed:
+            self._save_failed = True
+            self.view.show_banner(f"This answer is not being saved: {error}")
+
+    def _save_answer(self, text: str, status: str | None = None, stats: dict | None = None,
+                     reasoning: str | None = None,
+                     tool_calls: tuple[ToolCall, ...] | None = None) -> None:
+        try:
+            self.history.update_message(self._answer_id, text, status, stats,
+                                        reasoning=reasoning, tool_calls=tool_calls)
+        except SqliteFileError as e:
+            self._not_saved(e)
+
+    def _send(self) -> None:
         text = self.view.composer.toPlainText()
         if self.busy or not text.strip():
             return
@@ -616,9 +640,15 @@ class ChatController(QObject):
     def _answer_now(self) -> None:
         """The answer is stored first, so the path it ends is the shown one, and the request
         is that path."""
-        answer = self.history.add_message(self.conversation_id, "assistant", "",
-                                          status="streaming", model=self.model,
-                                          parent_id=self._parent)
+        self._save_failed = False
+        try:
+            answer = self.history.add_message(self.conversation_id, "assistant", "",
+                                              status="streaming", model=self.model,
+                                              parent_id=self._parent)
+        except SqliteFileError as e:
+            self.view.show_banner(f"No answer: the chat could not be saved. {e}")
+            self._end()
+            return
         request = self.request()
         self._answer_id, self._text, self._reasoning = answer.id, "", ""
         self._prompt_tokens = self._streamed = 0
@@ -675,7 +705,7 @@ class ChatController(QObject):
         if self._thinking_since is None:
             self._thinking_since = time.monotonic()
         self._reasoning += piece
-        self.history.update_message(self._answer_id, self._text, reasoning=self._reasoning)
+        self._save_answer(self._text, reasoning=self._reasoning)
         if self._answer is not None:
             self._answer.append_reasoning(piece)
             self.view.follow()
@@ -691,7 +721,7 @@ class ChatController(QObject):
         self._streamed_piece()
         self._end_thinking()
         self._text += piece
-        self.history.update_message(self._answer_id, self._text)
+        self._save_answer(self._text)
         if self._answer is not None:
             self._answer.append(piece)
             self.view.follow()
@@ -711,8 +741,8 @@ class ChatController(QObject):
             data["sources"] = [p.citation() for p in self._context.pieces]
         if done.reasoning:
             data["thinking_s"] = round(self._thinking_s or 0.0, 2)
-        self.history.update_message(self._answer_id, text, status, data,
-                                    reasoning=done.reasoning, tool_calls=done.tool_calls)
+        self._save_answer(text, status, data, reasoning=done.reasoning,
+                          tool_calls=done.tool_calls)
         if self._answer is not None:
             self._answer.set_text(text)
             self._answer.set_tool_calls(done.tool_calls)
@@ -771,7 +801,7 @@ class ChatController(QObject):
     def _failed(self, message: str, kind: str, text: str) -> None:
         model = self.task.model if self.task is not None else self.model
         self._end_thinking(stopped=True)
-        self.history.update_message(self._answer_id, text, "error", reasoning=self._reasoning)
+        self._save_answer(text, "error", reasoning=self._reasoning)
         if self._answer is not None:
             self._answer.set_text(text)
             self._answer.set_status("error", note=message)

@@ -154,6 +154,23 @@ def test_conversations_survive_a_restart_of_the_app(qtbot, window, runtime, tmp_
     assert again.conversations.list.item(0).text() == "Say hello."
 
 
+def test_a_full_disk_keeps_the_message_in_the_box_and_says_why(qtbot, window: MainWindow):
+    """SQLite's own page cap makes the same SQLITE_FULL a full disk does
+    (tests/unit/test_history_files.py runs a real full tmpfs)."""
+    send(qtbot, window, "Say hi")
+    wait_idle(qtbot, window)
+    before = stored(window)
+    db = window.history._db
+    db.execute(f"PRAGMA max_page_count={db.execute('PRAGMA page_count').fetchone()[0]}")
+    text = "a long message " * 2000
+    window.chat.composer.setPlainText(text)
+    qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return)
+    assert window.chat.banner_message().startswith("Not sent: the chat could not be saved.")
+    assert "is full" in window.chat.banner_message()
+    assert window.chat.composer.toPlainText() == text  # nothing the user typed is lost
+    assert stored(window) == before and not window.controller.busy
+
+
 def test_delete_and_undo(qtbot, window: MainWindow):
     window.new_chat()
     window.conversations.rename_current("keep me")
