@@ -35,7 +35,8 @@ def active_requests(url: str) -> int:
 
 def test_a_non_streaming_request_whose_client_goes_frees_its_slot(store, qwen):
     with live_server(store, parallel=1) as (url, runtime):
-        httpx.post(url + "/api/generate", timeout=120, json={"model": qwen.ref})  # load
+        httpx.post(url + "/api/generate", timeout=120,  # load, small context: fast reloads
+                   json={"model": qwen.ref, "options": {"num_ctx": 2048}})
         for path, body in [("/v1/chat/completions", {"max_tokens": 2000}),
                            ("/api/chat", {"options": {"num_predict": 2000}})]:
             sock = raw_post(url, path, {"model": qwen.ref, "stream": False,
@@ -59,14 +60,15 @@ def test_a_non_streaming_request_whose_client_goes_frees_its_slot(store, qwen):
 
 def test_another_clients_num_ctx_waits_for_a_running_stream_instead_of_ending_it(store, qwen):
     with live_server(store, parallel=2) as (url, runtime):
-        httpx.post(url + "/api/generate", timeout=120, json={"model": qwen.ref})  # load
+        httpx.post(url + "/api/generate", timeout=120,  # load, small context: fast reloads
+                   json={"model": qwen.ref, "options": {"num_ctx": 2048}})
         before = runtime.loaded()[0].plan.context
         lines: list[dict] = []
         streaming = threading.Event()
 
         def stream() -> None:
             with httpx.stream("POST", url + "/api/chat", timeout=120, json={
-                    "model": qwen.ref, "options": {"num_predict": 48, "temperature": 0},
+                    "model": qwen.ref, "options": {"num_predict": 24, "temperature": 0},
                     "messages": [{"role": "user", "content": COUNT}]}) as r:
                 for line in r.iter_lines():
                     lines.append(json.loads(line))
@@ -81,7 +83,7 @@ def test_another_clients_num_ctx_waits_for_a_running_stream_instead_of_ending_it
             "messages": [{"role": "user", "content": "Say hi"}]})
         first.join(120)
         assert lines[-1]["done"] is True and "error" not in lines[-1], lines[-1]
-        assert lines[-1]["eval_count"] == 48  # the whole answer, not cut by the reload
+        assert lines[-1]["eval_count"] == 24  # the whole answer, not cut by the reload
         assert r.status_code == 200, r.text
         assert runtime.loaded()[0].plan.context == before // 2
 
