@@ -92,16 +92,13 @@ class Store:
         for manifest in sorted(self.paths.models.glob(f"*/*/*{MANIFEST_SUFFIX}")):
             try:
                 raw = json.loads(manifest.read_text(encoding="utf-8"))
-                raw["path"] = Path(raw["path"])
+                # the model is the one beside its manifest, whatever path the manifest
+                # records: a crafted one must not make `ember rm` delete /etc/passwd, and a
+                # data folder moved elsewhere (or copied) keeps its models
+                raw["path"] = _beside(manifest, raw["format"])
                 model = InstalledModel(**raw)
             except (OSError, ValueError, TypeError, KeyError):
                 continue  # a foreign or damaged manifest is not an installed model
-            if _manifest_path(model).resolve() != manifest.resolve():
-                # a manifest names the model beside it, nothing else: not one that names
-                # /etc/passwd or another model's file (`ember rm` would delete it)
-                log.warning("ignoring %s: it names %s, not the model beside it", manifest,
-                            model.path)
-                continue
             try:
                 self.inside_models(model.path)
             except EmberError as e:
@@ -258,6 +255,14 @@ class Store:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(model.to_json(), indent=2), encoding="utf-8")
         os.replace(tmp, path)
+
+
+def _beside(manifest: Path, fmt: str) -> Path:
+    """The model a manifest describes: its folder (directory models), or the file it is named
+    after."""
+    if fmt in DIR_FORMATS:
+        return manifest.parent
+    return manifest.with_name(manifest.name.removesuffix(MANIFEST_SUFFIX))
 
 
 def _manifest_path(model: InstalledModel) -> Path:

@@ -74,11 +74,11 @@ def test_unknown_installed_model_suggests_pull_for_registry_models(isolated_home
         Store(isolated_home).get("gemma-3-270m")
 
 
-def test_a_manifest_naming_a_file_outside_the_store_is_ignored_and_never_deleted(
+def test_a_manifest_naming_a_file_outside_the_store_never_gets_it_deleted(
         isolated_home, tmp_path: Path):
     """A crafted manifest (a downloaded folder, another program) must not make `ember rm`
-    delete the user's files: a manifest names the model beside it, inside the models
-    folder."""
+    delete the user's files: the model is the file beside its manifest, inside the models
+    folder, whatever path the manifest records."""
     import json
 
     store = Store(isolated_home)
@@ -87,17 +87,28 @@ def test_a_manifest_naming_a_file_outside_the_store_is_ignored_and_never_deleted
     precious.write_bytes(model.path.read_bytes())  # the size the manifest records
     manifest = model.path.with_name(model.path.name + ".ember.json")
     raw = json.loads(manifest.read_text())
-    for elsewhere in [str(precious), str(model.path.parent / ".." / ".." / ".." / ".." /
-                                         precious.relative_to(tmp_path.parent))]:
-        manifest.write_text(json.dumps(raw | {"path": elsewhere}))
-        assert store.list() == []
-        with pytest.raises(ModelNotFoundError):
-            store.remove(model.ref)
-        assert precious.exists()
+    manifest.write_text(json.dumps(raw | {"path": str(precious)}))
+    assert [m.path for m in store.list()] == [model.path]
+    store.remove(model.ref)
+    assert precious.exists() and not model.path.exists()
     # a symlink in the store that points out of it is no way out either
-    link = store.paths.models / "imported" / "evil"
+    store.paths.models.mkdir(parents=True, exist_ok=True)
+    link = store.paths.models / "evil"
     link.symlink_to(tmp_path, target_is_directory=True)
     with pytest.raises(EmberError, match="outside Ember's models folder"):
         store.inside_models(link / "precious.txt")
     with pytest.raises(EmberError, match="outside Ember's models folder"):
         store.inside_models(store.paths.models / ".." / "history.db")
+
+
+def test_a_data_folder_moved_elsewhere_keeps_its_models(isolated_home, tmp_path: Path):
+    import shutil
+
+    from app.config import Paths
+
+    store = Store(isolated_home)
+    model = store.import_gguf(write_tiny_gguf(tmp_path / "m.gguf"))
+    moved = Store(Paths(tmp_path / "moved"))
+    shutil.copytree(store.paths.models, moved.paths.models)
+    found = moved.get(model.ref)
+    assert found.path.is_relative_to(moved.paths.models) and found.path.exists()
