@@ -4,9 +4,10 @@ full or read-only (which is not damage: the file stays where it is, every row in
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,8 @@ def is_damaged(error: sqlite3.Error) -> bool:
         or "malformed" in text
 
 
-def explain(error: sqlite3.Error, path: Path | str) -> str:
-    """One line for a SQLite failure that is not damage."""
+def explain(error: sqlite3.Error, path: Path | str) -> str | None:
+    """One line for a file that is busy, full or read-only; None for any other failure."""
     name = getattr(error, "sqlite_errorname", "") or ""
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(error):
         return (f"{path} is locked by another process (another Ember window, `ember chat`, "
@@ -43,7 +44,19 @@ def explain(error: sqlite3.Error, path: Path | str) -> str:
             or "readonly" in str(error):
         return (f"{path} cannot be written (read-only file or folder, or no permission): "
                 "check its permissions; it was left as it is")
-    return f"{path}: {error}"
+    return None
+
+
+@contextlib.contextmanager
+def _explaining(path: Path | str) -> Iterator[None]:
+    """A busy, full or read-only failure inside as a SqliteFileError; others as they are."""
+    try:
+        yield
+    except sqlite3.OperationalError as e:
+        message = None if isinstance(e, SqliteFileError) else explain(e, path)
+        if message is None:
+            raise
+        raise SqliteFileError(message) from e
 
 
 class _ExplainingConnection(sqlite3.Connection):
@@ -52,29 +65,16 @@ class _ExplainingConnection(sqlite3.Connection):
     path: Path | str = ""
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        try:
+        with _explaining(self.path):
             return super().execute(sql, parameters)
-        except sqlite3.OperationalError as e:
-            raise _explained(e, self.path) from e
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
-        try:
+        with _explaining(self.path):
             return super().executemany(sql, parameters)
-        except sqlite3.OperationalError as e:
-            raise _explained(e, self.path) from e
 
     def executescript(self, script: str, /) -> sqlite3.Cursor:
-        try:
+        with _explaining(self.path):
             return super().executescript(script)
-        except sqlite3.OperationalError as e:
-            raise _explained(e, self.path) from e
-
-
-def _explained(error: sqlite3.OperationalError, path: Path | str) -> sqlite3.OperationalError:
-    if isinstance(error, SqliteFileError):
-        return error
-    message = explain(error, path)
-    return error if message.startswith(f"{path}: ") else SqliteFileError(message)
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -106,8 +106,8 @@ def open_or_set_aside(path: Path, open_db: Callable[[Path], sqlite3.Connection]
         return open_db(path), None
     except sqlite3.DatabaseError as e:
         if not is_damaged(e):
-            raise _explained(e, path) if isinstance(e, sqlite3.OperationalError) \
-                else SqliteFileError(explain(e, path)) from e
+            with _explaining(path):
+                raise
         aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
         path.rename(aside)
         for extra in ("-wal", "-shm"):

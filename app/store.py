@@ -79,8 +79,7 @@ class Store:
         passes here: a crafted name or manifest must not make Ember write or delete
         elsewhere."""
         root = self.paths.models.resolve()
-        resolved = path.resolve()
-        if resolved == root or not resolved.is_relative_to(root):
+        if _outside(path, root):
             raise EmberError(f"refusing {path}: it is outside Ember's models folder ({root})")
         return path
 
@@ -89,6 +88,7 @@ class Store:
         found = []
         if not self.paths.models.exists():
             return found
+        root = self.paths.models.resolve()
         for manifest in sorted(self.paths.models.glob(f"*/*/*{MANIFEST_SUFFIX}")):
             try:
                 raw = json.loads(manifest.read_text(encoding="utf-8"))
@@ -99,10 +99,9 @@ class Store:
                 model = InstalledModel(**raw)
             except (OSError, ValueError, TypeError, KeyError):
                 continue  # a foreign or damaged manifest is not an installed model
-            try:
-                self.inside_models(model.path)
-            except EmberError as e:
-                log.warning("ignoring %s: %s", manifest, e)
+            if _outside(model.path, root):  # a symlink out of the store
+                log.warning("ignoring %s: %s is outside Ember's models folder", manifest,
+                            model.path)
                 continue
             if _complete(model):
                 found.append(model)
@@ -255,6 +254,13 @@ class Store:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(model.to_json(), indent=2), encoding="utf-8")
         os.replace(tmp, path)
+
+
+def _outside(path: Path, root: Path) -> bool:
+    """Whether `path`, with `..` and symlinks resolved, is not below the folder `root`
+    (itself resolved)."""
+    resolved = path.resolve()
+    return resolved == root or not resolved.is_relative_to(root)
 
 
 def _beside(manifest: Path, fmt: str) -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import ipaddress
 import json
 import re
 from collections.abc import AsyncIterator
@@ -31,7 +30,7 @@ from app.server.metrics import Metrics
 from app.server.ollama_schemas import OllamaError
 from app.server.response_store import ResponseStore
 from app.server.schemas import ErrorResponse, ReasoningField
-from app.server.web_walls import WebWalls, origin_pattern
+from app.server.web_walls import WebWalls, is_loopback_name, origin_pattern
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 
 IDLE_SWEEP_S = 5.0
@@ -54,18 +53,9 @@ class ServerSettings:
     reasoning_field: ReasoningField = "reasoning_content"
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_bind(settings: ServerSettings) -> None:
     """Safe by default: anything but loopback needs a key, or an explicit opt-out."""
-    if not is_loopback(settings.host) and not settings.api_key and not settings.insecure_no_auth:
+    if not (is_loopback_name(settings.host) or settings.api_key or settings.insecure_no_auth):
         raise EmberError(f"refusing to listen on {settings.host} without an API key: anyone "
                          "who can reach this machine could use it. Pass --api-key KEY (clients "
                          "send 'Authorization: Bearer KEY'), or --insecure-no-auth if you "

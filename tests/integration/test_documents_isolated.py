@@ -7,15 +7,14 @@ from __future__ import annotations
 import resource
 import sys
 import time
-import zipfile
 from pathlib import Path
 
-import docx
 import pytest
 from fpdf import FPDF
 
 from app.documents.isolated import ParseLimits, read_isolated
 from app.documents.reader import DocumentError, read_document
+from tests.support.crafted_docx import docx_with
 
 MB = 1 << 20
 
@@ -54,25 +53,6 @@ def page_tree_bomb(depth: int) -> bytes:
                    b"/BaseFont /Helvetica >> >> >> >>" % (leaf - 1, leaf + 1))
     objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
     return _pdf(objects)
-
-
-def docx_with(path: Path, extra: dict[str, bytes] | None = None, paragraphs: int = 0) -> Path:
-    """A .docx made by python-docx, with `paragraphs` more one-letter paragraphs in its XML and
-    `extra` files added to its zip."""
-    base = path.with_suffix(".base.docx")
-    d = docx.Document()
-    d.add_paragraph("The harbour opens at dawn.")
-    d.save(str(base))
-    with zipfile.ZipFile(base) as z, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
-        for info in z.infolist():
-            data = z.read(info.filename)
-            if info.filename == "word/document.xml" and paragraphs:
-                at = data.index(b"<w:body>") + len(b"<w:body>")
-                data = data[:at] + b"<w:p><w:r><w:t>a</w:t></w:r></w:p>" * paragraphs + data[at:]
-            out.writestr(info, data)
-        for name, data in (extra or {}).items():
-            out.writestr(name, data)
-    return path
 
 
 def test_a_pdf_and_a_docx_read_in_the_child_as_in_process(tmp_path: Path):

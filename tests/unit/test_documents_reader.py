@@ -5,7 +5,6 @@ here, by fpdf2, pypdf's writer and python-docx."""
 from __future__ import annotations
 
 import codecs
-import zipfile
 from pathlib import Path
 
 import docx
@@ -15,6 +14,7 @@ from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
 from app.documents.reader import SUPPORTED_SUFFIXES, DocumentError, Section, read_document
+from tests.support.crafted_docx import docx_with
 
 
 def write_pdf(path: Path, pages: list[str]) -> Path:
@@ -195,28 +195,14 @@ def test_a_docx_saved_by_word_is_split_where_word_rendered_its_pages(tmp_path: P
         (1, "Page one text.\nEnds page one, "), (2, "starts page two.\nStill page two.")]
 
 
-def docx_plus(path: Path, extra: dict[str, bytes]) -> Path:
-    """A .docx made by python-docx with `extra` files added to its zip."""
-    base = path.with_suffix(".base.docx")
-    d = docx.Document()
-    d.add_paragraph("The harbour opens at dawn.")
-    d.save(str(base))
-    with zipfile.ZipFile(base) as z, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
-        for info in z.infolist():
-            out.writestr(info, z.read(info.filename))
-        for name, data in extra.items():
-            out.writestr(name, data)
-    return path
-
-
 def test_a_zip_bomb_docx_is_refused_from_its_directory_before_inflating(tmp_path: Path):
     # 32 MiB of zeros stored in 32 KB: refused from the zip's directory, nothing inflated
-    path = docx_plus(tmp_path / "bomb.docx", {"word/media/image1.bin": bytes(32 << 20)})
+    path = docx_with(tmp_path / "bomb.docx", {"word/media/image1.bin": bytes(32 << 20)})
     assert path.stat().st_size < 100_000
     assert refusal(path) == ("bomb.docx: word/media/image1.bin inside it unpacks 1,028 times "
                              "larger than it is stored; a zip bomb?")
 
 
 def test_a_docx_of_too_many_files_is_refused(tmp_path: Path):
-    path = docx_plus(tmp_path / "many.docx", {f"x/{i}.xml": b"" for i in range(10_001)})
+    path = docx_with(tmp_path / "many.docx", {f"x/{i}.xml": b"" for i in range(10_001)})
     assert "holds 10,018 files inside" in refusal(path)
