@@ -37,13 +37,16 @@ def test_a_non_streaming_request_whose_client_goes_frees_its_slot(store, qwen):
     with live_server(store, parallel=1) as (url, runtime):
         httpx.post(url + "/api/generate", timeout=120,  # load, small context: fast reloads
                    json={"model": qwen.ref, "options": {"num_ctx": 2048}})
-        for path, body in [("/v1/chat/completions", {"max_tokens": 2000}),
-                           ("/api/chat", {"options": {"num_predict": 2000}})]:
+        for path, body in [("/v1/chat/completions", {"max_tokens": 2000, "temperature": 0}),
+                           ("/api/chat", {"options": {"num_predict": 2000, "temperature": 0}})]:
             sock = raw_post(url, path, {"model": qwen.ref, "stream": False,
                                         "messages": [{"role": "user", "content": COUNT}],
                                         **body})
-            time.sleep(1.5)  # decoding its long answer
-            assert active_requests(url) == 1
+            sent = time.monotonic()  # admitted within seconds, even on a busy machine
+            while not active_requests(url) and time.monotonic() - sent < 30:
+                time.sleep(0.05)
+            time.sleep(1.5)  # decoding its long (greedy: 1 to 1000) answer
+            assert active_requests(url) == 1, f"{path}: the request ended on its own"
             sock.close()
             gone = time.monotonic()
             while active_requests(url) and time.monotonic() - gone < 30:
