@@ -11,11 +11,16 @@ from backends.chat_format.base import OutputParser
 from backends.chat_format.render import ChatTemplate
 from backends.errors import InvalidRequestError
 
+# The most room a prompt must leave for its answer. max_tokens is a ceiling (coding agents
+# send 32000 to every model), so a prompt that fits with this much room is taken whole, and
+# the answer stops with the length reason if it fills the context.
+ANSWER_ROOM_MAX = 4096
+
 
 def answer_room(n_ctx: int, max_tokens: int | None) -> int:
     """Tokens of the context kept free for the answer: max_tokens (else a quarter of the
-    context), at most half the context, at least one."""
-    return max(1, min(max_tokens or n_ctx // 4, n_ctx // 2))
+    context), at most ANSWER_ROOM_MAX and half the context, at least one."""
+    return max(1, min(max_tokens or n_ctx // 4, ANSWER_ROOM_MAX, n_ctx // 2))
 
 
 def prompt_limit(n_ctx: int, max_tokens: int | None) -> int:

@@ -92,9 +92,11 @@ ContentBlockIn = Annotated[
 
 class MessageIn(BaseModel):
     """One turn: user turns carry text and tool results, assistant turns text, thinking and
-    tool calls (app.server.generation_request.anthropic_messages checks which goes where)."""
+    tool calls, system turns text (Claude Code 2.1 sends its environment as a system turn
+    after the user's; app.server.generation_request.anthropic_messages checks which goes
+    where)."""
     model_config = ConfigDict(extra="allow")
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: Annotated[Annotated[str, Tag("text")]
                        | Annotated[list[ContentBlockIn], Tag("blocks")],
                        TEXT_OR_BLOCKS]

@@ -228,8 +228,7 @@ async def count_prompt_tokens(state: State, model: str, request: GenerationReque
 
 async def open_events(state: State, model: str, request: GenerationRequest, endpoint: str,
                       keep_alive_s: float | None = None, backend: str | None = None, *,
-                      context: int | None = None,
-                      max_tokens_param: str = "max_tokens") -> AsyncIterator[Event]:
+                      context: int | None = None) -> AsyncIterator[Event]:
     """Check the request and the model (400, 404 and 429 come here, before any response has
     started), then the generation's events. `backend` is the request's choice of backend
     for a local model, `context` the context it asks to load it with (Ollama's num_ctx);
@@ -243,7 +242,7 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     ticket = state.admission.admit()  # before any load or count: a 429 costs nothing
     try:
         return await _checked_events(state, ticket, model, request, endpoint, keep_alive_s,
-                                     backend, context, max_tokens_param)
+                                     backend, context)
     except BaseException:
         ticket.release()
         raise
@@ -251,12 +250,12 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
 
 async def _checked_events(state: State, ticket: Ticket, model: str, request: GenerationRequest,
                           endpoint: str, keep_alive_s: float | None, backend: str | None,
-                          context: int | None, max_tokens_param: str) -> AsyncIterator[Event]:
+                          context: int | None) -> AsyncIterator[Event]:
     runtime = state.runtime
     await anyio.to_thread.run_sync(runtime.check_model, model)
     if not runtime.is_remote(model):  # a remote server checks its own limits
         serving = await anyio.to_thread.run_sync(runtime.serving, model, backend, context)
-        check_serving(request, serving, model, max_tokens_param)
+        check_serving(request, serving, model)
         # Loads the model, and reloads it with a larger context when the prompt needs one
         # (a 400 here when no context this machine allows holds it: never cut, never a 200
         # that fails inside its stream).

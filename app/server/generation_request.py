@@ -8,6 +8,7 @@ responses_wire, ollama_wire and anthropic_wire. Problems are InvalidRequestError
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from app.server.anthropic_schemas import (
@@ -37,7 +38,6 @@ from app.server.responses_schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionChoice,
-    FunctionTool,
     InputItem,
     MessageItem,
     ReasoningConfig,
@@ -151,13 +151,17 @@ def _parts_text(content: str | TextParts) -> str:
 
 
 def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...] = (), *,
-                       from_model: bool = False) -> tuple[Message, ...]:
+                       from_model: bool = False,
+                       visible: Callable[[str | None, str], str] | None = None
+                       ) -> tuple[Message, ...]:
     """The Responses API's input after the conversation `earlier` (previous_response_id's):
     a string is a user turn; runs of reasoning, assistant message and function_call items
     become one assistant turn (the reasoning its thinking, the calls its tool_calls);
     function_call_output items become tool turns, each answering a call made before it.
     `from_model`: the items are a response's own output, kept as they are (a call whose
-    arguments are not a JSON object is refused when a later request carries it)."""
+    arguments are not a JSON object is refused when a later request carries it).
+    `visible`: the name the model was offered a function by, from its namespace and name
+    (app.server.responses_tools.OfferedTools.visible)."""
     if isinstance(items, str):
         return _named_results((*earlier, Message("user", items)))
     out = list(earlier)
@@ -174,7 +178,8 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
                 if not from_model:
                     _check_arguments(item, f"input[{i}].arguments")
                 calls.add(item.call_id)
-                turn.calls.append(ToolCall(item.call_id, item.name, item.arguments))
+                name = visible(item.namespace, item.name) if visible else item.name
+                turn.calls.append(ToolCall(item.call_id, name, item.arguments))
             else:
                 turn.text.append(_parts_text(item.content))
             continue
@@ -244,6 +249,8 @@ def anthropic_messages(system: str | list[TextBlock] | None,
         if m.role == "assistant":
             out.append(_assistant_turn(blocks, f"messages[{i}]"))
             offered = {c.id: c.name for c in out[-1].tool_calls}
+        elif m.role == "system":
+            out.append(_system_turn(blocks, f"messages[{i}]"))
         else:
             out += _user_turn(blocks, f"messages[{i}]", offered)
             offered = {}
@@ -270,6 +277,18 @@ def _assistant_turn(blocks: list[ContentBlockIn], where: str) -> Message:
                                       "after the call)", f"{where}.content[{j}].type")
     return Message("assistant", BLOCK_SEPARATOR.join(texts),
                    reasoning=BLOCK_SEPARATOR.join(thoughts), tool_calls=tuple(calls))
+
+
+def _system_turn(blocks: list[ContentBlockIn], where: str) -> Message:
+    """A system turn inside the conversation: its text blocks, as a system message where it
+    stands (ChatTemplate.render folds it into a user turn for templates that refuse one)."""
+    texts = []
+    for j, b in enumerate(blocks):
+        if not isinstance(b, TextBlock):
+            raise InvalidRequestError(f"{where}.content[{j}]: a system turn carries text blocks "
+                                      f"only, not {b.type}", f"{where}.content[{j}].type")
+        texts.append(b.text)
+    return Message("system", BLOCK_SEPARATOR.join(texts))
 
 
 def _user_turn(blocks: list[ContentBlockIn], where: str,
@@ -332,14 +351,6 @@ def offered_tools(defs: list[ToolDef] | None) -> tuple[Tool, ...]:
                       parameters=({"type": "object", "properties": {}}
                                   if d.function.parameters is None else d.function.parameters))
                  for d in defs or ())
-
-
-def responses_tools(tools: list[FunctionTool] | None) -> tuple[Tool, ...]:
-    """The Responses API's function tools (its wire has no `function` level)."""
-    return tuple(Tool(name=t.name, description=t.description or "",
-                      parameters=({"type": "object", "properties": {}}
-                                  if t.parameters is None else t.parameters))
-                 for t in tools or ())
 
 
 def responses_tool_choice(choice: ToolChoiceMode | FunctionChoice | None) -> ToolChoice:

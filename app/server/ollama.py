@@ -241,7 +241,7 @@ async def _respond(request: Request, body: OllamaBase, model: str,
     num_ctx = body.options.num_ctx if body.options else None
     gen_request = replace(gen_request, logprobs=top_logprobs(body.logprobs, body.top_logprobs))
     events = await open_events(state, model, gen_request, field, keep_alive, backend,
-                               context=num_ctx, max_tokens_param="options.num_predict")
+                               context=num_ctx)
     started = time.monotonic()
 
     pending: list[TokenLogprob] = []  # token logprobs not yet sent, for the next line

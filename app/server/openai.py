@@ -97,7 +97,6 @@ def _json_settings(body: ChatCompletionRequest) -> tuple[bool, dict | None]:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     model = check_model_name(body.model)
     json_mode, schema = _json_settings(body)
-    max_tokens_param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                       stop=body.stop, max_tokens=body.max_completion_tokens or body.max_tokens)
     gen_request = with_speculative(chat_request(
@@ -107,7 +106,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         thinking=openai_thinking(body),
         logprobs=top_logprobs(body.logprobs, body.top_logprobs)), body.speculative)
     events = await open_events(request.app.state, model, gen_request, "chat",
-                               backend=body.backend, max_tokens_param=max_tokens_param)
+                               backend=body.backend)
     field = body.reasoning_field or request.app.state.settings.reasoning_field
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())

@@ -22,7 +22,6 @@ from app.server.generation_request import (
     responses_param,
     responses_thinking,
     responses_tool_choice,
-    responses_tools,
     sampling,
 )
 from app.server.response_store import MAX_AGE_S, MAX_RESPONSES, ResponseStore
@@ -32,6 +31,7 @@ from app.server.responses_schemas import (
     ResponseError,
     ResponseObject,
 )
+from app.server.responses_tools import LEFT_OUT_HEADER, OfferedTools, offered_tools
 from app.server.schemas import ErrorResponse
 from backends.base import (
     DoneEvent,
@@ -62,12 +62,12 @@ def _not_found(response_id: str, param: str | None = None) -> ApiError:
                     code="previous_response_not_found" if param else "not_found")
 
 
-def _check(gen_request: GenerationRequest) -> None:
+def _check(gen_request: GenerationRequest, offered: OfferedTools) -> None:
     """GenerationRequest's own checks, their wire paths as the Responses API names them."""
     try:
         gen_request.validate()
     except InvalidRequestError as e:
-        raise InvalidRequestError(str(e), responses_param(e.param)) from e
+        raise InvalidRequestError(str(e), offered.wire_param(responses_param(e.param))) from e
 
 
 @router.post("/responses", response_model=ResponseObject, responses=ERRORS)
@@ -88,20 +88,21 @@ async def create_response(body: ResponseCreateRequest, request: Request) -> Resp
         if previous is None:
             raise _not_found(body.previous_response_id, "previous_response_id")
         earlier = previous.conversation
-    conversation = responses_messages(body.input, earlier)
+    offered = offered_tools(body.tools)
+    conversation = responses_messages(body.input, earlier, visible=offered.visible)
     system = (Message("system", body.instructions),) if body.instructions else ()
     json_mode, schema = responses_format(body.text)
     params = sampling(temperature=body.temperature, top_p=body.top_p,
                       max_tokens=body.max_output_tokens)
     gen_request = chat_request(
-        system + conversation, params, json_mode, schema, offered=responses_tools(body.tools),
+        system + conversation, params, json_mode, schema, offered=offered.tools,
         tool_choice=responses_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
         thinking=responses_thinking(body.reasoning))
-    _check(gen_request)
-    events = await open_events(request.app.state, model, gen_request, "responses",
-                               max_tokens_param="max_output_tokens")
-    answer = _Answer(body, _store(request), conversation, gen_request.sampling)
+    _check(gen_request, offered)
+    events = await open_events(request.app.state, model, gen_request, "responses")
+    answer = _Answer(body, _store(request), conversation, gen_request.sampling, offered)
+    headers = {LEFT_OUT_HEADER: ", ".join(offered.left_out)} if offered.left_out else None
     if not body.stream:
         async def whole() -> None:
             async for event in events:
@@ -115,19 +116,22 @@ async def create_response(body: ResponseCreateRequest, request: Request) -> Resp
             await events.aclose()  # type: ignore[attr-defined]
         if not answer.done:
             raise RuntimeError("stream ended without a final event")
-        return JSONResponse(answer.done)
-    return StreamingResponse(_sse(answer, events), media_type="text/event-stream")
+        return JSONResponse(answer.done, headers=headers)
+    return StreamingResponse(_sse(answer, events), media_type="text/event-stream",
+                             headers=headers)
 
 
 class _Answer:
     """One response being made: its items from the events, then its end (stored when asked)."""
 
     def __init__(self, body: ResponseCreateRequest, store: ResponseStore,
-                 conversation: tuple[Message, ...], params: SamplingParams) -> None:
+                 conversation: tuple[Message, ...], params: SamplingParams,
+                 offered: OfferedTools) -> None:
         self.body, self.store, self.conversation, self.params = body, store, conversation, params
+        self.offered = offered
         self.id = responses_wire.new_id("resp")
         self.created_at = int(time.time())
-        self.output = responses_wire.OutputItems()
+        self.output = responses_wire.OutputItems(offered.wire_name)
         self.done: dict = {}
 
     def response(self, status: responses_wire.Status, stats: Stats | None = None,
@@ -152,7 +156,8 @@ class _Answer:
         self.done = responses_wire.dump(self.response(status, done.stats))
         if self.body.store:
             turn = responses_messages(responses_wire.as_input(self.output.items),
-                                      self.conversation, from_model=True)
+                                      self.conversation, from_model=True,
+                                      visible=self.offered.visible)
             self.store.put(self.id, self.done, turn)
         kind = "response.completed" if status == "completed" else "response.incomplete"
         return [*events, {"type": kind, "response": self.done}]

@@ -71,6 +71,7 @@ class FunctionCallItem(BaseModel):
     name: str = Field(max_length=200)
     arguments: str
     id: str | None = Field(None, max_length=200)
+    namespace: str | None = Field(None, max_length=200)  # a function of a namespace tool
 
 
 class FunctionCallOutputItem(BaseModel):
@@ -132,15 +133,6 @@ Input = Annotated[Annotated[str, Tag("text")]
                   Discriminator(_text_or_list)]
 
 
-def _function_tool(value: object) -> object:
-    if isinstance(value, dict) and value.get("type", "function") != "function":
-        raise PydanticCustomError(
-            "unsupported_tool", "tool type {kind} is not supported: Ember's models call "
-            "function tools (type \"function\") that the client runs", {"kind":
-                                                                        repr(value["type"])})
-    return value
-
-
 class FunctionTool(BaseModel):
     """A function the model may call (names and schemas are checked by Ember's own rules,
     backends.base.check_tools). `strict` is echoed; constrained decoding applies to forced
@@ -153,6 +145,42 @@ class FunctionTool(BaseModel):
     strict: bool | None = None
 
 
+class HostedTool(BaseModel):
+    """A tool OpenAI runs on its own servers (web_search, file_search, code_interpreter,
+    computer_use_preview, image_generation, mcp, ...) or a freeform `custom` tool: Ember
+    does not offer it to the model (app.server.responses_tools says why)."""
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(max_length=200)
+    name: str | None = Field(None, max_length=200)
+
+
+def _tool_kind(value: object) -> str:
+    kind = value.get("type", "function") if isinstance(value, dict) else getattr(
+        value, "type", "function")
+    return kind if kind in ("function", "namespace") else "hosted"
+
+
+NamespaceMember = Annotated[Annotated[FunctionTool, Tag("function")]
+                            | Annotated[HostedTool, Tag("hosted")],
+                            Discriminator(lambda v: "function" if _tool_kind(v) == "function"
+                                          else "hosted")]
+
+
+class NamespaceTool(BaseModel):
+    """Functions grouped under one name (Codex's sub-agent tools): the model is offered the
+    functions, and a call of one names its namespace."""
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["namespace"]
+    name: str = Field(max_length=200)
+    description: str | None = None
+    tools: list[NamespaceMember] = Field(max_length=256)
+
+
+ResponseTool = Annotated[Annotated[FunctionTool, Tag("function")]
+                         | Annotated[NamespaceTool, Tag("namespace")]
+                         | Annotated[HostedTool, Tag("hosted")], Discriminator(_tool_kind)]
+
+
 class FunctionChoice(BaseModel):
     type: Literal["function"]
     name: str = Field(max_length=200)
@@ -161,8 +189,9 @@ class FunctionChoice(BaseModel):
 def _function_choice(value: object) -> object:
     if isinstance(value, dict) and value.get("type") != "function":
         raise PydanticCustomError(
-            "unsupported_tool_choice", "tool_choice type {kind} is not supported: use "
-            "\"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}",
+            "unsupported_tool_choice", "tool_choice forces the tool type {kind}, a tool OpenAI "
+            "runs on its own servers, which Ember cannot run: use \"auto\", \"none\", "
+            "\"required\" or {\"type\": \"function\", \"name\": ...}",
             {"kind": repr(value.get("type"))})
     return value
 
@@ -209,15 +238,15 @@ class TextConfig(BaseModel):
 
 class ResponseCreateRequest(BaseModel):
     """POST /v1/responses. Fields of OpenAI's that Ember has no use for (user,
-    prompt_cache_key, service_tier, truncation, stream_options...) are ignored; `include`
-    is accepted and ignored: Ember's reasoning items carry their text, there is no
-    encrypted reasoning, no logprobs or sources to add."""
+    client_metadata, service_tier, truncation, stream_options...) are ignored;
+    `prompt_cache_key` too, since Ember's prefix cache finds a conversation's cache by its
+    tokens, whoever sends it; `include` is accepted and ignored: Ember's reasoning items
+    carry their text, there is no encrypted reasoning, no logprobs or sources to add."""
     model_config = ConfigDict(extra="ignore")
     model: ModelName
     input: Input
     instructions: str | None = None
-    tools: list[Annotated[FunctionTool, BeforeValidator(_function_tool)]] | None = Field(
-        None, max_length=256)
+    tools: list[ResponseTool] | None = Field(None, max_length=256)
     tool_choice: ToolChoiceParam | None = None  # auto
     parallel_tool_calls: bool | None = None  # OpenAI's default: true
     reasoning: ReasoningConfig | None = None
@@ -271,6 +300,7 @@ class OutputFunctionCall(BaseModel):
     id: str  # fc_...
     call_id: str  # call_...: what the client's function_call_output names
     name: str
+    namespace: str | None = None  # the namespace tool the function belongs to, if any
     arguments: str = ""
     status: ItemStatus = "in_progress"
 
@@ -321,7 +351,7 @@ class ResponseObject(BaseModel):
     usage: ResponseUsage | None = None
     previous_response_id: str | None = None
     instructions: str | None = None
-    tools: list[FunctionTool] = []
+    tools: list[ResponseTool] = []
     tool_choice: ToolChoiceMode | FunctionChoice = "auto"
     parallel_tool_calls: bool = True
     temperature: float

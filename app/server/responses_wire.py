@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from app.server.openai_wire import new_call_id
@@ -104,7 +105,8 @@ def as_input(items: list[Item]) -> list[InputItem]:
             out.append(ReasoningItem(type="reasoning", id=item.id, content=item.content))
         else:
             out.append(FunctionCallItem(type="function_call", call_id=item.call_id,
-                                        name=item.name, arguments=item.arguments, id=item.id))
+                                        name=item.name, arguments=item.arguments, id=item.id,
+                                        namespace=item.namespace))
     return out
 
 
@@ -113,7 +115,11 @@ class OutputItems:
     dict with its `type`; the writer numbers them). A change of kind (thinking, text, a new
     call) closes the item before it: added, its content part, deltas, done."""
 
-    def __init__(self) -> None:
+    def __init__(self, wire_name: Callable[[str], tuple[str | None, str]] | None = None
+                 ) -> None:
+        """`wire_name`: a call's namespace and name from the name the model was offered
+        (app.server.responses_tools.OfferedTools.wire_name)."""
+        self.wire_name = wire_name or (lambda shown: (None, shown))
         self.items: list[Item] = []
         self._open: int | None = None  # the output index of the item being written
         self._calls: dict[int, int] = {}  # a call's index in the answer -> its output index
@@ -172,8 +178,10 @@ class OutputItems:
     def _call(self, event: ToolCallEvent) -> list[dict]:
         events = []
         if event.index not in self._calls:
+            namespace, name = self.wire_name(event.name)
             events = self._start(OutputFunctionCall(
-                id=new_id("fc"), call_id=event.id or new_call_id(), name=event.name))
+                id=new_id("fc"), call_id=event.id or new_call_id(), name=name,
+                namespace=namespace))
             self._calls[event.index] = len(self.items) - 1
         index = self._calls[event.index]
         call = self.items[index]

@@ -1,6 +1,6 @@
-"""What a request asks of the model that serves it, checked before a response starts: an
-answer that fits in the model's context, and forced tool calls only on a backend that can
-enforce them. The request's own rules (tool schemas, tool turns) are
+"""What a request asks of the model that serves it, checked before a response starts:
+forced tool calls only on a backend that can enforce them, logprobs only where a backend
+reports them. The request's own rules (tool schemas, tool turns) are
 GenerationRequest.validate's; these need to know the model and its backend (Runtime.serving).
 """
 
@@ -11,15 +11,11 @@ from backends.base import GenerationRequest
 from backends.errors import InvalidRequestError
 
 
-def check_serving(request: GenerationRequest, serving: Serving, model: str,
-                  max_tokens_param: str = "max_tokens") -> None:
-    wanted = request.sampling.max_tokens
-    if wanted is not None and wanted > serving.context:
-        how = "as loaded" if serving.loaded else f"as the {serving.backend} backend loads it"
-        raise InvalidRequestError(
-            f"{max_tokens_param} is {wanted}, more than the context of {model} {how} "
-            f"({serving.context} tokens, prompt included): ask for at most {serving.context}, "
-            "or load the model with a larger context", max_tokens_param)
+def check_serving(request: GenerationRequest, serving: Serving, model: str) -> None:
+    """`max_tokens` is not checked here: on every dialect it is a ceiling, not a demand (as
+    on OpenAI's and Anthropic's APIs, llama-server and LM Studio). An answer stops when the
+    context is full, with the dialect's length reason; coding agents ask for 32k ceilings
+    of any model (Claude Code always does)."""
     choice = request.tool_choice
     if request.tools and choice.mode in ("required", "function") \
             and not serving.capabilities.grammar:

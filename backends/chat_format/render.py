@@ -76,9 +76,18 @@ class ChatTemplate:
         if self.fmt.tools == "phi4" and offers_tools(request):
             dicts = _phi4_tools(dicts, tool_dicts(request))
         variables = template_variables(self.fmt, request)
+        folded = fold_later_system_turns(dicts)
         try:
             prompt = self._render(dicts, variables)
+            if folded != dicts and not _shows_later_system_turns(prompt, dicts):
+                # a template that drops a system turn after the first (gpt-oss, SmolLM3)
+                prompt = self._render(folded, variables)
         except TemplateError:
+            if folded != dicts:  # a template that refuses a system turn after the first
+                try:
+                    return self._thinking_closed(self._render(folded, variables), request)
+                except TemplateError:
+                    dicts = folded
             if not dicts or dicts[0]["role"] != "system" or len(dicts) < 2:
                 raise
             # a template that refuses a system turn (Gemma 2): it opens the first user turn
@@ -119,3 +128,39 @@ def _phi4_tools(dicts: list[dict], tools: list[dict]) -> list[dict]:
     if dicts and dicts[0]["role"] == "system":
         return [{**dicts[0], "tools": listed}, *dicts[1:]]
     return [{"role": "system", "content": "", "tools": listed}, *dicts]
+
+
+def _shows_later_system_turns(prompt: str, dicts: list[dict]) -> bool:
+    return all(str(d.get("content") or "") in prompt for d in dicts[1:] if d["role"] == "system")
+
+
+def fold_later_system_turns(dicts: list[dict]) -> list[dict]:
+    """The conversation for a template that takes a system turn only at the start (Llama 3,
+    Gemma, Mistral): a later system turn's text joins the user turn just before it (after
+    its text: what a conversation sends on later turns renders the same, so the prefix
+    cache keeps it), else the next user turn (before its text), else the last user turn,
+    else it becomes a user turn. The leading system turn stays as it is."""
+    head = dicts[:1] if dicts and dicts[0]["role"] == "system" else []
+    folded: list[dict] = []
+    pending: list[str] = []
+    for d in dicts[len(head):]:
+        d = dict(d)
+        text = str(d.get("content") or "")
+        if d["role"] == "system":
+            if folded and folded[-1]["role"] == "user" and not pending:
+                folded[-1]["content"] = f"{folded[-1].get('content') or ''}\n\n{text}"
+            else:
+                pending.append(text)
+            continue
+        if d["role"] == "user" and pending:
+            d["content"] = "\n\n".join([*pending, text])
+            pending = []
+        folded.append(d)
+    if pending:
+        last_user = next((d for d in reversed(folded) if d["role"] == "user"), None)
+        if last_user is None:
+            folded.append({"role": "user", "content": "\n\n".join(pending)})
+        else:
+            last_user["content"] = "\n\n".join([str(last_user.get("content") or ""),
+                                                  *pending])
+    return head + folded

@@ -13,9 +13,9 @@ from app.server.generation_request import (
     responses_param,
     responses_thinking,
     responses_tool_choice,
-    responses_tools,
 )
 from app.server.responses_schemas import ReasoningConfig, ResponseCreateRequest
+from app.server.responses_tools import offered_tools
 from backends.base import Message, Thinking, Tool, ToolCall, ToolChoice
 from backends.errors import InvalidRequestError
 
@@ -119,10 +119,8 @@ def test_bad_tool_turns_name_their_item(items, param, words):
      ("input", "list", 0, "function_call_output", "output", "list", 0), "input_file parts"),
     ({"input": [{"role": "tool", "content": "x"}]},
      ("input", "list", 0, "message", "role"), "Input should be"),
-    ({"input": "x", "tools": [{"type": "web_search"}]}, ("tools", 0),
-     "tool type 'web_search' is not supported"),
-    ({"input": "x", "tool_choice": {"type": "allowed_tools", "tools": []}},
-     ("tool_choice", "named"), "tool_choice type 'allowed_tools' is not supported"),
+    ({"input": "x", "tool_choice": {"type": "web_search"}},
+     ("tool_choice", "named"), "tool_choice forces the tool type 'web_search'"),
     ({"input": "x", "temperature": 3}, ("temperature",), "less than or equal to 2"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "x"}}},
      ("text", "format", "json_schema", "schema"), "Field required"),
@@ -141,7 +139,7 @@ def test_function_tools_and_tool_choice():
          "strict": True},
         {"type": "function", "name": "get_time"}],
         tool_choice={"type": "function", "name": "get_time"})
-    assert [(t.name, t.description, t.parameters) for t in responses_tools(body.tools)] == [
+    assert [(t.name, t.description, t.parameters) for t in offered_tools(body.tools).tools] == [
         ("get_weather", "Weather of a city",
          {"type": "object", "properties": {"city": {"type": "string"}}}),
         ("get_time", "", Tool("x").parameters)]

@@ -262,8 +262,11 @@ def test_sampling_fields_map_to_sampling_params(fake):
     ({"max_tokens": 0, "messages": [USER]}, "max_tokens: Input should be greater than or "
                                             "equal to 1"),
     ({"max_tokens": 8, "messages": []}, "messages: List should have at least 1 item"),
-    ({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]},
-     "messages[0].role: Input should be 'user' or 'assistant'"),
+    ({"max_tokens": 8, "messages": [{"role": "tool", "content": "x"}]},
+     "messages[0].role: Input should be 'user', 'assistant' or 'system'"),
+    ({"max_tokens": 8, "messages": [{"role": "system", "content": [
+        {"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
+     "messages[0].content[0]: a system turn carries text blocks only, not tool_use"),
     ({"max_tokens": 8, "messages": [{"role": "user", "content": 3}]},
      "messages[0].content: Input should be a string or a list of content blocks"),
     ({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "video"}]}]},
