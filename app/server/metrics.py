@@ -16,6 +16,7 @@ class Metrics:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()  # (endpoint, outcome)
         self.prompt_tokens = 0
+        self.cached_tokens = 0  # prompt tokens the prefix cache supplied
         self.completion_tokens = 0
         self.ttft_buckets = [0] * len(TTFT_BUCKETS)
         self.ttft_sum = 0.0
@@ -25,6 +26,7 @@ class Metrics:
         with self._lock:
             self.requests[(endpoint, stats.finish_reason)] += 1
             self.prompt_tokens += stats.prompt_tokens
+            self.cached_tokens += stats.cached_tokens
             self.completion_tokens += stats.completion_tokens
             if stats.completion_tokens:
                 self.ttft_sum += stats.ttft_s
@@ -46,6 +48,10 @@ class Metrics:
                              f"{n}")
             lines += ["# TYPE ember_prompt_tokens_total counter",
                       f"ember_prompt_tokens_total {self.prompt_tokens}",
+                      "# HELP ember_cached_prompt_tokens_total Prompt tokens the prefix cache "
+                      "supplied (not evaluated again).",
+                      "# TYPE ember_cached_prompt_tokens_total counter",
+                      f"ember_cached_prompt_tokens_total {self.cached_tokens}",
                       "# TYPE ember_completion_tokens_total counter",
                       f"ember_completion_tokens_total {self.completion_tokens}",
                       "# HELP ember_ttft_seconds Time to first token.",

@@ -240,7 +240,8 @@ async def _respond(request: Request, body: OllamaBase, model: str,
     backend = body.options.backend if body.options else None
     num_ctx = body.options.num_ctx if body.options else None
     gen_request = replace(gen_request, logprobs=top_logprobs(body.logprobs, body.top_logprobs))
-    events = await open_events(state, model, gen_request, field, keep_alive, backend,
+    endpoint = "api_chat" if field == "message" else "api_generate"  # the metrics' label
+    events = await open_events(state, model, gen_request, endpoint, keep_alive, backend,
                                context=num_ctx)
     started = time.monotonic()
 

@@ -49,6 +49,31 @@ KEEP_TAIL = 64
 SWAP_MAX_BYTES = 1 << 30
 
 
+# A waiting prompt that shares at least this many more tokens with a prompt being evaluated
+# than any free slot's cache serves it waits until that evaluation has passed them, and then
+# takes a copy: two requests with one long prefix, sent at once (Claude Code sends two 12k
+# ones on start), evaluate it once instead of side by side at half speed each.
+SHARE_IN_FLIGHT_MIN = 256
+
+
+def in_flight_prefix(running: list[Slot], prompt: list[int], reuse: int
+                     ) -> tuple[Slot | None, int]:
+    """The running slot whose prompt shares the longest prefix with `prompt` and that
+    prefix's length (short of the prompt's last token, whose logits the new request needs),
+    when it is worth waiting for: longer than `reuse`, what a free slot's cache serves the
+    prompt, by SHARE_IN_FLIGHT_MIN tokens. (None, 0) otherwise."""
+    best, shared = None, 0
+    for slot in running:
+        if slot.job is None:
+            continue
+        n = min(common_prefix(slot.job.prompt, prompt), len(prompt) - 1)
+        if n > shared:
+            best, shared = slot, n
+    if best is None or shared < reuse + SHARE_IN_FLIGHT_MIN:
+        return None, 0
+    return best, shared
+
+
 def plan_prompt_rows(prefilling: list[Slot], room: int) -> list[tuple[Slot, int, int]]:
     """Prompt pieces (slot, start, end) for one step with `room` rows: the oldest request
     first, each prompt taking as much of the room as it still needs (llama-server fills its
@@ -255,14 +280,35 @@ class BatchEngine:
         return bool(self.waiting) or any(s.job for s in self.slots)
 
     def _assign(self) -> None:
+        later: list[Job] = []  # waiting for a running prompt's evaluation to pass their prefix
+        try:
+            self._assign_waiting(later)
+        finally:
+            self.waiting.extendleft(reversed(later))
+
+    def _assign_waiting(self, later: list[Job]) -> None:
         while self.waiting:
             free = [s for s in self.slots if s.job is None]
             if not free:
                 return
             job = self.waiting.popleft()
-            busy = frozenset(s.seq_id for s in self.slots if s.job is not None)
+            running = [s for s in self.slots if s.job is not None]
+            busy = frozenset(s.seq_id for s in running)
             wanted = wanted_slots(free, [j.prompt for j in self.waiting])
             covered = covered_slots(free, self.slots)
+            flight, shared = (None, 0) if self._sliding else in_flight_prefix(
+                running, job.prompt, max(reusable(s, job.prompt) for s in free))
+            if flight is not None:
+                if len(flight.tokens) < shared:
+                    later.append(job)  # its prefix is being evaluated: wait, then copy it
+                    continue
+                # the prefix is in a running sequence's cache: a copy of it, into the slot
+                # whose cache loses least (as for a prompt that reuses nothing)
+                slot = min(free, key=lambda s: (s.seq_id in wanted, s.seq_id not in covered,
+                                                s.last_used))
+                self._share_prefix(flight, slot, shared)
+                self._start(slot, job, shared)
+                continue
             placement = place(free, job.prompt, can_share=not self._sliding, busy=busy,
                               wanted=wanted, covered=covered)
             slot, keep = placement.slot, placement.keep
@@ -279,20 +325,24 @@ class BatchEngine:
                 keeper.last_used = slot.last_used
             if donor is not None:
                 self._share_prefix(donor, slot, keep)
-            if keep < len(slot.tokens) and not (
-                    keep > 0 and llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id,
-                                                               keep, -1)):
-                # sliding-window caches cannot drop a suffix: start the sequence over
-                llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-                keep = 0
-            slot.tokens = slot.tokens[:keep]
-            if keep == len(job.prompt) == slot.logits_at:
-                job.stored_logits = slot.logits
-            elif keep < slot.logits_at:
-                slot.logits, slot.logits_at = None, 0
-            slot.job = job
-            job.pos = job.reused = keep
-            job.max_new = min(job.max_new, self.n_ctx_seq - len(job.prompt))
+            self._start(slot, job, keep)
+
+    def _start(self, slot: Slot, job: Job, keep: int) -> None:
+        """Run `job` in `slot`, reusing the first `keep` tokens of its cache."""
+        if keep < len(slot.tokens) and not (
+                keep > 0 and llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id,
+                                                           keep, -1)):
+            # sliding-window caches cannot drop a suffix: start the sequence over
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            keep = 0
+        slot.tokens = slot.tokens[:keep]
+        if keep == len(job.prompt) == slot.logits_at:
+            job.stored_logits = slot.logits
+        elif keep < slot.logits_at:
+            slot.logits, slot.logits_at = None, 0
+        slot.job = job
+        job.pos = job.reused = keep
+        job.max_new = min(job.max_new, self.n_ctx_seq - len(job.prompt))
 
     def _share_prefix(self, donor: Slot, spare: Slot, keep: int) -> None:
         """Give `spare` the first `keep` tokens of `donor`'s cache (a system prompt, or a

@@ -354,3 +354,41 @@ def test_moves_next_to_the_running_sequences_keep_the_caches_they_displace(qwen,
     finally:
         backend.unload()
         fresh.unload()
+
+
+def test_two_prompts_sent_at_once_evaluate_their_shared_prefix_once(qwen):
+    """Two agent requests with one long system prompt, submitted together (Claude Code sends
+    two on start): the second waits while the first evaluates the shared prefix, then takes
+    a copy of it (engine.in_flight_prefix) instead of computing it beside the first. Each
+    answer is the one it gets alone."""
+    system = SYSTEM * 40  # about 640 tokens shared, past the threshold
+    asks = {"a": "Write a Python function that reverses a string.",
+            "b": "Write a Python function that checks whether a number is prime."}
+
+    def request(user: str) -> GenerationRequest:
+        return GenerationRequest(messages=(Message("system", system), Message("user", user)),
+                                 sampling=SamplingParams(temperature=0, max_tokens=12))
+
+    def run(backend: LlamaCppBackend, streams: list[str]) -> dict[str, DoneEvent]:
+        for sid in streams:
+            backend.submit(sid, request(asks[sid]))
+        done: dict[str, DoneEvent] = {}
+        while backend.has_work():
+            done |= {sid: e for sid, e in backend.step() if isinstance(e, DoneEvent)}
+        return done
+
+    together, alone = LlamaCppBackend(), LlamaCppBackend()
+    together.load(qwen, LoadPlan(context=2048, threads=2, parallel=2))
+    alone.load(qwen, LoadPlan(context=1024, threads=2, parallel=1))
+    try:
+        done = run(together, ["a", "b"])
+        shared = done["a"].stats.prompt_tokens - 20  # all but the user's turn, about
+        assert done["a"].stats.cached_tokens == 0
+        assert done["b"].stats.cached_tokens >= shared > engine_module.SHARE_IN_FLIGHT_MIN
+        for sid in asks:
+            assert run(alone, [sid])[sid].text == done[sid].text
+            alone.engine.slots[0].tokens = []  # the next one starts fresh too
+            llama_cpp.llama_memory_seq_rm(alone.engine._memory, 0, -1, -1)
+    finally:
+        together.unload()
+        alone.unload()

@@ -6,10 +6,14 @@ tests/integration/test_llamacpp_prefix_cache.py."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from backends.llamacpp.engine import (
+    SHARE_IN_FLIGHT_MIN,
     Placement,
     Slot,
     covered_slots,
+    in_flight_prefix,
     place,
     reusable,
     runs,
@@ -221,3 +225,23 @@ def test_a_move_that_must_overwrite_a_conversation_shelters_it_in_a_copy_first()
     # nothing to shelter: no donor, an empty target, or a target that is itself a copy
     assert shelter(free, Placement(victim, 0), covered) is None
     assert shelter(free, Placement(old_copy, 20, donor=returning), covered) is None
+
+
+def running(seq_id: int, prompt: list[int], evaluated: int) -> Slot:
+    """A slot whose request's prompt has been evaluated up to `evaluated` tokens."""
+    return Slot(seq_id, tokens=prompt[:evaluated], job=SimpleNamespace(prompt=prompt))
+
+
+def test_a_prompt_waits_for_a_long_prefix_being_evaluated_and_not_for_a_short_one():
+    agent = list(range(2000))  # an agent's system prompt and tools
+    first = running(0, agent + [1, 2, 3], evaluated=500)
+    other = running(1, [9] * 50, evaluated=50)
+    mine = agent + [4, 5]
+    assert in_flight_prefix([other, first], mine, reuse=0) == (first, 2000)
+    # a free slot's cache serves most of it already: no wait
+    assert in_flight_prefix([first], mine, reuse=2000 - SHARE_IN_FLIGHT_MIN + 1) == (None, 0)
+    # a short common prefix (a chat template's header) is not worth waiting for
+    assert in_flight_prefix([first], agent[:SHARE_IN_FLIGHT_MIN - 1] + [7] * 900,
+                            reuse=0) == (None, 0)
+    # the same prompt: all but its last token, whose logits the request needs
+    assert in_flight_prefix([first], agent + [1, 2, 3], reuse=0) == (first, 2002)

@@ -146,3 +146,17 @@ def test_forcing_a_hosted_tool_is_refused_and_offering_only_hosted_tools_is_not(
             "include": ["reasoning.encrypted_content"]})
         assert r.status_code == 200, r.text
         assert r.headers[LEFT_OUT_HEADER] == "file_search, custom:apply_patch"
+
+
+def test_metrics_count_the_requests_and_tokens_of_every_dialect():
+    fake = ScriptedRuntime(script=[TokenEvent("ok")], cached_tokens=3)
+    with served(fake) as client:
+        for path, body in CEILINGS:
+            assert client.post(path, json={"model": MODEL, "stream": False, **body}).is_success
+        metrics = client.get("/metrics").text
+    labels = {line.split('endpoint="')[1].split('"')[0] for line in metrics.splitlines()
+              if line.startswith("ember_requests_total{")}
+    assert labels == {"chat", "completions", "responses", "messages", "api_chat",
+                      "api_generate"}
+    assert f"ember_prompt_tokens_total {fake.prompt_tokens * len(CEILINGS)}" in metrics
+    assert f"ember_cached_prompt_tokens_total {3 * len(CEILINGS)}" in metrics
