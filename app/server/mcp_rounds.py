@@ -1,8 +1,9 @@
 """The rounds of one API request under `ember serve --mcp` (app.server.server_tools): the
-model is offered the MCP servers' tools beside the client's; when it calls only MCP tools, the
-server runs them (or refuses those not allowed) and asks it again, by the window's rules
-(app.mcp.tool_loop.next_step: STEP_LIMIT rounds, once more with tool_choice "none" when it
-only repeats calls); its answer in words, or its calls of the client's tools, end the request.
+model is offered the MCP servers' tools beside the client's (and the window's TOOLS_NOTE after
+the system prompt); when it calls only MCP tools, the server runs them (or refuses those not
+allowed) and asks it again, by the window's rules (app.mcp.tool_loop.next_step: STEP_LIMIT
+rounds, once more with tool_choice "none" when it only repeats calls); its answer in words, or
+its calls of the client's tools, end the request.
 
 The client sees one answer: the rounds' text and thinking as they stream (a blank line
 between rounds that wrote), never the calls of MCP tools (a round that calls client tools too
@@ -28,7 +29,9 @@ import anyio
 from app.mcp.config import McpServerConfig
 from app.mcp.connections import McpServerError
 from app.mcp.tool_loop import (
+    DEFAULT_SYSTEM,
     STEP_LIMIT,
+    TOOLS_NOTE,
     ToolIndex,
     call_arguments,
     call_key,
@@ -65,14 +68,24 @@ def step_limit_text(limit: int = STEP_LIMIT) -> str:
 
 
 def with_mcp_tools(request: GenerationRequest, index: ToolIndex) -> GenerationRequest:
-    """The request with the MCP tools after the client's; a 400 when a name is both."""
+    """The request with the MCP tools after the client's, and the window's note to answer
+    from a tool's result after the system prompt (small models repeat calls without it); a
+    400 when a name is both the client's and an MCP tool's."""
     for tool in request.tools:
         if tool.name in index.by_name:
             mcp = index.by_name[tool.name]
             raise InvalidRequestError(
                 f"tool {tool.name!r} is both one of this request's tools and MCP server "
                 f"{mcp.server}'s: rename the request's tool, or ask for other servers", "tools")
-    return replace(request, tools=request.tools + index.request_tools())
+    if not index.by_name:
+        return request
+    messages = request.messages or ()
+    if messages and messages[0].role == "system":
+        system = replace(messages[0], content=f"{messages[0].content.rstrip()} {TOOLS_NOTE}")
+        messages = (system, *messages[1:])
+    else:
+        messages = (Message("system", f"{DEFAULT_SYSTEM} {TOOLS_NOTE}"), *messages)
+    return replace(request, messages=messages, tools=request.tools + index.request_tools())
 
 
 def split_calls(calls: tuple[ToolCall, ...], index: ToolIndex

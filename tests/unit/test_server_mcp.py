@@ -11,9 +11,8 @@ import pytest
 from app.mcp.approvals import Approvals
 from app.mcp.config import McpConfigError, McpServerConfig
 from app.mcp.connections import McpTool
-from app.mcp.tool_loop import STEP_LIMIT, ToolIndex, next_step
-from app.server.mcp_rounds import RoundFilter, after_calls, combined, split_calls, \
-    with_mcp_tools
+from app.mcp.tool_loop import DEFAULT_SYSTEM, STEP_LIMIT, TOOLS_NOTE, ToolIndex, next_step
+from app.server.mcp_rounds import RoundFilter, after_calls, combined, split_calls, with_mcp_tools
 from app.server.server_tools import McpAsk, ServerTools, parse_ask
 from backends.base import (
     DoneEvent,
@@ -129,8 +128,13 @@ def test_the_window_and_the_server_stop_the_loop_by_the_same_rule():
 def test_mcp_tools_go_after_the_clients_and_a_shared_name_is_a_400():
     mine = Tool("lookup", "", {"type": "object", "properties": {}})
     request = GenerationRequest(messages=(Message("user", "hi"),), tools=(mine,))
-    assert [t.name for t in with_mcp_tools(request, INDEX).tools] == ["lookup", "get_weather",
-                                                                      "add"]
+    offered = with_mcp_tools(request, INDEX)
+    assert [t.name for t in offered.tools] == ["lookup", "get_weather", "add"]
+    # the window's note, so a small model answers from a result instead of calling again
+    assert offered.messages == (Message("system", f"{DEFAULT_SYSTEM} {TOOLS_NOTE}"),
+                                Message("user", "hi"))
+    told = GenerationRequest(messages=(Message("system", "Be brief."), Message("user", "hi")))
+    assert with_mcp_tools(told, INDEX).messages[0].content == f"Be brief. {TOOLS_NOTE}"
     clash = GenerationRequest(messages=(Message("user", "hi"),), tools=(Tool("add"),))
     with pytest.raises(InvalidRequestError, match="both one of this request's tools and MCP "
                                                   "server weather's"):
