@@ -188,20 +188,20 @@ class McpAskReader:
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
         messages: list[Message] = []
-        body = b""
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                break
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
         try:
+            while True:
+                message = await receive()  # the Guard's: a body over the limit is a 413
+                messages.append(message)
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    break
+            body = b"".join(m.get("body", b"") for m in messages
+                            if m["type"] == "http.request")
             ask = _read(body, scope["path"], self.enabled)
-        except InvalidRequestError as e:
-            err = ApiError(400, str(e), param=e.param)
+        except ApiError as err:  # raised here, outside the routes' error handlers
             await _answer(scope, send, err)
+            return
+        except InvalidRequestError as e:
+            await _answer(scope, send, ApiError(400, str(e), param=e.param))
             return
 
         async def replay() -> Message:
@@ -239,7 +239,8 @@ async def _answer(scope: Scope, send: Send, err: ApiError) -> None:
     async def nothing() -> Message:
         return {"type": "http.disconnect"}
 
-    response = JSONResponse(error_body(scope["path"], err), status_code=err.status)
+    response = JSONResponse(error_body(scope["path"], err), status_code=err.status,
+                            headers=err.headers)
     await response(scope, nothing, send)
 
 

@@ -101,6 +101,17 @@ def test_a_round_that_calls_the_clients_tool_comes_back_with_that_call_only(setu
     assert setup.calls() == []  # the MCP call of that round was not run
 
 
+def test_a_responses_request_gets_the_final_answer_as_its_output(setup: Setup):
+    setup.play([call(0, "get_weather", {"city": "Rome"})], [TokenEvent("Rome is foggy.")])
+    r = setup.client.post("/v1/responses", json={
+        "model": MODEL, "input": "Weather in Rome?", "mcp": ["weather"]})
+    assert r.status_code == 200, r.text
+    output = r.json()["output"]
+    assert [item["type"] for item in output] == ["message"]
+    assert output[0]["content"][0]["text"] == "Rome is foggy."
+    assert setup.calls() == ['get_weather {"city": "Rome"}']
+
+
 def test_a_stream_shows_each_rounds_text_and_stops_at_the_step_limit(setup: Setup):
     cities = [f"City{i}" for i in range(STEP_LIMIT + 1)]
     setup.play(*[[TokenEvent("Checking."), call(0, "get_weather", {"city": c})]

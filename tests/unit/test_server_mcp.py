@@ -185,3 +185,11 @@ def test_the_final_event_sums_the_rounds_usage_and_keeps_the_last_finish():
     assert (final.stats.prompt_tokens, final.stats.completion_tokens) == (100, 14)
     assert final.stats.finish_reason == "stop" and final.stats.total_s == 3.0
     assert final.text == "Foggy." and final.tool_calls == ()
+
+
+def test_mcp_allow_without_mcp_is_refused_and_without_mcp_nothing_is_started(tmp_path: Path):
+    from app.server.server_tools import start
+
+    assert start(False, tmp_path, ()) is None
+    with pytest.raises(McpConfigError, match="--mcp-allow needs --mcp"):
+        start(False, tmp_path, ("weather/add",))
