@@ -19,8 +19,8 @@ from starlette.requests import Request
 
 from app.runtime import Runtime
 from app.runtime.backend_table import check_backend
-from app.server import access_log, server_tools
-from app.server.mcp_rounds import open_with_mcp
+from app.server import access_log
+from app.server.mcp_rounds import with_mcp
 from app.server.metrics import Metrics
 from app.server.model_name import name_problem
 from app.server.serving import check_serving
@@ -227,6 +227,7 @@ async def count_prompt_tokens(state: State, model: str, request: GenerationReque
     return tokens
 
 
+@with_mcp  # `ember serve --mcp`: a request that asks gets the MCP servers' tools
 async def open_events(state: State, model: str, request: GenerationRequest, endpoint: str,
                       keep_alive_s: float | None = None, backend: str | None = None, *,
                       context: int | None = None,
@@ -238,17 +239,6 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     (app.server.serving), and its prompt the context it is loaded with, or the largest one
     this machine gives it (Runtime.fit_context). The model checks run in a thread: for a
     remote model it asks the remote server, a local one they load."""
-    ask = server_tools.asked()  # `ember serve --mcp`: the request's MCP servers, or None
-    if ask is not None and state.server_tools is not None:
-        return await open_with_mcp(state.server_tools, ask, request, lambda r: _open_events(
-            state, model, r, endpoint, keep_alive_s, backend, context, max_tokens_param))
-    return await _open_events(state, model, request, endpoint, keep_alive_s, backend, context,
-                              max_tokens_param)
-
-
-async def _open_events(state: State, model: str, request: GenerationRequest, endpoint: str,
-                       keep_alive_s: float | None, backend: str | None, context: int | None,
-                       max_tokens_param: str) -> AsyncIterator[Event]:
     request.validate()
     if backend is not None:
         check_backend(backend)

@@ -18,11 +18,13 @@ stream with an error event, never a 500 of the server itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from typing import Any, Concatenate, ParamSpec
 
 import anyio
 
@@ -39,7 +41,7 @@ from app.mcp.tool_loop import (
     next_step,
     refused_text,
 )
-from app.server.server_tools import McpAsk, ServerTools
+from app.server.server_tools import McpAsk, ServerTools, asked
 from backends.base import (
     DoneEvent,
     ErrorEvent,
@@ -59,6 +61,9 @@ from backends.errors import InvalidRequestError
 log = logging.getLogger(__name__)
 
 OpenRound = Callable[[GenerationRequest], Awaitable[AsyncIterator[Event]]]
+P = ParamSpec("P")
+OpenEvents = Callable[Concatenate[Any, str, GenerationRequest, P],
+                      Awaitable[AsyncIterator[Event]]]
 BETWEEN_ROUNDS = "\n\n"
 
 
@@ -177,11 +182,25 @@ def run_call(tools: ServerTools, servers: dict[str, McpServerConfig], index: Too
     return outcome
 
 
+def with_mcp(open_events: OpenEvents[P]) -> OpenEvents[P]:
+    """The hook on app.server.bridge.open_events(state, model, request, ...): a request that
+    asked for MCP servers (server_tools.asked) on a server started with --mcp goes through
+    open_with_mcp, each round opened by open_events itself with the same arguments."""
+    @functools.wraps(open_events)
+    async def hooked(state: Any, model: str, request: GenerationRequest, *args: P.args,
+                     **kwargs: P.kwargs) -> AsyncIterator[Event]:
+        ask, tools = asked(), getattr(state, "server_tools", None)
+        if ask is None or tools is None:
+            return await open_events(state, model, request, *args, **kwargs)
+        return await open_with_mcp(tools, ask, request, lambda r: open_events(
+            state, model, r, *args, **kwargs))
+    return hooked
+
+
 async def open_with_mcp(tools: ServerTools, ask: McpAsk, request: GenerationRequest,
                         open_round: OpenRound) -> AsyncIterator[Event]:
-    """The hook of app.server.bridge.open_events for a request that asked for MCP servers:
-    their tools offered (400s and the 502 of a server that cannot start come here, before
-    any response), then the events of the rounds."""
+    """A request that asked for MCP servers: their tools offered (400s and the 502 of a
+    server that cannot start come here, before any response), then the rounds' events."""
     if request.messages is None:
         raise InvalidRequestError("MCP tools need a chat request (messages), not a raw "
                                   "prompt", "mcp")
