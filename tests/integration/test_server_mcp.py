@@ -59,13 +59,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     home = tmp_path_factory.mktemp("mcp-home")
     calls = home / "calls.txt"
     (home / "mcp.json").write_text(json.dumps({"mcpServers": {
-        "weather": command("--calls", str(calls)),
+        "weather": {**command("--calls", str(calls), "--probes"), "maxResultBytes": 1024},
         "crashy": command("--die-on-call"),
         "broken": command("--fail-at-start"),
         "off": {**command(), "disabled": True}}}))
     model = Rounds()
     with served(model, mcp=True, mcp_home=home,
-                mcp_allow=("weather/get_weather", "crashy/*")) as client:
+                mcp_allow=("weather/get_weather", "weather/flood", "crashy/*")) as client:
         yield Setup(client, model, calls)
 
 
@@ -80,7 +80,7 @@ def test_an_allowed_call_runs_another_is_refused_and_the_answer_comes_back(setup
     assert choice["message"].get("tool_calls") is None and choice["finish_reason"] == "stop"
     assert r.json()["usage"]["prompt_tokens"] == 2 * 7  # both rounds read their prompt
     first, second = setup.model.requests
-    assert [t.name for t in first.tools] == ["get_weather", "add"]
+    assert [t.name for t in first.tools] == ["get_weather", "add", "environment", "flood"]
     assert first.tool_choice.mode == "required" and second.tool_choice.mode == "auto"
     weather, added = second.messages[-2:]
     assert weather.content == "Paris: 27°C and thick fog" and weather.tool_call_id == "call_0"
@@ -130,13 +130,21 @@ def test_a_stream_shows_each_rounds_text_and_stops_at_the_step_limit(setup: Setu
     assert len(setup.calls()) == STEP_LIMIT
 
 
-def test_a_server_that_crashes_is_a_tool_error_and_one_that_cannot_start_a_502(setup: Setup):
+def test_a_crash_is_a_tool_error_a_flood_is_cut_and_a_failed_start_a_502(setup: Setup):
     setup.play([call(0, "add", {"a": 1, "b": 2})], [TokenEvent("The tool failed.")])
     r = setup.client.post("/api/chat", json={"model": MODEL, "messages": [USER],
                                              "stream": False, "mcp": ["crashy"]})
     assert r.status_code == 200 and r.json()["message"]["content"] == "The tool failed."
     result = setup.model.requests[1].messages[-1].content
     assert result.startswith("The tool could not be run: MCP server crashy stopped")
+    setup.play([call(0, "flood", {"size": 100_000})], [TokenEvent("Long.")])
+    r = setup.client.post("/v1/chat/completions", json={
+        "model": MODEL, "messages": [USER], "mcp": ["weather"]})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Long."
+    result = setup.model.requests[1].messages[-1].content
+    assert result.startswith("0123456789abcdef") and len(result.encode()) < 1200
+    assert result.endswith("[result cut: the tool returned 100,000 bytes; the first 1,024 are "
+                           "shown]")
     r = setup.client.post("/v1/chat/completions", json={
         "model": MODEL, "messages": [USER], "mcp": ["weather", "broken"]})
     assert r.status_code == 502 and FAILED_START in r.json()["error"]["message"]
