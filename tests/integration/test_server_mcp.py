@@ -178,3 +178,22 @@ def test_the_05b_through_a_real_server_answers_from_an_mcp_tools_result(store, q
     assert not message.tool_calls and answer.choices[0].finish_reason == "stop"
     assert "27" in message.content or "fog" in message.content.lower(), message.content
     assert answer.usage.prompt_tokens > 2 * 100  # two rounds at least, tools in each prompt
+
+
+def test_requests_that_start_a_server_at_once_share_one_start():
+    """The window starts a server from one task at a time; API requests come together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.mcp.config import parse_mcp_config
+    from app.mcp.connections import McpConnections
+
+    weather = parse_mcp_config(json.dumps({"mcpServers": {"weather": command()}}))["weather"]
+    connections = McpConnections(startup_timeout_s=15)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            listed = list(pool.map(lambda _: connections.tools([weather]), range(3)))
+        assert all(failed == {} and [t.name for t in tools] == ["get_weather", "add"]
+                   for tools, failed in listed), listed
+        assert connections.call(weather, "add", {"a": 2, "b": 3}).text == "5"
+    finally:
+        connections.close()
