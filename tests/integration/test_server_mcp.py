@@ -16,6 +16,7 @@ import pytest
 
 from app.mcp.tool_loop import STEP_LIMIT
 from backends.base import GenerationRequest, OutputEvent, TokenEvent, ToolCallEvent
+from backends.errors import InvalidRequestError
 from tests.support.fake_runtime import MODEL, ScriptedRuntime, served
 from tests.support.mcp_server import FAILED_START, command
 
@@ -32,6 +33,12 @@ def call(index: int, name: str, arguments: dict, call_id: str = "") -> ToolCallE
 class Rounds(ScriptedRuntime):
     """A model whose every generation answers with the next scripted round."""
     rounds: list[list[OutputEvent]] = field(default_factory=list)
+    too_long_after: int | None = None  # rounds after which the prompt no longer fits
+
+    def fit_context(self, name, request, backend=None, context=None) -> int:
+        if self.too_long_after is not None and len(self.requests) >= self.too_long_after:
+            raise InvalidRequestError("the prompt is 9000 tokens, more than fits")
+        return super().fit_context(name, request, backend, context)
 
     def generate(self, name: str, request: GenerationRequest, sink, backend=None):
         self.script = self.rounds.pop(0) if self.rounds else [TokenEvent("(unscripted)")]
@@ -48,8 +55,9 @@ class Setup:
         """The calls the MCP server really ran."""
         return self.calls_file.read_text().splitlines() if self.calls_file.exists() else []
 
-    def play(self, *rounds: list[OutputEvent]) -> None:
+    def play(self, *rounds: list[OutputEvent], too_long_after: int | None = None) -> None:
         self.model.rounds = list(rounds)
+        self.model.too_long_after = too_long_after
         self.model.requests.clear()
         self.calls_file.unlink(missing_ok=True)
 
@@ -110,6 +118,15 @@ def test_a_responses_request_gets_the_final_answer_as_its_output(setup: Setup):
     assert [item["type"] for item in output] == ["message"]
     assert output[0]["content"][0]["text"] == "Rome is foggy."
     assert setup.calls() == ['get_weather {"city": "Rome"}']
+
+
+def test_a_prompt_grown_past_the_context_by_a_result_is_a_400_not_a_500(setup: Setup):
+    setup.play([call(0, "flood", {"size": 500})], too_long_after=1)
+    r = setup.client.post("/v1/chat/completions", json={
+        "model": MODEL, "messages": [USER], "mcp": ["weather"]})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == ("after MCP tool calls: the prompt is 9000 tokens, "
+                                            "more than fits")
 
 
 def test_a_stream_shows_each_rounds_text_and_stops_at_the_step_limit(setup: Setup):
