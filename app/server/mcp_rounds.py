@@ -144,10 +144,12 @@ def combined(dones: list[DoneEvent], text: str, reasoning: str,
              calls: tuple[ToolCall, ...], logprobs: tuple[TokenLogprob, ...],
              seconds: float) -> DoneEvent:
     """The request's final event: what was streamed, the rounds' usage summed (every round
-    read its whole prompt), the last round's finish and speed."""
+    read its whole prompt), the last round's finish and speed ("stop" for calls of MCP tools
+    the step limit left unrun: the client gets no calls)."""
     first, last = dones[0].stats, dones[-1].stats
+    finish = "stop" if last.finish_reason == "tool_calls" and not calls else last.finish_reason
     stats = replace(
-        last, ttft_s=first.ttft_s, total_s=seconds,
+        last, ttft_s=first.ttft_s, total_s=seconds, finish_reason=finish,
         prompt_tokens=sum(d.stats.prompt_tokens for d in dones),
         completion_tokens=sum(d.stats.completion_tokens for d in dones),
         cached_tokens=sum(d.stats.cached_tokens for d in dones),
@@ -214,6 +216,8 @@ async def open_with_mcp(tools: ServerTools, ask: McpAsk, request: GenerationRequ
 async def rounds(tools: ServerTools, servers: dict[str, McpServerConfig], index: ToolIndex,
                  request: GenerationRequest, events: AsyncIterator[Event],
                  open_round: OpenRound) -> AsyncIterator[Event]:
+    """The events the client sees, round after round, until an answer in words, calls of the
+    client's tools, the step limit or an error."""
     started = time.monotonic()
     dones: list[DoneEvent] = []
     text = reasoning = ""

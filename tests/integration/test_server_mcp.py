@@ -141,6 +141,7 @@ def test_a_stream_shows_each_rounds_text_and_stops_at_the_step_limit(setup: Setu
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     text = "".join(d.get("content") or "" for d in deltas)
     assert not any("tool_calls" in d for d in deltas)
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
     assert text.startswith("Checking.\n\nChecking.") and text.count("Checking.") == 9
     assert text.endswith(f"stopped after {STEP_LIMIT} rounds of MCP tool calls: the model "
                          "kept calling tools without answering.]")
