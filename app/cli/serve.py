@@ -33,9 +33,16 @@ log = logging.getLogger(__name__)
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
               help="run every local model on this backend (default: chosen per model for "
                    "this machine, see `ember hw`)")
+@click.option("--mcp", "mcp", is_flag=True, envvar="EMBER_SERVE_MCP",
+              help="offer the MCP servers of mcp.json to API requests that ask for them "
+                   "(\"mcp\": true or [\"NAME\"]); only tools allowed always in the "
+                   "window or by --mcp-allow run (also EMBER_SERVE_MCP=1)")
+@click.option("--mcp-allow", multiple=True, metavar="SERVER/TOOL",
+              help="with --mcp: let API requests run this MCP tool (repeatable; SERVER/* "
+                   "for all of a server's tools)")
 def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
           cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int,
-          parallel: int, backend: str | None) -> None:
+          parallel: int, backend: str | None, mcp: bool, mcp_allow: tuple[str, ...]) -> None:
     """Serve the OpenAI- and Ollama-compatible HTTP API."""
     try:
         import uvicorn
@@ -51,13 +58,15 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
     settings = ServerSettings(host=host, port=port, api_key=api_key,
                               insecure_no_auth=insecure_no_auth,
                               cors_origins=origins_from_env(cors_origin),
-                              idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel)
+                              idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel,
+                              mcp=mcp, mcp_allow=mcp_allow)
     check_bind(settings)
     logs.setup(echo=logging.WARNING)  # a server's console shows its warnings and errors
     app = create_app(Runtime(backend=backend, idle_ttl_s=idle_ttl, parallel=parallel),
                      settings)
     click.echo(f"Ember API on http://{host}:{port} (OpenAI: /v1, Ollama: /api)"
-               + (", API key required" if api_key else ""), err=True)
+               + (", API key required" if api_key else "")
+               + (", MCP tools of mcp.json on request" if mcp else ""), err=True)
     log.info("serving on http://%s:%d (API key %s, parallel %d, queue limit %d, idle TTL %g s)",
              host, port, "required" if api_key else "not required", parallel, queue_limit,
              idle_ttl)

@@ -57,10 +57,10 @@ from app.gui.tool_tasks import ToolListTask
 from app.history import LEAF, History, Leaf, StoredMessage
 from app.mcp.tool_loop import (
     DEFAULT_SYSTEM,
-    STEP_LIMIT,
     TOOLS_NOTE,
     ToolIndex,
     call_key,
+    next_step,
     step_limit_note,
 )
 from app.preferences import Settings
@@ -756,8 +756,8 @@ class ChatController(QObject):
             self.view.show_banner("The conversation no longer fits the model's context: the "
                                   "earliest turns were dropped for this answer. Start a new "
                                   "chat or raise the context length in Settings.")
-        if calls and not self._asked_for_words and all(call_key(c) in self._calls_made
-                                                       for c in calls):
+        step = next_step(calls, self._calls_made, self._asked_for_words, self._steps)
+        if step == "ask_for_words":
             # only calls whose results it has: ask for an answer in words beside this one
             # (once: a model that calls tools even then goes on to the step limit); the
             # repeating answer stays as an earlier version, with its calls not run
@@ -768,10 +768,10 @@ class ChatController(QObject):
             self._answer = None
             self._generate(parent=parent, answer_only=True)
             return
-        if calls and self._steps >= STEP_LIMIT:
+        if step == "step_limit":
             if self._answer is not None:
                 self._answer.set_status(status, data, note=step_limit_note())
-        elif calls:
+        elif step == "run":
             self._run_tools(calls)
             return
         self._end()

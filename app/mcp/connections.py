@@ -153,6 +153,9 @@ class McpConnections:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connections: dict[str, _Connection] = {}
+        # one start per server at a time: the API server's requests (`ember serve --mcp`)
+        # come together, and a second start would close the first one while it starts
+        self._starting: dict[str, asyncio.Lock] = {}
 
     # the loop thread
 
@@ -210,6 +213,10 @@ class McpConnections:
         return (await self._connection(config)).tools
 
     async def _connection(self, config: McpServerConfig) -> _Connection:
+        async with self._starting.setdefault(config.name, asyncio.Lock()):
+            return await self._open(config)
+
+    async def _open(self, config: McpServerConfig) -> _Connection:
         conn = self._connections.get(config.name)
         if conn is not None and conn.alive and conn.config == config:
             return conn

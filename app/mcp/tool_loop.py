@@ -1,8 +1,9 @@
-"""The chat's tool loop, apart from any widget: which tools the model is offered under which
+"""The tool loop, apart from any widget or route: which tools the model is offered under which
 names, what a call's arguments are, what the model is told when a call is denied or fails,
-and when the loop must stop.
+and when the loop must stop (`next_step`). The window (app.gui.chat_controller) and
+`ember serve --mcp` (app.server.server_tools) both run it.
 
-The loop itself (app.gui.tool_round) is: the model answers with calls; each call waits for the
+The window's loop (app.gui.tool_round) is: the model answers with calls; each call waits for the
 user's decision (or an "Allow always"), runs on its server, and its result goes back as a
 `tool` message; the model is asked again, until it answers in words or STEP_LIMIT rounds of
 calls have run. A model that only repeats calls whose results it already has (small models
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from app.mcp.connections import McpTool
 from backends.base import TOOL_NAME, Tool, ToolCall, ToolChoice, check_tools
@@ -36,6 +39,15 @@ def denied_text(tool: str) -> str:
 
 def failed_text(why: str) -> str:
     return f"The tool could not be run: {why}"
+
+
+def refused_text(server: str, tool: str) -> str:
+    """What the model is told of a call `ember serve --mcp` would not run: no one is there to
+    allow it."""
+    return (f"This call of {tool} was not run: the Ember server runs only the MCP tools the "
+            f"user allowed for API clients (Allow always in Ember's window, or `ember serve "
+            f"--mcp-allow {server}/{tool}`). Do not call it again; answer without it, and say "
+            "what you could not do.")
 
 
 def step_limit_note(limit: int = STEP_LIMIT) -> str:
@@ -92,6 +104,26 @@ def call_key(call: ToolCall) -> tuple[str, str]:
         return call.name, json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
     except ValueError:
         return call.name, call.arguments
+
+
+Step = Literal["answer", "ask_for_words", "step_limit", "run"]
+
+
+def next_step(calls: Iterable[ToolCall], made: set[tuple[str, str]], asked_for_words: bool,
+              steps: int, limit: int = STEP_LIMIT) -> Step:
+    """What the loop does with an answer's calls of MCP tools, after `steps` rounds that ran
+    the calls `made` (call_key): none, the answer is final ("answer"); only calls whose results
+    the model already has, ask once more with tool_choice "none" ("ask_for_words"; once: a
+    model that calls even then goes on to the limit); `limit` rounds done, stop with
+    step_limit_note ("step_limit"); else run them ("run")."""
+    calls = list(calls)
+    if not calls:
+        return "answer"
+    if not asked_for_words and all(call_key(c) in made for c in calls):
+        return "ask_for_words"
+    if steps >= limit:
+        return "step_limit"
+    return "run"
 
 
 def call_arguments(call: ToolCall) -> dict:

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 from fastapi import FastAPI, Request
@@ -21,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.errors import ModelBusyError, ModelNotFoundError
 from app.runtime import Runtime
-from app.server import anthropic, ollama, openai, responses, tokens
+from app.server import anthropic, ollama, openai, responses, server_tools, tokens
 from app.server.access_log import AccessLog
 from app.server.anthropic_schemas import AnthropicErrorResponse
 from app.server.bridge import Admission, ClientGoneError, ServerBusyError
@@ -30,6 +31,7 @@ from app.server.metrics import Metrics
 from app.server.ollama_schemas import OllamaError
 from app.server.response_store import ResponseStore
 from app.server.schemas import ErrorResponse, ReasoningField
+from app.server.server_tools import McpAskReader
 from app.server.web_walls import WebWalls, is_loopback_name, origin_pattern
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 
@@ -51,6 +53,11 @@ class ServerSettings:
     owns_runtime: bool = True  # False when the window shares its Runtime with the server
     # where OpenAI answers carry thinking unless a request says (its `reasoning_field`)
     reasoning_field: ReasoningField = "reasoning_content"
+    # `ember serve --mcp`: requests may ask for mcp.json's servers (app.server.server_tools);
+    # mcp_home: the folder of mcp.json and the approvals (None: the data folder)
+    mcp: bool = False
+    mcp_allow: tuple[str, ...] = ()
+    mcp_home: Path | None = None
 
 
 def check_bind(settings: ServerSettings) -> None:
@@ -230,6 +237,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
                 yield
             finally:
                 tg.cancel_scope.cancel()
+        if app.state.server_tools is not None:
+            await anyio.to_thread.run_sync(app.state.server_tools.close)
         if settings.owns_runtime:
             await anyio.to_thread.run_sync(runtime.shutdown)
 
@@ -241,6 +250,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     app.state.metrics = Metrics()
     app.state.admission = Admission(capacity=settings.parallel, queue_limit=settings.queue_limit)
     app.state.responses = ResponseStore()  # for the Responses API's previous_response_id
+    app.state.server_tools = server_tools.start(settings.mcp, settings.mcp_home,
+                                                settings.mcp_allow)
     if runtime.idle_ttl_s is None:
         runtime.idle_ttl_s = settings.idle_ttl_s
     runtime.parallel = settings.parallel
@@ -338,6 +349,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     async def bad_json(request: Request, err: json.JSONDecodeError) -> JSONResponse:
         return _error_response(request, ApiError(400, "request body is not valid JSON"))
 
+    app.add_middleware(McpAskReader, enabled=settings.mcp)  # inside the Guard: after auth
     # loopback pages and the listed origins get CORS answers; the Guard refuses the rest
     app.add_middleware(CORSMiddleware,
                        allow_origin_regex=origin_pattern(settings.cors_origins).pattern,

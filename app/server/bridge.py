@@ -20,6 +20,7 @@ from starlette.requests import Request
 from app.runtime import Runtime
 from app.runtime.backend_table import check_backend
 from app.server import access_log
+from app.server.mcp_rounds import with_mcp
 from app.server.metrics import Metrics
 from app.server.model_name import name_problem
 from app.server.serving import check_serving
@@ -226,6 +227,7 @@ async def count_prompt_tokens(state: State, model: str, request: GenerationReque
     return tokens
 
 
+@with_mcp  # `ember serve --mcp`: a request that asks gets the MCP servers' tools
 async def open_events(state: State, model: str, request: GenerationRequest, endpoint: str,
                       keep_alive_s: float | None = None, backend: str | None = None, *,
                       context: int | None = None) -> AsyncIterator[Event]:

@@ -3,12 +3,13 @@ two tools: `get_weather` (a city's weather, made up so the model can only know i
 and `add`. Run as a program, the way mcp.json starts servers:
 
     python -m tests.support.mcp_server [--slow S] [--die-on-call] [--fail-at-start]
-                                       [--garbage] [--http PORT]
+                                       [--garbage] [--http PORT] [--calls FILE]
 
 --slow: each call waits S seconds first (a hung server, for timeouts); --die-on-call: the
 process exits when a tool is called (a crash); --fail-at-start: it writes an error to stderr
 and exits; --garbage: it writes lines that are not MCP and never answers; --http: it serves
-streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio.
+streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio; --calls: each call that runs
+appends a line "TOOL ARGUMENTS-AS-JSON" to FILE (what a test checks was, or was not, run).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-at-start", action="store_true")
     parser.add_argument("--garbage", action="store_true")
     parser.add_argument("--http", type=int, default=0)
+    parser.add_argument("--calls", default="")
     parser.add_argument("--probes", action="store_true",
                         help="also `environment` (the names of its env) and `flood` (n bytes)")
     opts = parser.parse_args(argv)
@@ -56,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
 
     server = MCPServer("ember-test-weather")
 
-    def before_call() -> None:
+    def before_call(tool: str, **arguments: object) -> None:
+        if opts.calls:
+            with open(opts.calls, "a", encoding="utf-8") as f:
+                f.write(f"{tool} {json.dumps(arguments, sort_keys=True)}\n")
         if opts.die_on_call:
             print("the weather station crashed", file=sys.stderr, flush=True)
             os._exit(3)
@@ -65,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     @server.tool()
     def get_weather(city: str) -> str:
         """Get the current weather in a city."""
-        before_call()
+        before_call("get_weather", city=city)
         return WEATHER.format(city=city)
 
     @server.tool()
     def add(a: int, b: int) -> int:
         """Add two integers."""
-        before_call()
+        before_call("add", a=a, b=b)
         return a + b
 
     if opts.probes:
