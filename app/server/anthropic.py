@@ -26,7 +26,9 @@ from app.server.anthropic_wire import sse
 from app.server.bridge import check_model_name, collect, count_prompt_tokens, open_events
 from app.server.errors import error_for_event
 from app.server.generation_request import (
+    LEFT_OUT_HEADER,
     anthropic_messages,
+    anthropic_server_tools,
     anthropic_thinking,
     anthropic_tool_choice,
     anthropic_tools,
@@ -55,7 +57,8 @@ STREAMED: dict[int | str, dict] = {200: {
 def _generation_request(body: CountTokensRequest, params: SamplingParams,
                         max_tokens: int | None) -> GenerationRequest:
     tools = anthropic_tools(body.tools)
-    choice, parallel = anthropic_tool_choice(body.tool_choice, tools)
+    server_names = frozenset(t.name for t in body.tools or () if t.type not in (None, "custom"))
+    choice, parallel = anthropic_tool_choice(body.tool_choice, tools, server_names)
     output = body.output_config
     schema = output.format.schema_ if output is not None and output.format is not None \
         else None
@@ -89,6 +92,8 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
                                backend=body.backend)
     message_id = anthropic_wire.new_message_id()
     show_thinking = _shows_thinking(body)
+    left_out = anthropic_server_tools(body.tools)
+    headers = {LEFT_OUT_HEADER: ", ".join(left_out)} if left_out else {}
     if not body.stream:
         final = await collect(request, events)
         answer = MessageResponse(
@@ -97,7 +102,7 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
             stop_reason=anthropic_wire.stop_reason(final.stats),
             stop_sequence=anthropic_wire.matched_stop(final.stats),
             usage=anthropic_wire.usage(final.stats))
-        return JSONResponse(answer.model_dump())
+        return JSONResponse(answer.model_dump(), headers=headers)
 
     blocks = anthropic_wire.StreamBlocks(show_thinking)
 
@@ -123,7 +128,7 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
                     yield line
 
     return StreamingResponse(stream(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+                             headers={"Cache-Control": "no-cache", **headers})
 
 
 @router.post("/messages/count_tokens", response_model=TokenCount, responses=ERRORS)

@@ -67,6 +67,9 @@ from backends.base import (
 from backends.errors import InvalidRequestError
 
 DEFAULTS = SamplingParams()
+# The response header naming the offered tools Ember left out of what the model sees: the
+# hosted tools of OpenAI's and Anthropic's servers (web search, code execution, ...).
+LEFT_OUT_HEADER = "ember-tools-left-out"
 
 
 def sampling(*, temperature: float | None = None, top_p: float | None = None,
@@ -370,16 +373,20 @@ def responses_param(param: str | None) -> str | None:
     return param
 
 
+def anthropic_server_tools(tools: list[ToolIn] | None) -> tuple[str, ...]:
+    """Anthropic's server tools (web search, code execution, ...: `type` other than custom),
+    as `type:name`: they run on Anthropic's servers, so Ember leaves them out of what the
+    model sees and names them (the response's Ember-Tools-Left-Out header)."""
+    return tuple(f"{t.type}:{t.name}" for t in tools or () if t.type not in (None, "custom"))
+
+
 def anthropic_tools(tools: list[ToolIn] | None) -> tuple[Tool, ...]:
-    """Anthropic's custom tools (name, description, input_schema); its server tools (web
-    search, code execution...) run on Anthropic's side and are refused."""
+    """Anthropic's custom tools (name, description, input_schema); its server tools are left
+    out (anthropic_server_tools)."""
     out = []
     for i, t in enumerate(tools or ()):
         if t.type not in (None, "custom"):
-            raise InvalidRequestError(
-                f"tools[{i}]: {t.type[:60]!r} is one of Anthropic's server tools, which run on "
-                "Anthropic's servers; Ember passes custom tools (name, description, "
-                "input_schema) to the model", f"tools[{i}].type")
+            continue
         if t.input_schema is None:
             raise InvalidRequestError(f"tools[{i}].input_schema: the tool {t.name[:60]!r} "
                                       "needs its input_schema (a JSON schema of an object)",
@@ -389,8 +396,9 @@ def anthropic_tools(tools: list[ToolIn] | None) -> tuple[Tool, ...]:
     return tuple(out)
 
 
-def anthropic_tool_choice(choice: AnthropicToolChoice | None,
-                          offered: tuple[Tool, ...]) -> tuple[ToolChoice, bool]:
+def anthropic_tool_choice(choice: AnthropicToolChoice | None, offered: tuple[Tool, ...],
+                          server_tools: frozenset[str] = frozenset()
+                          ) -> tuple[ToolChoice, bool]:
     """The tool choice, and whether parallel calls are allowed (`disable_parallel_tool_use`
     false, Anthropic's default). auto is the default; any is OpenAI's required."""
     if choice is None:
@@ -402,6 +410,11 @@ def anthropic_tool_choice(choice: AnthropicToolChoice | None,
                                   "offer some in `tools`", "tool_choice")
     parallel = not choice.disable_parallel_tool_use
     if isinstance(choice, ToolChoiceTool):
+        if choice.name in server_tools:
+            raise InvalidRequestError(
+                f"tool_choice forces {choice.name[:60]!r}, one of Anthropic's server tools, "
+                "which run on Anthropic's servers and Ember cannot run: force a custom tool, "
+                "or use auto", "tool_choice.name")
         return ToolChoice("function", choice.name), parallel
     return ToolChoice("required" if isinstance(choice, ToolChoiceAny) else "auto"), parallel
 

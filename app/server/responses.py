@@ -16,6 +16,7 @@ from app.server import responses_wire
 from app.server.bridge import check_model_name, open_events, until_disconnected
 from app.server.errors import ApiError, error_for_event
 from app.server.generation_request import (
+    LEFT_OUT_HEADER,
     chat_request,
     responses_format,
     responses_messages,
@@ -31,7 +32,7 @@ from app.server.responses_schemas import (
     ResponseError,
     ResponseObject,
 )
-from app.server.responses_tools import LEFT_OUT_HEADER, OfferedTools, offered_tools
+from app.server.responses_tools import OfferedTools, offered_tools
 from app.server.schemas import ErrorResponse
 from backends.base import (
     DoneEvent,

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from app.server.responses_schemas import FunctionTool, HostedTool, NamespaceTool, ResponseTool
 from backends.base import Tool
 
-LEFT_OUT_HEADER = "ember-tools-left-out"  # the types (and names) of the tools not offered
 SEPARATOR = "__"  # between a namespace and a function's name, where names would clash
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.server.responses_tools import LEFT_OUT_HEADER
+from app.server.generation_request import LEFT_OUT_HEADER
 from backends.base import TokenEvent, ToolCallEvent
 from tests.support.fake_runtime import MODEL, ScriptedRuntime, served
 
@@ -160,3 +160,18 @@ def test_metrics_count_the_requests_and_tokens_of_every_dialect():
                       "api_generate"}
     assert f"ember_prompt_tokens_total {fake.prompt_tokens * len(CEILINGS)}" in metrics
     assert f"ember_cached_prompt_tokens_total {3 * len(CEILINGS)}" in metrics
+
+
+def test_anthropic_server_tools_are_left_out_and_named():
+    fake = ScriptedRuntime(script=[TokenEvent("ok")])
+    tools = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {}},
+              "cache_control": {"type": "ephemeral"}},
+             {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]
+    with served(fake) as client:
+        for stream in (False, True):
+            r = client.post("/v1/messages", json={"model": MODEL, "max_tokens": 32000,
+                                                  "stream": stream, "tools": tools,
+                                                  "messages": [USER]})
+            assert r.status_code == 200, r.text
+            assert r.headers[LEFT_OUT_HEADER] == "web_search_20250305:web_search"
+    assert [t.name for t in fake.requests[0].tools] == ["get_weather"]

@@ -192,8 +192,9 @@ def test_tool_choice_modes(fake, wire, choice, parallel):
     ({"tools": [WEATHER], "tool_choice": {"type": "required"}},
      "tool_choice: Input tag 'required' found using 'type' does not match any of the "
      "expected tags: 'auto', 'any', 'tool', 'none'"),
-    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
-     "tools[0]: 'web_search_20250305' is one of Anthropic's server tools"),
+    ({"tools": [WEATHER, {"type": "web_search_20250305", "name": "web_search"}],
+      "tool_choice": {"type": "tool", "name": "web_search"}},
+     "tool_choice forces 'web_search', one of Anthropic's server tools"),
     ({"tools": [{"name": "get_weather"}]},
      "tools[0].input_schema: the tool 'get_weather' needs its input_schema"),
     ({"tools": [{**WEATHER, "input_schema": {"type": "array"}}]},
