@@ -35,6 +35,7 @@ from app.server.generation_request import (
     chat_request,
     sampling,
 )
+from app.server.heartbeat import with_heartbeats
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, LogprobEvent, SamplingParams
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
@@ -127,7 +128,8 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
                 for line in blocks.of(event):
                     yield line
 
-    return StreamingResponse(stream(), media_type="text/event-stream",
+    return StreamingResponse(with_heartbeats(stream(), sse("ping", {"type": "ping"})),
+                             media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", **headers})
 
 

@@ -27,6 +27,7 @@ from app.server.generation_request import (
     top_logprobs,
     with_speculative,
 )
+from app.server.heartbeat import SSE_COMMENT, with_heartbeats
 from app.server.model_name import ModelName
 from app.server.schemas import (
     ChatChoice,
@@ -158,7 +159,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
                     yield _sse(chunk(delta))
         yield _sse("[DONE]")
 
-    return StreamingResponse(sse(), media_type="text/event-stream")
+    return StreamingResponse(with_heartbeats(sse(), SSE_COMMENT), media_type="text/event-stream")
 
 
 def _float32_le(vector: list[float]) -> bytes:
@@ -236,4 +237,4 @@ async def completions(body: CompletionRequest,
                 yield _sse(chunk(event.text))
         yield _sse("[DONE]")
 
-    return StreamingResponse(sse(), media_type="text/event-stream")
+    return StreamingResponse(with_heartbeats(sse(), SSE_COMMENT), media_type="text/event-stream")

@@ -25,6 +25,7 @@ from app.server.generation_request import (
     responses_tool_choice,
     sampling,
 )
+from app.server.heartbeat import SSE_COMMENT, with_heartbeats
 from app.server.response_store import MAX_AGE_S, MAX_RESPONSES, ResponseStore
 from app.server.responses_schemas import (
     DeletedResponse,
@@ -118,7 +119,8 @@ async def create_response(body: ResponseCreateRequest, request: Request) -> Resp
         if not answer.done:
             raise RuntimeError("stream ended without a final event")
         return JSONResponse(answer.done, headers=headers)
-    return StreamingResponse(_sse(answer, events), media_type="text/event-stream",
+    return StreamingResponse(with_heartbeats(_sse(answer, events), SSE_COMMENT),
+                             media_type="text/event-stream",
                              headers=headers)
 
 
