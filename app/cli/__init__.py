@@ -94,4 +94,4 @@ def main() -> None:
 
 
 # The commands register themselves on `cli` when their modules are imported.
-from app.cli import convert, generate, history, models, remote, serve  # noqa: E402, F401
+from app.cli import convert, generate, history, launch, models, remote, serve  # noqa: E402, F401

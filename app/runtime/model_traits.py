@@ -45,6 +45,13 @@ class ModelTraits:
             caps.append("thinking")
         return caps
 
+    @property
+    def native_tools(self) -> bool:
+        """Tool calls in the template's own syntax; a chat model without them gets the tools
+        described in its system prompt (the "generic" format), which it may follow poorly."""
+        return not self.embedding and self.template is not None \
+            and detect_format(self.template).native_tools
+
 
 def model_traits(model: InstalledModel) -> ModelTraits:
     if model.format == "mlx":
