@@ -4,7 +4,7 @@ server at a time, in the same run: time to first token of each request. Prints J
     EMBER_HOME=~/.cache/ember/test-home .venv/bin/python benchmarks/agent_session.py
         [--model qwen2.5-coder-0.5b-instruct] [--prefix-tokens 12000] [--context 16384]
         [--parallel 8] [--max-tokens 32] [--repeat 1] [--other] [--pair]
-        [--llama-server PATH]
+        [--llama-server PATH] [--start-with ember|llama_server]
 
 The session (benchmarks/agent_prompts.py) has the shape Claude Code sends: a system prompt
 and 12 tool schemas of about --prefix-tokens tokens shared by every request, then 5 requests,
@@ -24,10 +24,11 @@ Both servers run with the same model, context per sequence, parallel sequences a
 llama-server otherwise with its defaults (its prompt cache, `cache_prompt`, is on by default;
 --jinja for the tools). Each starts fresh, is warmed with a short request, runs the session
 and stops before the other starts, so they never share the CPU; with --repeat N they take
-turns, the order alternating, and each figure is the median. Goals (issue 38): the first
-request within 1.05x of llama-server's time to first token, every later one within 1.1x.
-llama-server: --llama-server, else $EMBER_LLAMA_SERVER, else the one
-benchmarks/build_llama_server.sh built (it is run when there is none: about 5 minutes).
+turns, the order alternating, and each figure is the median (each round also gives the
+1-minute load average before and after: on a shared machine, read the ratios with it).
+Goals (issue 38): the first request within 1.05x of llama-server's time to first token,
+every later one within 1.1x. llama-server: --llama-server, else $EMBER_LLAMA_SERVER, else the
+one benchmarks/build_llama_server.sh built (it is run when there is none: about 5 minutes).
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def run_session(url: str, model: str, prefix: AgentPrefix, pair_prefix: AgentPre
         print(json.dumps(reply), file=sys.stderr, flush=True)
         return reply
 
+    load_before = os.getloadavg()[0]  # a shared machine: how busy it was, for the reader
     out: dict = {"session": [one(m, prefix.tools) for m in session_requests(prefix)]}
     if args.other:
         out["other_conversation"] = one(other_conversation(
@@ -160,6 +162,7 @@ def run_session(url: str, model: str, prefix: AgentPrefix, pair_prefix: AgentPre
         out["pair"] = {"replies": [rounded(r) for r in replies],
                        "both_first_tokens_s": round(max(firsts), 3) if len(firsts) == 2
                        else None, "wall_s": round(time.perf_counter() - started, 3)}
+    out["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     return out
 
 
@@ -227,6 +230,8 @@ def main() -> None:
     parser.add_argument("--pair", action="store_true",
                         help="then two conversations at once on a new prefix")
     parser.add_argument("--llama-server", default=None)
+    parser.add_argument("--start-with", choices=SERVERS, default="ember",
+                        help="the server of the first round (the order alternates after)")
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
@@ -259,7 +264,8 @@ def main() -> None:
         commands["llama_server"] = [*set_flag(set_flag(
             commands["llama_server"], "--parallel", str(args.parallel)),
             "--ctx-size", str(args.context * args.parallel)), "--jinja"]
-        for name in SERVERS if r % 2 == 0 else SERVERS[::-1]:
+        first = SERVERS if args.start_with == "ember" else SERVERS[::-1]
+        for name in first if r % 2 == 0 else first[::-1]:
             print(f"agent_session: round {r + 1}, {name}", file=sys.stderr, flush=True)
             with running_server(commands[name], env, port, model.id) as url:
                 if name == "ember":
@@ -269,7 +275,7 @@ def main() -> None:
     results: dict = {
         "model": model.id, "threads": args.threads, "context": args.context,
         "parallel": args.parallel, "max_tokens": args.max_tokens, "repeat": args.repeat,
-        "prefix_tokens": prefix.tokens, "llama_server": args.llama_server,
+        "prefix_tokens": prefix.tokens, "llama_server_binary": args.llama_server,
         "ember_loaded_context": contexts[0] if contexts else None,
         **{name: medians(rs) | {"rounds": rs} for name, rs in rounds.items()}}
     results["ratios"], results["goals"] = compare(results["ember"], results["llama_server"])
