@@ -357,8 +357,9 @@ async def _load_or_unload(request: Request, body: OllamaBase, model: str, field:
     elif keep_alive == 0:
         await anyio.to_thread.run_sync(runtime.unload, model)
         reason = "unload"
-    else:
-        await anyio.to_thread.run_sync(runtime.load, model)
+    else:  # with the context the request asks for, as Ollama loads it (options.num_ctx)
+        num_ctx = body.options.num_ctx if body.options else None
+        await anyio.to_thread.run_sync(runtime.load, model, num_ctx)
         if keep_alive is not None:
             runtime.keep_alive(model, keep_alive)
         reason = "load"
