@@ -74,14 +74,15 @@ def test_claude_code_answers_and_a_second_session_reuses_its_prefix(agent_bin, a
     print(f"claude -p: exit {code} in {took:.0f} s: {output[-600:]}")
     assert code == 0 and "API Error" not in output, output[-2000:]
     assert served(agent_server, "messages") >= 1
-    # another session, another prompt: its system prompt and tools (about 11k tokens) come
-    # from the first session's cache, whichever slot holds them
+    # another session, another prompt: everything before the prompt's text (system prompt,
+    # tools and reminders, about 9.5k of the 11.6k tokens; Claude Code's environment is a
+    # system turn after the prompt) comes from the first session's cache
     before = metric(agent_server, "ember_cached_prompt_tokens_total")
     code, output, took = claude("Reply with the single word: ping")
     reused = metric(agent_server, "ember_cached_prompt_tokens_total") - before
     print(f"second claude -p: exit {code} in {took:.0f} s, {reused} prompt tokens reused")
     assert code == 0 and "API Error" not in output, output[-2000:]
-    assert reused >= 10_000
+    assert reused >= 9_000
 
 
 def test_codex_answers_a_one_shot_prompt(agent_bin, agent_server, qwen, tmp_path):
