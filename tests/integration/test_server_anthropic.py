@@ -205,7 +205,7 @@ def test_the_key_as_x_api_key_and_anthropics_401_without_it(store, qwen):
 @pytest.mark.parametrize(("body", "status", "says"), [
     ({"messages": [CAPITAL]}, 400, "max_tokens: Field required"),
     ({"max_tokens": 8, "messages": [{"role": "robot", "content": "hi"}]}, 400,
-     "messages[0].role: Input should be 'user' or 'assistant'"),
+     "messages[0].role: Input should be 'user', 'assistant' or 'system'"),
     ({"max_tokens": 8, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                      "data": "iVBORw0KGgo="}}]}]}, 400,

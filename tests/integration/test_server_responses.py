@@ -199,8 +199,8 @@ BAD = [  # (body or raw bytes, status, param, words in the message)
     ({"input": [{"role": "user", "content": "Hi"},
                 {"type": "function_call_output", "call_id": "call_zzz", "output": "x"}]},
      400, "input[1].call_id", "no function_call with that call_id"),
-    ({"input": "Hi", "tools": [{"type": "web_search"}]}, 400, "tools[0]",
-     "tool type 'web_search' is not supported"),
+    ({"input": "Hi", "tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}},
+     400, "tool_choice", "tool_choice forces the tool type 'web_search'"),
     ({"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}]},
