@@ -16,30 +16,46 @@ SSE_COMMENT = ": keep-alive\n\n"
 
 async def with_heartbeats(lines: AsyncIterator[str], beat: str,
                           every_s: float = HEARTBEAT_S) -> AsyncIterator[str]:
-    """`lines`, with `beat` sent after every `every_s` seconds in which none came. The next
-    line is awaited across beats (never restarted), and left cancelled when the stream is
-    closed early (the client went away), which ends the generation behind it."""
+    """`lines`, with `beat` sent after every `every_s` seconds in which none came.
+
+    One task reads `lines` into a one-place queue for the whole stream, and the stream waits
+    on the queue under a timeout: a timeout cancels only that wait (the line being computed
+    is never restarted), and a line that is ready costs no task or timer of its own. Closing
+    the stream early (the client went away) cancels the reader, which ends the generation
+    behind it."""
     source = aiter(lines)
-    pending: asyncio.Future[str] | None = None
+    queue: asyncio.Queue[tuple[str | None, BaseException | None]] = asyncio.Queue(maxsize=1)
+
+    async def read() -> None:
+        try:
+            async for line in source:
+                await queue.put((line, None))
+        except Exception as e:  # handed to the stream, which raises it
+            await queue.put((None, e))
+            return
+        await queue.put((None, None))
+
+    reader = asyncio.ensure_future(read())
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(source))
-            done, _ = await asyncio.wait({pending}, timeout=every_s)
-            if not done:
-                yield beat
-                continue
-            finished, pending = pending, None
-            try:
-                line = finished.result()
-            except StopAsyncIteration:
+            if queue.empty():
+                try:
+                    async with asyncio.timeout(every_s):
+                        line, error = await queue.get()
+                except TimeoutError:
+                    yield beat
+                    continue
+            else:
+                line, error = queue.get_nowait()
+            if error is not None:
+                raise error
+            if line is None:
                 return
             yield line
     finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
-                await pending
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reader
         aclose = getattr(source, "aclose", None)
         if aclose is not None:
             await aclose()

@@ -79,11 +79,11 @@ class ChatTemplate:
         folded = fold_later_system_turns(dicts)
         try:
             prompt = self._render(dicts, variables)
-            if folded != dicts and not _shows_later_system_turns(prompt, dicts):
+            if folded is not dicts and not _shows_later_system_turns(prompt, dicts):
                 # a template that drops a system turn after the first (gpt-oss, SmolLM3)
                 prompt = self._render(folded, variables)
         except TemplateError:
-            if folded != dicts:  # a template that refuses a system turn after the first
+            if folded is not dicts:  # a template that refuses a system turn after the first
                 try:
                     return self._thinking_closed(self._render(folded, variables), request)
                 except TemplateError:
@@ -141,6 +141,8 @@ def fold_later_system_turns(dicts: list[dict]) -> list[dict]:
     cache keeps it), else the next user turn (before its text), else the last user turn,
     else it becomes a user turn. The leading system turn stays as it is."""
     head = dicts[:1] if dicts and dicts[0]["role"] == "system" else []
+    if all(d["role"] != "system" for d in dicts[len(head):]):
+        return dicts  # the usual case: nothing to fold, nothing copied
     folded: list[dict] = []
     pending: list[str] = []
     for d in dicts[len(head):]:

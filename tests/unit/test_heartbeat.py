@@ -47,3 +47,45 @@ def test_a_stream_that_ends_ends_without_beats():
         return [line async for line in with_heartbeats(answer(), "beat", every_s=0.05)]
 
     assert asyncio.run(main()) == ["a", "b"]
+
+
+def test_an_error_of_the_source_reaches_the_stream_after_its_lines():
+    async def answer():
+        yield "a"
+        raise RuntimeError("the worker died")
+
+    async def main() -> list[str]:
+        got = []
+        try:
+            async for line in with_heartbeats(answer(), "beat", every_s=0.05):
+                got.append(line)
+        except RuntimeError as e:
+            got.append(str(e))
+        return got
+
+    assert asyncio.run(main()) == ["a", "the worker died"]
+
+
+def test_lines_that_are_ready_cost_no_task_each():
+    """A stream of many lines starts one reader task, not one task per line."""
+    async def answer():
+        for i in range(200):
+            yield str(i)
+
+    async def main() -> tuple[list[str], int]:
+        loop = asyncio.get_running_loop()
+        made = 0
+        factory = loop.get_task_factory()
+
+        def counting(loop, coro, **kw):
+            nonlocal made
+            made += 1
+            return asyncio.Task(coro, loop=loop, **kw) if factory is None \
+                else factory(loop, coro, **kw)
+
+        loop.set_task_factory(counting)
+        got = [line async for line in with_heartbeats(answer(), "beat", every_s=5)]
+        return got, made
+
+    got, made = asyncio.run(main())
+    assert got == [str(i) for i in range(200)] and made <= 2
