@@ -28,7 +28,7 @@ class Settings:
     context: int = 0  # 0: the load plan's choice
     backend: str = "auto"
     gpu_layers: int = -1  # -1: the load plan's choice (only where llama.cpp can offload)
-    speculative: bool = False
+    speculative: bool = True  # prompt lookup (or draft_model), where the model's backend can
     draft_model: str = ""
     theme: str = "light"
     font_size: int = 11

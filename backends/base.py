@@ -131,6 +131,10 @@ class SpeculativeParams:
     max_draft: int = 8
     draft_path: str | None = None
     adaptive: bool = True  # False: always propose max_draft tokens (tests, benchmarks)
+    # True: not asked for but Ember's default (DEFAULT_SPECULATION), so where it cannot run
+    # (a remote model, a sliding-window cache, MLX's batch) the request decodes plainly
+    # instead of failing
+    by_default: bool = False
 
     def validate(self) -> None:
         if self.method not in ("draft", "lookup"):
@@ -144,6 +148,13 @@ class SpeculativeParams:
         if not (isinstance(self.max_draft, int) and 1 <= self.max_draft <= MAX_DRAFT):
             raise InvalidRequestError(f"max_draft must be between 1 and {MAX_DRAFT}, "
                                       f"got {self.max_draft}")
+
+
+# What every request of the server, the window and the CLI gets unless it says otherwise
+# ("speculative": false, --no-speculation, the window's setting): prompt lookup, which costs
+# no memory, gives the model's own output, and switches itself off when it does not pay
+# (backends.speculation.policy). Agents re-emit the code they were given, where it pays most.
+DEFAULT_SPECULATION = SpeculativeParams(method="lookup", by_default=True)
 
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit on top_logprobs
@@ -174,6 +185,11 @@ class GenerationRequest:
     # show it: DoneEvent's stats.truncated). False (every API route): a prompt that does not
     # fit is an InvalidRequestError naming the numbers, never cut.
     truncate: bool = False
+    # Which client's cache this request's may replace first (OpenAI's prompt_cache_key,
+    # Anthropic's metadata.user_id): a backend's prefix cache finds a conversation by its
+    # tokens, whoever sends it, and among caches it must overwrite it takes this key's first
+    # (backends.llamacpp.engine.others_first). None: no preference.
+    cache_key: str | None = None
 
     def validate(self) -> None:
         if (self.messages is None) == (self.prompt is None):

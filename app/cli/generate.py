@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import click
 
@@ -15,6 +15,7 @@ from app.cli.common import installed_or_pull, sampling_from, sampling_options
 from app.config import DEFAULT_MODEL
 from app.runtime.backend_table import NAMES as BACKENDS
 from backends.base import (
+    DEFAULT_SPECULATION,
     DoneEvent,
     ErrorEvent,
     GenerationRequest,
@@ -66,6 +67,12 @@ def open_target(rt, model: str, context: int | None, backend: str | None,
 
 
 def speculative_options(f: Callable) -> Callable:
+    """Prompt lookup runs by default (backends.base.DEFAULT_SPECULATION); --lookup asks for
+    it outright (an error where it cannot run), --draft-model for a draft model,
+    --no-speculation for neither."""
+    f = click.option("--no-speculation", is_flag=True,
+                     help="decode one token at a time (by default prompt lookup proposes "
+                          "tokens where it pays)")(f)
     f = click.option("--max-draft", type=int, default=8, show_default=True,
                      help="most tokens proposed per speculative step")(f)
     f = click.option("--lookup", is_flag=True,
@@ -75,15 +82,20 @@ def speculative_options(f: Callable) -> Callable:
                         help="speculative decoding with this smaller model (same tokenizer)")(f)
 
 
-def speculative_from(draft_model: str | None, lookup: bool,
-                     max_draft: int) -> SpeculativeParams | None:
+def speculative_from(draft_model: str | None, lookup: bool, max_draft: int,
+                     no_speculation: bool = False) -> SpeculativeParams | None:
     if draft_model and lookup:
         raise click.UsageError("--draft-model and --lookup are two ways to speculate: pick one")
+    if no_speculation and (draft_model or lookup):
+        raise click.UsageError("--no-speculation turns off what --draft-model and --lookup "
+                               "ask for: pick one")
     if lookup:
         return SpeculativeParams(method="lookup", max_draft=max_draft)
     if draft_model:
         return SpeculativeParams(method="draft", draft_model=draft_model, max_draft=max_draft)
-    return None
+    if no_speculation:
+        return None
+    return replace(DEFAULT_SPECULATION, max_draft=max_draft)
 
 
 EFFORTS = ("low", "medium", "high")
@@ -133,7 +145,8 @@ def backend_option(f: Callable) -> Callable:
               help="print one JSON object: the answer, its thinking, tool calls and stats")
 def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
         backend: str | None, quant: str | None, draft_model: str | None, lookup: bool,
-        max_draft: int, think: bool | None, think_effort: str | None, hide_thinking: bool,
+        max_draft: int, no_speculation: bool, think: bool | None, think_effort: str | None,
+        hide_thinking: bool,
         **kw) -> None:
     """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin).
     MODEL is an installed model or NAME/model on a remote endpoint (`ember remote`).
@@ -145,7 +158,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
         prompt = sys.stdin.read()
     sampling = sampling_from(kw)
     sampling.validate()
-    speculative = speculative_from(draft_model, lookup, max_draft)
+    speculative = speculative_from(draft_model, lookup, max_draft, no_speculation)
     thinking = thinking_from(think, think_effort)
     with Runtime() as rt:
         target = open_target(rt, model, kw["context"], backend, quant)
@@ -274,7 +287,8 @@ def chat(model: str, system: str | None, backend: str | None, quant: str | None,
             history.append(Message("user", line))
             messages = ((Message("system", system),) if system else ()) + tuple(history)
             generation = rt.generate(target.ref, GenerationRequest(
-                messages=messages, sampling=sampling, thinking=thinking, truncate=True),
+                messages=messages, sampling=sampling, thinking=thinking, truncate=True,
+                speculative=DEFAULT_SPECULATION),
                 backend=backend)
             answer = reasoning = ""
             printer = AnswerPrinter(hide=hide_thinking)

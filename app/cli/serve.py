@@ -40,9 +40,15 @@ log = logging.getLogger(__name__)
 @click.option("--mcp-allow", multiple=True, metavar="SERVER/TOOL",
               help="with --mcp: let API requests run this MCP tool (repeatable; SERVER/* "
                    "for all of a server's tools)")
+@click.option("--speculation/--no-speculation", default=True, show_default=True,
+              envvar="EMBER_SPECULATION",
+              help="prompt lookup for requests that do not say (\"speculative\": false "
+                   "turns it off per request): the model's own output, faster where the "
+                   "answer copies its context, off by itself where it does not pay")
 def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
           cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int,
-          parallel: int, backend: str | None, mcp: bool, mcp_allow: tuple[str, ...]) -> None:
+          parallel: int, backend: str | None, mcp: bool, mcp_allow: tuple[str, ...],
+          speculation: bool) -> None:
     """Serve the OpenAI- and Ollama-compatible HTTP API."""
     try:
         import uvicorn
@@ -59,7 +65,7 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
                               insecure_no_auth=insecure_no_auth,
                               cors_origins=origins_from_env(cors_origin),
                               idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel,
-                              mcp=mcp, mcp_allow=mcp_allow)
+                              mcp=mcp, mcp_allow=mcp_allow, speculation=speculation)
     check_bind(settings)
     logs.setup(echo=logging.WARNING)  # a server's console shows its warnings and errors
     app = create_app(Runtime(backend=backend, idle_ttl_s=idle_ttl, parallel=parallel),

@@ -69,6 +69,7 @@ from app.runtime import Runtime
 from app.runtime.thinking import LEVELS, ThinkingSupport, thinking_for
 from app.sqlite_file import SqliteFileError
 from backends.base import (
+    DEFAULT_SPECULATION,
     DoneEvent,
     GenerationRequest,
     Message,
@@ -579,8 +580,9 @@ class ChatController(QObject):
         sampling = self.sampling()
         speculative = None
         if s.speculative and not self.runtime.is_remote(self.model or ""):
+            # prompt lookup is the default: it gives way quietly where it cannot run
             speculative = (SpeculativeParams(method="draft", draft_model=s.draft_model)
-                           if s.draft_model else SpeculativeParams(method="lookup"))
+                           if s.draft_model else DEFAULT_SPECULATION)
         thinking = thinking_for(think_setting(conv.thinking, self.support))
         # truncate: the oldest turns drop out of a long chat, and the window says so
         choice = ToolChoice("none" if self._answer_only else "auto")

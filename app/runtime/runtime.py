@@ -324,6 +324,8 @@ class Runtime:
         loaded in another is reloaded). Remote models ignore it: their server decides."""
         request.validate()
         if self.is_remote(name):
+            if request.speculative is not None and request.speculative.by_default:
+                request = replace(request, speculative=None)  # its server has its own
             if request.speculative is not None:
                 raise InvalidRequestError(f"{name} is a remote model: speculative decoding "
                                           "runs on local models (the remote server has its own)")

@@ -8,6 +8,7 @@ comes as `x-api-key` (or `Authorization: Bearer`), checked by the app's Guard.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -23,7 +24,13 @@ from app.server.anthropic_schemas import (
     TokenCount,
 )
 from app.server.anthropic_wire import sse
-from app.server.bridge import check_model_name, collect, count_prompt_tokens, open_events
+from app.server.bridge import (
+    check_model_name,
+    collect,
+    count_prompt_tokens,
+    counted_prompt_tokens,
+    open_events,
+)
 from app.server.errors import error_for_event
 from app.server.generation_request import (
     LEFT_OUT_HEADER,
@@ -34,6 +41,7 @@ from app.server.generation_request import (
     anthropic_tools,
     chat_request,
     sampling,
+    with_speculative,
 )
 from app.server.heartbeat import with_heartbeats
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, LogprobEvent, SamplingParams
@@ -58,7 +66,7 @@ STREAMED: dict[int | str, dict] = {200: {
 def _generation_request(body: CountTokensRequest, params: SamplingParams,
                         max_tokens: int | None) -> GenerationRequest:
     tools = anthropic_tools(body.tools)
-    server_names = frozenset(t.name for t in body.tools or () if t.type not in (None, "custom"))
+    server_names = frozenset(t.name for t in body.tools or () if t.runs_on_anthropic)
     choice, parallel = anthropic_tool_choice(body.tool_choice, tools, server_names)
     output = body.output_config
     schema = output.format.schema_ if output is not None and output.format is not None \
@@ -81,14 +89,18 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
     """A message, whole or streamed (`stream`: server-sent events message_start, ping,
     content_block_start/delta/stop per block, message_delta, message_stop).
 
-    A streamed message_start says 0 input tokens: Ember knows the prompt's length only when
-    the answer ends, so message_delta carries the real usage (input_tokens included, which
+    A streamed message_start gives the prompt's length as input_tokens (counted before
+    generating); what the prefix cache reused is known only when the answer ends, so
+    message_delta carries the final split (input_tokens and cache_read_input_tokens, which
     Anthropic's SDK takes over into the message). `thinking.budget_tokens` is checked but
     not enforced: only max_tokens bounds the thinking (anthropic_thinking says why)."""
     model = check_model_name(body.model)
     params = sampling(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                       stop=body.stop_sequences, max_tokens=body.max_tokens)
-    gen_request = _generation_request(body, params, body.max_tokens)
+    gen_request = with_speculative(_generation_request(body, params, body.max_tokens),
+                                   body.speculative)
+    if body.metadata is not None and body.metadata.user_id:  # Claude Code: one per session
+        gen_request = replace(gen_request, cache_key=body.metadata.user_id)
     events = await open_events(request.app.state, model, gen_request, "messages",
                                backend=body.backend)
     message_id = anthropic_wire.new_message_id()
@@ -106,10 +118,11 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
         return JSONResponse(answer.model_dump(), headers=headers)
 
     blocks = anthropic_wire.StreamBlocks(show_thinking)
+    prompt_tokens = counted_prompt_tokens()
 
     async def stream() -> AsyncIterator[str]:
         start = MessageResponse(id=message_id, model=body.model, content=[], stop_reason=None,
-                                usage=anthropic_wire.usage_unknown())
+                                usage=anthropic_wire.usage_at_start(prompt_tokens))
         yield sse("message_start", {"type": "message_start", "message": start.model_dump()})
         yield sse("ping", {"type": "ping"})
         async for event in events:

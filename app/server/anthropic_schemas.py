@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from app.server.model_name import ModelName
-from app.server.schemas import TOKEN_COUNT_MAX
+from app.server.schemas import TOKEN_COUNT_MAX, SpeculativeOptions
 
 
 def _text_or_blocks(value: object) -> str | None:
@@ -112,6 +112,11 @@ class ToolIn(BaseModel):
     description: str | None = None
     input_schema: dict[str, Any] | None = None  # a JSON schema of an object
 
+    @property
+    def runs_on_anthropic(self) -> bool:
+        """A server tool (web search, code execution, ...), which the client never runs."""
+        return self.type not in (None, "custom")
+
 
 class ToolChoiceAuto(BaseModel):
     type: Literal["auto"]
@@ -207,6 +212,7 @@ class MessagesRequest(CountTokensRequest):
     top_k: int | None = Field(None, ge=0)  # 0: off
     metadata: Metadata | None = None  # accepted, unused
     stream: bool = False
+    speculative: SpeculativeOptions | bool | None = None  # Ember's extension
 
 
 # ---------------------------------------------------------------------------- responses

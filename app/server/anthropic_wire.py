@@ -55,9 +55,11 @@ def usage(stats: Stats) -> AnthropicUsage:
                           cache_read_input_tokens=cached)
 
 
-def usage_unknown() -> AnthropicUsage:
-    """A streamed message's usage before its end, when Ember knows no count yet."""
-    return AnthropicUsage(input_tokens=0, output_tokens=0)
+def usage_at_start(prompt_tokens: int | None) -> AnthropicUsage:
+    """A streamed message's usage in its message_start: the prompt's length as counted
+    before generating (0 where none was: a remote model). What the prefix cache reuses is
+    known only at the end, so message_delta moves that part to cache_read_input_tokens."""
+    return AnthropicUsage(input_tokens=prompt_tokens or 0, output_tokens=0)
 
 
 def tool_input(call: ToolCall) -> dict:

@@ -58,6 +58,9 @@ class ServerSettings:
     mcp: bool = False
     mcp_allow: tuple[str, ...] = ()
     mcp_home: Path | None = None
+    # prompt lookup for requests that do not say (backends.base.DEFAULT_SPECULATION);
+    # `ember serve --no-speculation` turns it off
+    speculation: bool = True
 
 
 def check_bind(settings: ServerSettings) -> None:

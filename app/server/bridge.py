@@ -5,12 +5,13 @@ code, and cancelling a generation when its client goes away."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import anyio
@@ -29,6 +30,17 @@ from backends.errors import InvalidRequestError
 
 MAX_EMBED_INPUTS = 256
 T = TypeVar("T")
+
+# The prompt's length as open_events counted it for a local model (None: not counted, a
+# remote model), for what a stream says before its first token (Anthropic's message_start).
+# open_events is awaited in the route's own context, so the route reads what it set.
+_counted_prompt: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "ember_counted_prompt", default=None)
+
+
+def counted_prompt_tokens() -> int | None:
+    """The prompt tokens of the request this route opened (open_events), if counted."""
+    return _counted_prompt.get()
 
 
 class ServerBusyError(Exception):
@@ -241,6 +253,9 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     request.validate()
     if backend is not None:
         check_backend(backend)
+    spec = request.speculative
+    if spec is not None and spec.by_default and not state.settings.speculation:
+        request = replace(request, speculative=None)  # `ember serve --no-speculation`
     ticket = state.admission.admit()  # before any load or count: a 429 costs nothing
     try:
         return await _checked_events(state, ticket, model, request, endpoint, keep_alive_s,
@@ -261,7 +276,8 @@ async def _checked_events(state: State, ticket: Ticket, model: str, request: Gen
         # Loads the model, and reloads it with a larger context when the prompt needs one
         # (a 400 here when no context this machine allows holds it: never cut, never a 200
         # that fails inside its stream).
-        await anyio.to_thread.run_sync(runtime.fit_context, model, request, backend, context)
+        _counted_prompt.set(await anyio.to_thread.run_sync(runtime.fit_context, model, request,
+                                                           backend, context))
     elif request.logprobs is not None:
         raise InvalidRequestError(f"{model} is a remote model, whose logprobs Ember does not "
                                   "pass on yet: ask without them", "logprobs")

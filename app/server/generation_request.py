@@ -54,6 +54,7 @@ from app.server.schemas import (
     ToolDef,
 )
 from backends.base import (
+    DEFAULT_SPECULATION,
     GenerationRequest,
     Message,
     ReasoningEffort,
@@ -377,7 +378,7 @@ def anthropic_server_tools(tools: list[ToolIn] | None) -> tuple[str, ...]:
     """Anthropic's server tools (web search, code execution, ...: `type` other than custom),
     as `type:name`: they run on Anthropic's servers, so Ember leaves them out of what the
     model sees and names them (the response's Ember-Tools-Left-Out header)."""
-    return tuple(f"{t.type}:{t.name}" for t in tools or () if t.type not in (None, "custom"))
+    return tuple(f"{t.type}:{t.name}" for t in tools or () if t.runs_on_anthropic)
 
 
 def anthropic_tools(tools: list[ToolIn] | None) -> tuple[Tool, ...]:
@@ -385,7 +386,7 @@ def anthropic_tools(tools: list[ToolIn] | None) -> tuple[Tool, ...]:
     out (anthropic_server_tools)."""
     out = []
     for i, t in enumerate(tools or ()):
-        if t.type not in (None, "custom"):
+        if t.runs_on_anthropic:
             continue
         if t.input_schema is None:
             raise InvalidRequestError(f"tools[{i}].input_schema: the tool {t.name[:60]!r} "
@@ -543,7 +544,8 @@ def chat_request(messages: tuple[Message, ...], params: SamplingParams,
                  offered: tuple[Tool, ...] = (), tool_choice: ToolChoice | None = None,
                  parallel_tool_calls: bool = True,
                  thinking: Thinking | None = None,
-                 logprobs: int | None = None) -> GenerationRequest:
+                 logprobs: int | None = None,
+                 cache_key: str | None = None) -> GenerationRequest:
     """With a thinking model, json_mode and json_schema apply to the answer after the
     thinking (the backends' grammar starts there)."""
     return GenerationRequest(
@@ -551,7 +553,7 @@ def chat_request(messages: tuple[Message, ...], params: SamplingParams,
         json_mode=json_mode or json_schema is not None, json_schema=json_schema,
         tools=offered, tool_choice=tool_choice or ToolChoice(),
         parallel_tool_calls=parallel_tool_calls, thinking=thinking or Thinking(),
-        logprobs=logprobs)
+        logprobs=logprobs, cache_key=cache_key)
 
 
 def responses_format(text: TextConfig | None) -> tuple[bool, dict | None]:
@@ -585,9 +587,16 @@ def top_logprobs(logprobs: bool | None, top: int | None, *, param: str = "logpro
 
 
 def with_speculative(request: GenerationRequest,
-                     options: SpeculativeOptions | None) -> GenerationRequest:
+                     options: SpeculativeOptions | bool | None) -> GenerationRequest:
+    """Ember's `speculative` field: absent, Ember's default (prompt lookup where it can run;
+    `ember serve --no-speculation` turns the default off, app.server.bridge); false, off;
+    true, prompt lookup; an object, as it says."""
     if options is None:
-        return request
+        return replace(request, speculative=DEFAULT_SPECULATION)
+    if options is False:
+        return replace(request, speculative=None)
+    if options is True:
+        return replace(request, speculative=SpeculativeParams(method="lookup"))
     return replace(request, speculative=SpeculativeParams(
         method=options.method, draft_model=options.draft_model, max_draft=options.max_draft,
         adaptive=options.adaptive))

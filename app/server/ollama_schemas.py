@@ -69,7 +69,7 @@ class OllamaBase(BaseModel):
     stream: bool = True
     format: str | dict[str, Any] | None = None
     options: OllamaOptions | None = None
-    speculative: SpeculativeOptions | None = None  # Ember's extension
+    speculative: SpeculativeOptions | bool | None = None  # Ember's extension
     keep_alive: str | int | float | None = None
     logprobs: bool = False  # each answer token's log-probability
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # needs logprobs

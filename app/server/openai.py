@@ -105,7 +105,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         offered=offered_tools(body.tools), tool_choice=openai_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
         thinking=openai_thinking(body),
-        logprobs=top_logprobs(body.logprobs, body.top_logprobs)), body.speculative)
+        logprobs=top_logprobs(body.logprobs, body.top_logprobs),
+        cache_key=body.prompt_cache_key), body.speculative)
     events = await open_events(request.app.state, model, gen_request, "chat",
                                backend=body.backend)
     field = body.reasoning_field or request.app.state.settings.reasoning_field

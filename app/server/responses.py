@@ -24,6 +24,7 @@ from app.server.generation_request import (
     responses_thinking,
     responses_tool_choice,
     sampling,
+    with_speculative,
 )
 from app.server.heartbeat import SSE_COMMENT, with_heartbeats
 from app.server.response_store import MAX_AGE_S, MAX_RESPONSES, ResponseStore
@@ -96,11 +97,12 @@ async def create_response(body: ResponseCreateRequest, request: Request) -> Resp
     json_mode, schema = responses_format(body.text)
     params = sampling(temperature=body.temperature, top_p=body.top_p,
                       max_tokens=body.max_output_tokens)
-    gen_request = chat_request(
+    gen_request = with_speculative(chat_request(
         system + conversation, params, json_mode, schema, offered=offered.tools,
         tool_choice=responses_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
-        thinking=responses_thinking(body.reasoning))
+        thinking=responses_thinking(body.reasoning), cache_key=body.prompt_cache_key),
+        body.speculative)
     _check(gen_request, offered)
     events = await open_events(request.app.state, model, gen_request, "responses")
     answer = _Answer(body, _store(request), conversation, gen_request.sampling, offered)

@@ -19,7 +19,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from app.server.model_name import ModelName
-from app.server.schemas import TOKEN_COUNT_MAX, ToolChoiceMode
+from app.server.schemas import TOKEN_COUNT_MAX, SpeculativeOptions, ToolChoiceMode
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 # parts a later Ember may read (vision, files), named in their 400 until then
@@ -238,10 +238,11 @@ class TextConfig(BaseModel):
 
 class ResponseCreateRequest(BaseModel):
     """POST /v1/responses. Fields of OpenAI's that Ember has no use for (user,
-    client_metadata, service_tier, truncation, stream_options...) are ignored;
-    `prompt_cache_key` too, since Ember's prefix cache finds a conversation's cache by its
-    tokens, whoever sends it; `include` is accepted and ignored: Ember's reasoning items
-    carry their text, there is no encrypted reasoning, no logprobs or sources to add."""
+    client_metadata, service_tier, truncation, stream_options...) are ignored.
+    `prompt_cache_key` steers the prefix cache (GenerationRequest.cache_key: caches of the
+    same key are overwritten first; a conversation's cache is found by its tokens, whoever
+    sends it); `include` is accepted and ignored: Ember's reasoning items carry their text,
+    there is no encrypted reasoning, no logprobs or sources to add."""
     model_config = ConfigDict(extra="ignore")
     model: ModelName
     input: Input
@@ -259,6 +260,8 @@ class ResponseCreateRequest(BaseModel):
     metadata: dict[str, str] | None = None
     text: TextConfig | None = None
     include: list[str] | None = None
+    prompt_cache_key: str | None = Field(None, max_length=1024)
+    speculative: SpeculativeOptions | bool | None = None  # Ember's extension
     # Taken so that their refusals can name them, and documented as what is accepted: true is
     # refused (every response is answered at once); a conversation object is refused (use
     # previous_response_id).

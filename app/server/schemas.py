@@ -140,11 +140,13 @@ class SamplingFields(BaseModel):
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     user: str | None = None
     backend: str | None = None  # Ember's extension: run a local model on this backend
-    speculative: SpeculativeOptions | None = None  # Ember's extension
+    speculative: SpeculativeOptions | bool | None = None  # Ember's extension
 
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
+    # steers the prefix cache: caches of the same key are overwritten first
+    prompt_cache_key: str | None = Field(None, max_length=1024)
     max_completion_tokens: int | None = Field(None, ge=1, le=TOKEN_COUNT_MAX)
     response_format: ResponseFormat | None = None
     tools: list[ToolDef] | None = Field(None, max_length=256)

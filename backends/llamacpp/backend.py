@@ -330,6 +330,8 @@ class LlamaCppBackend:
         if params is None:
             return None, None
         if self._sliding_window:
+            if params.by_default:
+                return None, None
             raise InvalidRequestError(
                 f"{self._installed.ref if self._installed else 'this model'} has sliding-window "
                 "attention layers, whose llama.cpp cache cannot take back rejected tokens: "

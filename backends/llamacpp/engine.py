@@ -138,9 +138,16 @@ def covered_slots(free: list[Slot], slots: list[Slot]) -> frozenset[int]:
         o is not s and o.tokens[:len(s.tokens)] == s.tokens for o in slots))
 
 
+def others_first(slot: Slot, cache_key: str | None) -> bool:
+    """Sorts a slot after the ones to overwrite first: a request with a cache key (OpenAI's
+    prompt_cache_key, Anthropic's metadata.user_id) overwrites caches of its own key before
+    other clients' (an agent's own older conversation goes before another agent's)."""
+    return cache_key is None or slot.cache_key != cache_key
+
+
 def place(free: list[Slot], prompt: list[int], can_share: bool = True,
           busy: frozenset[int] = frozenset(), wanted: frozenset[int] = frozenset(),
-          covered: frozenset[int] = frozenset()) -> Placement:
+          covered: frozenset[int] = frozenset(), cache_key: str | None = None) -> Placement:
     """The free slot for a new request: the one whose cache serves the most of `prompt`, the
     least recently used on a tie (so the cache evicted is the one idle longest). When that
     reuse is only a prefix of the slot's longer cache (a system prompt another conversation
@@ -154,20 +161,19 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
     Neither move overwrites a cache another waiting request reuses (`wanted`, seq ids): in a
     burst of returning conversations each finds its own cache, and once all run their ids
     are consecutive anyway. Among the slots a move, or a prompt that reuses nothing, may
-    take, those whose caches another slot also holds go first (`covered`), then the least
-    recently used. (A cache that must still be overwritten can be kept elsewhere first:
-    `shelter`.)"""
+    take, those whose caches another slot also holds go first (`covered`), then those of
+    the request's own `cache_key` (`others_first`), then the least recently used. (A cache
+    that must still be overwritten can be kept elsewhere first: `shelter`.)"""
     slot = max(free, key=lambda s: (reusable(s, prompt), -s.last_used))
     keep = reusable(slot, prompt)
     if keep == 0:  # nothing to reuse: overwrite what loses least, as a move does
-        slot = min(free, key=lambda s: (s.seq_id in wanted, s.seq_id not in covered,
-                                        s.last_used))
+        slot = min(free, key=lambda s: overwrite_order(s, wanted, covered, cache_key))
     target = slot
     spare = [s for s in free if s is slot or s.seq_id not in wanted]
     branches_off = common_prefix(slot.tokens, prompt) < len(slot.tokens)
     if can_share and 0 < keep < len(prompt) and branches_off and (
             len(slot.tokens) - keep >= KEEP_TAIL):
-        target = min(spare, key=lambda s: s.last_used)
+        target = min(spare, key=lambda s: (others_first(s, cache_key), s.last_used))
     moved = False
     if busy and (can_share or keep == 0):
         fewest = min(runs(busy | {s.seq_id}) for s in spare)
@@ -178,6 +184,13 @@ def place(free: list[Slot], prompt: list[int], can_share: bool = True,
     if target is not slot and keep > 0:
         return Placement(target, keep, donor=slot, moved=moved)
     return Placement(target, keep)
+
+
+def overwrite_order(slot: Slot, wanted: frozenset[int], covered: frozenset[int],
+                    cache_key: str | None) -> tuple[bool, bool, bool, float]:
+    """Sorts the free slots a prompt that reuses nothing may overwrite, least loss first."""
+    return (slot.seq_id in wanted, slot.seq_id not in covered,
+            others_first(slot, cache_key), slot.last_used)
 
 
 def displaces(placement: Placement, covered: frozenset[int]) -> bool:
@@ -245,6 +258,7 @@ class Slot:
     logits_at: int = 0
     job: Job | None = None
     last_used: float = 0.0
+    cache_key: str | None = None  # the cache_key of the request that last ran here
 
 
 class BatchEngine:
@@ -304,13 +318,13 @@ class BatchEngine:
                     continue
                 # the prefix is in a running sequence's cache: a copy of it, into the slot
                 # whose cache loses least (as for a prompt that reuses nothing)
-                slot = min(free, key=lambda s: (s.seq_id in wanted, s.seq_id not in covered,
-                                                s.last_used))
+                slot = min(free, key=lambda s: overwrite_order(s, wanted, covered,
+                                                               job.request.cache_key))
                 self._share_prefix(flight, slot, shared)
                 self._start(slot, job, shared)
                 continue
             placement = place(free, job.prompt, can_share=not self._sliding, busy=busy,
-                              wanted=wanted, covered=covered)
+                              wanted=wanted, covered=covered, cache_key=job.request.cache_key)
             slot, keep = placement.slot, placement.keep
             donor = placement.donor
             if placement.moved and displaces(placement, covered) and self._swap(donor, slot):
@@ -322,7 +336,7 @@ class BatchEngine:
                     keep = 0
             elif (keeper := shelter(free, placement, covered, wanted)) is not None:
                 self._share_prefix(slot, keeper, len(slot.tokens))
-                keeper.last_used = slot.last_used
+                keeper.last_used, keeper.cache_key = slot.last_used, slot.cache_key
             if donor is not None:
                 self._share_prefix(donor, slot, keep)
             self._start(slot, job, keep)
@@ -341,6 +355,7 @@ class BatchEngine:
         elif keep < slot.logits_at:
             slot.logits, slot.logits_at = None, 0
         slot.job = job
+        slot.cache_key = job.request.cache_key
         job.pos = job.reused = keep
         job.max_new = min(job.max_new, self.n_ctx_seq - len(job.prompt))
 
@@ -388,6 +403,7 @@ class BatchEngine:
         a.logits, b.logits = b.logits, a.logits
         a.logits_at, b.logits_at = b.logits_at, a.logits_at
         a.last_used, b.last_used = b.last_used, a.last_used
+        a.cache_key, b.cache_key = b.cache_key, a.cache_key
         return True
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:

@@ -168,6 +168,10 @@ class MlxBackend:
         engine = self.engine
         assert engine is not None
         spec = request.speculative
+        if spec is not None and spec.by_default:
+            # speculative requests run outside BatchGenerator's batch (engine.py): not by
+            # default, where concurrent requests would each pay their own forward pass
+            spec = None
         engine.submit(Job(stream_id, request, cancelled, prompt, max_new,
                           make_sampler(request.sampling), make_processors(request.sampling),
                           truncated=truncated, text=TextStream(request.sampling.stop),

@@ -43,7 +43,7 @@ def test_run_with_prompt_lookup_reports_draft_and_accepted_tokens(qwen):
     code = "\n".join(f"def f{i}(x):\n    return x - {i}" for i in range(6))
     args = ("run", qwen.id, f"Repeat this code exactly:\n{code}", "--temperature", "0",
             "--max-tokens", "40")
-    plain = json.loads(ember(*args, "--json").stdout)
+    plain = json.loads(ember(*args, "--no-speculation", "--json").stdout)
     r = ember(*args, "--lookup", "--max-draft", "5", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -51,9 +51,11 @@ def test_run_with_prompt_lookup_reports_draft_and_accepted_tokens(qwen):
     assert 0 < out["accepted_tokens"] <= out["draft_tokens"]
     r = ember(*args, "--lookup", "--draft-model", qwen.id)
     assert r.returncode != 0 and "pick one" in r.stderr
-    r = ember(*args)
+    r = ember(*args, "--lookup", "--no-speculation")
+    assert r.returncode != 0 and "pick one" in r.stderr
+    r = ember(*args, "--no-speculation")
     assert "speculative" not in r.stderr
-    r = ember(*args, "--lookup")
+    r = ember(*args)  # prompt lookup is the default
     assert "speculative tokens accepted" in r.stderr
 
 

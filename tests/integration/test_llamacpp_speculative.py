@@ -10,7 +10,14 @@ import threading
 import pytest
 
 from app.runtime import Runtime
-from backends.base import GenerationRequest, LoadPlan, Message, SamplingParams, SpeculativeParams
+from backends.base import (
+    DEFAULT_SPECULATION,
+    GenerationRequest,
+    LoadPlan,
+    Message,
+    SamplingParams,
+    SpeculativeParams,
+)
 from backends.errors import InvalidRequestError
 from backends.llamacpp.backend import LlamaCppBackend
 from tests.support import REPO
@@ -138,6 +145,10 @@ def test_a_draft_model_with_another_tokenizer_or_none_is_a_clear_error(store, qw
         with pytest.raises(InvalidRequestError, match="sliding-window"):
             rt.generate(gemma.ref, GenerationRequest(prompt="def add(a, b):", sampling=greedy,
                                                      speculative=LOOKUP)).result()
+        # Ember's default gives way there: the request decodes plainly
+        text, stats = rt.generate(gemma.ref, GenerationRequest(
+            prompt="def add(a, b):", sampling=greedy, speculative=DEFAULT_SPECULATION)).result()
+        assert text and stats.draft_tokens == 0
         # the worker keeps serving after refusing
         text, _ = rt.generate(qwen.ref, edit_request(greedy)).result()
         assert text

@@ -89,7 +89,13 @@ def test_speculative_extension_reports_accepted_predictions(server, oai, qwen):
     code = "\n".join(f"def f{i}(x):\n    return x * {i}" for i in range(8))
     prompt = f"Repeat this code exactly:\n{code}"
     plain = oai.chat.completions.create(model=qwen.id, temperature=0, max_tokens=48,
-                                        messages=[{"role": "user", "content": prompt}])
+                                        messages=[{"role": "user", "content": prompt}],
+                                        extra_body={"speculative": False})
+    # prompt lookup is the default: the same answer, with predictions
+    default = oai.chat.completions.create(model=qwen.id, temperature=0, max_tokens=48,
+                                          messages=[{"role": "user", "content": prompt}])
+    assert default.choices[0].message.content == plain.choices[0].message.content
+    assert default.usage.completion_tokens_details.accepted_prediction_tokens > 0
     spec = oai.chat.completions.create(model=qwen.id, temperature=0, max_tokens=48,
                                        messages=[{"role": "user", "content": prompt}],
                                        extra_body={"speculative": {"method": "lookup",

@@ -60,9 +60,12 @@ def whole_and_streamed(client: anthropic.Anthropic, **kw):
     same (the prompt's length too, whatever the prefix cache reused the second time)."""
     whole = client.messages.create(**kw, **GREEDY)
     with client.messages.stream(**kw, **GREEDY) as stream:
-        kinds = [event.type for event in stream]
+        events = list(stream)
         streamed = stream.get_final_message()
+    kinds = [event.type for event in events]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    # message_start already gives the prompt's length (its cached part moves at the end)
+    assert events[0].message.usage.input_tokens == prompt_tokens(whole.usage)
     assert "content_block_delta" in kinds and kinds.count("content_block_start") == len(
         streamed.content) == kinds.count("content_block_stop")
     assert blocks(streamed) == blocks(whole)

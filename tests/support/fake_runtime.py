@@ -81,7 +81,7 @@ class ScriptedRuntime:
 
     def fit_context(self, name: str, request: GenerationRequest, backend: str | None = None,
                     context: int | None = None) -> int:
-        return 7  # the prompt tokens its answers report: always fits
+        return self.prompt_tokens  # what its answers report: always fits
 
     # -- generating ------------------------------------------------------------------------
     def generate(self, name: str, request: GenerationRequest, sink,

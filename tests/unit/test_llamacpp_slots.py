@@ -92,6 +92,25 @@ def test_without_reuse_the_least_recently_used_cache_is_evicted_first():
     assert place([a, b], SYSTEM + [3]) == Placement(b, 40)
 
 
+def test_a_cache_key_overwrites_its_own_clients_caches_before_anothers():
+    """Two agents share a machine: a request with a cache key (prompt_cache_key) that reuses
+    nothing, or copies a shared prefix, overwrites its own key's cache before the other
+    agent's, however recently each was used."""
+    theirs = cached(0, [1] * 20, last_used=1.0)
+    theirs.cache_key = "agent-b"
+    ours = cached(1, [2] * 20, last_used=3.0)
+    ours.cache_key = "agent-a"
+    assert place([theirs, ours], [9] * 30, cache_key="agent-a") == Placement(ours, 0)
+    assert place([theirs, ours], [9] * 30) == Placement(theirs, 0)  # no key: the LRU one
+    # the copy of a shared system prompt goes into its own key's slot as well
+    conversation = cached(2, SYSTEM + list(range(100)), last_used=5.0)
+    new = SYSTEM + [7] * 30
+    assert place([conversation, theirs, ours], new, cache_key="agent-a") == Placement(
+        ours, 40, donor=conversation)
+    assert place([conversation, theirs, ours], new) == Placement(
+        theirs, 40, donor=conversation)
+
+
 def test_a_conversations_next_turn_stays_in_its_slot_and_evicts_no_other():
     prompt = SYSTEM + list(range(60))  # 100 tokens
     ours = cached(1, prompt + [500] * 12, last_used=2.0)  # and its answer

@@ -43,6 +43,19 @@ def test_an_agents_first_request_is_answered(name):
     # stops at the context's end
     assert request.sampling.max_tokens == (32000 if "claude" in name else None)
     assert len(request.tools) >= 10
+    # the session's key steers the prefix cache (backends.llamacpp.engine.others_first)
+    key = body["metadata"]["user_id"] if "claude" in name else body["prompt_cache_key"]
+    assert request.cache_key == key and key
+
+
+def test_chat_completions_prompt_cache_key_steers_the_cache_too():
+    fake = ScriptedRuntime(script=[TokenEvent("pong")])
+    with served(fake) as client:
+        r = client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+            "prompt_cache_key": "session-1"})
+        assert r.status_code == 200, r.text
+    assert fake.requests[0].cache_key == "session-1"
 
 
 def test_claude_codes_system_turn_after_the_users_reaches_the_model():

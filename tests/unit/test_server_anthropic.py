@@ -353,6 +353,8 @@ def test_thinking_text_and_calls_come_as_blocks_whole_and_streamed():
         ("message_delta", None, None), ("message_stop", None, None)]
     start = events[0][1]["message"]
     assert start["content"] == [] and start["stop_reason"] is None
+    # the prompt's length as counted before generating (the stand-in runtime counts 7)
+    assert start["usage"]["input_tokens"] == 7
     assert events[11][1]["content_block"] == {"type": "tool_use", "id": "toolu_ab",
                                               "name": "get_weather", "input": {}}
     assert events[-2][1]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
@@ -376,8 +378,9 @@ def test_usage_counts_prompt_tokens_read_from_the_cache_apart_as_anthropic_does(
     assert whole.usage.model_dump(exclude_none=True) == {
         "input_tokens": 18, "output_tokens": 2, "cache_read_input_tokens": 32,
         "cache_creation_input_tokens": 0}
-    # the stream knows the counts only at the end: message_delta carries them all
-    assert events[0][1]["message"]["usage"]["input_tokens"] == 0
+    # message_start knows the prompt's length, not yet what the cache reused:
+    # message_delta carries the final split
+    assert events[0][1]["message"]["usage"]["input_tokens"] == 50
     assert events[-2][1]["usage"] == {"input_tokens": 18, "output_tokens": 2,
                                       "cache_read_input_tokens": 32,
                                       "cache_creation_input_tokens": 0}
