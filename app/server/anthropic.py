@@ -44,6 +44,7 @@ from app.server.generation_request import (
     with_speculative,
 )
 from app.server.heartbeat import with_heartbeats
+from app.server.server_tools import asked
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, LogprobEvent, SamplingParams
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
@@ -67,7 +68,8 @@ def _generation_request(body: CountTokensRequest, params: SamplingParams,
                         max_tokens: int | None) -> GenerationRequest:
     tools = anthropic_tools(body.tools)
     server_names = frozenset(t.name for t in body.tools or () if t.runs_on_anthropic)
-    choice, parallel = anthropic_tool_choice(body.tool_choice, tools, server_names)
+    choice, parallel = anthropic_tool_choice(body.tool_choice, tools, server_names,
+                                             more_tools=asked() is not None)
     output = body.output_config
     schema = output.format.schema_ if output is not None and output.format is not None \
         else None

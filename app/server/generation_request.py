@@ -39,6 +39,7 @@ from app.server.responses_schemas import (
     FunctionCallOutputItem,
     FunctionChoice,
     InputItem,
+    McpCallItem,
     MessageItem,
     ReasoningConfig,
     ReasoningItem,
@@ -165,7 +166,9 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
     `from_model`: the items are a response's own output, kept as they are (a call whose
     arguments are not a JSON object is refused when a later request carries it).
     `visible`: the name the model was offered a function by, from its namespace and name
-    (app.server.responses_tools.OfferedTools.visible)."""
+    (app.server.responses_tools.OfferedTools.visible). An mcp_call item (a call
+    `ember serve --mcp` ran) ends its assistant turn with that call, and its result (output,
+    or error) is the tool turn after it."""
     if isinstance(items, str):
         return _named_results((*earlier, Message("user", items)))
     out = list(earlier)
@@ -187,6 +190,14 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
             else:
                 turn.text.append(_parts_text(item.content))
             continue
+        if isinstance(item, McpCallItem):
+            turn = turn or _AssistantTurn()
+            turn.calls.append(ToolCall(item.id, item.name, _object_or_empty(item.arguments)))
+            calls.add(item.id)
+            out += turn.messages()
+            turn = None
+            out.append(Message("tool", item.result(), tool_call_id=item.id))
+            continue
         if turn is not None:
             out += turn.messages()
             turn = None
@@ -203,6 +214,15 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
     if turn is not None:
         out += turn.messages()
     return _named_results(tuple(out))
+
+
+def _object_or_empty(arguments: str) -> str:
+    """An mcp_call's arguments, or "{}" when they are not a JSON object (the server could not
+    run such a call: its error says so, and the conversation stays one a model can take)."""
+    try:
+        return arguments if isinstance(json.loads(arguments or "{}"), dict) else "{}"
+    except ValueError:
+        return "{}"
 
 
 def _check_arguments(item: FunctionCallItem, param: str) -> None:
@@ -398,15 +418,17 @@ def anthropic_tools(tools: list[ToolIn] | None) -> tuple[Tool, ...]:
 
 
 def anthropic_tool_choice(choice: AnthropicToolChoice | None, offered: tuple[Tool, ...],
-                          server_tools: frozenset[str] = frozenset()
-                          ) -> tuple[ToolChoice, bool]:
+                          server_tools: frozenset[str] = frozenset(), *,
+                          more_tools: bool = False) -> tuple[ToolChoice, bool]:
     """The tool choice, and whether parallel calls are allowed (`disable_parallel_tool_use`
-    false, Anthropic's default). auto is the default; any is OpenAI's required."""
+    false, Anthropic's default). auto is the default; any is OpenAI's required.
+    `more_tools`: the server adds tools of its own (`ember serve --mcp`), so any or a named
+    tool may be met without the request's (GenerationRequest.validate checks it then)."""
     if choice is None:
         return ToolChoice("auto"), True
     if isinstance(choice, ToolChoiceNone):
         return ToolChoice("none"), True
-    if isinstance(choice, ToolChoiceAny | ToolChoiceTool) and not offered:
+    if isinstance(choice, ToolChoiceAny | ToolChoiceTool) and not offered and not more_tools:
         raise InvalidRequestError(f"tool_choice {choice.type!r} needs tools to choose from: "
                                   "offer some in `tools`", "tool_choice")
     parallel = not choice.disable_parallel_tool_use

@@ -8,7 +8,9 @@ its calls of the client's tools, end the request.
 The client sees one answer: the rounds' text and thinking as they stream (a blank line
 between rounds that wrote), never the calls of MCP tools (a round that calls client tools too
 comes back with the client's calls only, its MCP calls not run), and a final event whose text,
-thinking and calls are what was streamed and whose usage sums the rounds.
+thinking and calls are what was streamed and whose usage sums the rounds. A Responses client
+(SHOWS_CALLS) also gets each call that ran, as an McpCallEvent after its round (its mcp_call
+item, app.server.responses_mcp), and no blank line: each round's text is an item of its own.
 
 An MCP server is as untrusted as the web: a call's result is capped (its mcp.json
 `maxResultBytes`), a server that hangs, dies or fails is a tool-error text the model reads,
@@ -23,8 +25,8 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
-from typing import Any, Concatenate, ParamSpec
+from dataclasses import dataclass, replace
+from typing import Any, Concatenate, ParamSpec, cast
 
 import anyio
 
@@ -41,7 +43,7 @@ from app.mcp.tool_loop import (
     next_step,
     refused_text,
 )
-from app.server.server_tools import McpAsk, ServerTools, asked
+from app.server.server_tools import McpAsk, ServerTools, asked, leave_out
 from backends.base import (
     DoneEvent,
     ErrorEvent,
@@ -62,9 +64,23 @@ log = logging.getLogger(__name__)
 
 OpenRound = Callable[[GenerationRequest], Awaitable[AsyncIterator[Event]]]
 P = ParamSpec("P")
-OpenEvents = Callable[Concatenate[Any, str, GenerationRequest, P],
+OpenEvents = Callable[Concatenate[Any, str, GenerationRequest, str, P],
                       Awaitable[AsyncIterator[Event]]]
 BETWEEN_ROUNDS = "\n\n"
+SHOWS_CALLS = frozenset({"responses"})  # the endpoints whose clients see the MCP calls
+
+
+@dataclass(frozen=True)
+class McpCallEvent:
+    """An MCP call the server ran (or would not run), for an endpoint that shows them
+    (SHOWS_CALLS: the Responses API's mcp_call items, app.server.responses_mcp): the call as
+    the model made it, its server and the tool's own name there, and what the model read (a
+    result, or with `error` why it failed or was not run)."""
+    call: ToolCall
+    server: str
+    tool: str
+    output: str
+    error: bool = False
 
 
 def step_limit_text(limit: int = STEP_LIMIT) -> str:
@@ -161,15 +177,19 @@ def combined(dones: list[DoneEvent], text: str, reasoning: str,
 
 
 def run_call(tools: ServerTools, servers: dict[str, McpServerConfig], index: ToolIndex,
-             call: ToolCall) -> str:
-    """What the model reads for one call of an MCP tool (blocking; never raises): the result,
-    or why the call was refused or failed."""
+             call: ToolCall) -> McpCallEvent:
+    """One call of an MCP tool (blocking; never raises): its `output` is what the model reads,
+    the result, or why the call was refused or failed (then `error`)."""
     tool = index.by_name[call.name]
     config = servers[tool.server]
+
+    def ran(output: str, error: bool) -> McpCallEvent:
+        return McpCallEvent(call, tool.server, tool.name, output, error)
+
     if not tools.allowed(config, tool.name):
         log.warning("MCP call %s/%s refused: not allowed for API clients", tool.server,
                     tool.name)
-        return refused_text(tool.server, tool.name)
+        return ran(refused_text(tool.server, tool.name), True)
     try:
         result = tools.connections.call(config, tool.name, call_arguments(call))
     except (InvalidRequestError, McpServerError) as e:
@@ -179,9 +199,9 @@ def run_call(tools: ServerTools, servers: dict[str, McpServerConfig], index: Too
     else:
         log.info("MCP call %s/%s: %s in %.2f s", tool.server, tool.name,
                  "error" if result.is_error else "ok", result.seconds)
-        return result.text
+        return ran(result.text, result.is_error)
     log.warning("MCP call %s/%s failed: %s", tool.server, tool.name, outcome)
-    return outcome
+    return ran(outcome, True)
 
 
 def with_mcp(open_events: OpenEvents[P]) -> OpenEvents[P]:
@@ -189,35 +209,43 @@ def with_mcp(open_events: OpenEvents[P]) -> OpenEvents[P]:
     asked for MCP servers (server_tools.asked) on a server started with --mcp goes through
     open_with_mcp, each round opened by open_events itself with the same arguments."""
     @functools.wraps(open_events)
-    async def hooked(state: Any, model: str, request: GenerationRequest, *args: P.args,
-                     **kwargs: P.kwargs) -> AsyncIterator[Event]:
+    async def hooked(state: Any, model: str, request: GenerationRequest, endpoint: str,
+                     *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[Event]:
         ask, tools = asked(), getattr(state, "server_tools", None)
         if ask is None or tools is None:
-            return await open_events(state, model, request, *args, **kwargs)
-        return await open_with_mcp(tools, ask, request, lambda r: open_events(
-            state, model, r, *args, **kwargs))
+            return await open_events(state, model, request, endpoint, *args, **kwargs)
+        events = await open_with_mcp(tools, ask, request, lambda r: open_events(
+            state, model, r, endpoint, *args, **kwargs), endpoint in SHOWS_CALLS)
+        # McpCallEvents only for SHOWS_CALLS, whose routes take them
+        return cast(AsyncIterator[Event], events)
     return hooked
 
 
 async def open_with_mcp(tools: ServerTools, ask: McpAsk, request: GenerationRequest,
-                        open_round: OpenRound) -> AsyncIterator[Event]:
+                        open_round: OpenRound, show_calls: bool = False
+                        ) -> AsyncIterator[Event | McpCallEvent]:
     """A request that asked for MCP servers: their tools offered (400s and the 502 of a
-    server that cannot start come here, before any response), then the rounds' events."""
+    server that cannot start come here, before any response), then the rounds' events (with
+    `show_calls`, an McpCallEvent for each call run, after its round)."""
     if request.messages is None:
         raise InvalidRequestError("MCP tools need a chat request (messages), not a raw "
                                   "prompt", "mcp")
     servers = tools.servers(ask)
-    index = await anyio.to_thread.run_sync(tools.index, servers, ask)
+    index, failed = await anyio.to_thread.run_sync(tools.index, servers, ask)
+    leave_out(failed)
     first = with_mcp_tools(request, index)
     events = await open_round(first)
-    return rounds(tools, servers, index, first, events, open_round)
+    return rounds(tools, servers, index, first, events, open_round, show_calls)
 
 
 async def rounds(tools: ServerTools, servers: dict[str, McpServerConfig], index: ToolIndex,
                  request: GenerationRequest, events: AsyncIterator[Event],
-                 open_round: OpenRound) -> AsyncIterator[Event]:
+                 open_round: OpenRound, show_calls: bool = False
+                 ) -> AsyncIterator[Event | McpCallEvent]:
     """The events the client sees, round after round, until an answer in words, calls of the
-    client's tools, the step limit or an error."""
+    client's tools, the step limit or an error; with `show_calls`, each round's MCP calls as
+    McpCallEvents once they ran (and no blank line between rounds: a client that sees the
+    calls gets each round's text as an item of its own)."""
     started = time.monotonic()
     dones: list[DoneEvent] = []
     text = reasoning = ""
@@ -225,7 +253,8 @@ async def rounds(tools: ServerTools, servers: dict[str, McpServerConfig], index:
     made: set[tuple[str, str]] = set()
     steps, asked_for_words = 0, False
     while True:
-        keep = RoundFilter(index, text, reasoning)
+        keep = RoundFilter(index, "" if show_calls else text,
+                           "" if show_calls else reasoning)
         done: DoneEvent | None = None
         try:
             async for event in events:
@@ -255,10 +284,13 @@ async def rounds(tools: ServerTools, servers: dict[str, McpServerConfig], index:
         if step == "run":
             steps += 1
             made.update(call_key(c) for c in mcp_calls)
-            results = [await anyio.to_thread.run_sync(run_call, tools, servers, index, c,
-                                                      abandon_on_cancel=True)
-                       for c in mcp_calls]
-            request = after_calls(request, done, mcp_calls, results)
+            ran = [await anyio.to_thread.run_sync(run_call, tools, servers, index, c,
+                                                  abandon_on_cancel=True)
+                   for c in mcp_calls]
+            if show_calls:
+                for shown in ran:
+                    yield shown
+            request = after_calls(request, done, mcp_calls, [r.output for r in ran])
         elif step == "ask_for_words":
             asked_for_words = True
             request = replace(request, tool_choice=ToolChoice("none"), id=uuid.uuid4().hex)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from itertools import count
 
 from fastapi import APIRouter, Request
@@ -27,7 +28,9 @@ from app.server.generation_request import (
     with_speculative,
 )
 from app.server.heartbeat import SSE_COMMENT, with_heartbeats
+from app.server.mcp_rounds import McpCallEvent
 from app.server.response_store import MAX_AGE_S, MAX_RESPONSES, ResponseStore
+from app.server.responses_mcp import mcp_call_item
 from app.server.responses_schemas import (
     DeletedResponse,
     ResponseCreateRequest,
@@ -36,6 +39,7 @@ from app.server.responses_schemas import (
 )
 from app.server.responses_tools import OfferedTools, offered_tools
 from app.server.schemas import ErrorResponse
+from app.server.server_tools import asked
 from backends.base import (
     DoneEvent,
     ErrorEvent,
@@ -45,6 +49,7 @@ from backends.base import (
     Message,
     SamplingParams,
     Stats,
+    ToolChoice,
 )
 from backends.errors import InvalidRequestError
 
@@ -66,7 +71,11 @@ def _not_found(response_id: str, param: str | None = None) -> ApiError:
 
 
 def _check(gen_request: GenerationRequest, offered: OfferedTools) -> None:
-    """GenerationRequest's own checks, their wire paths as the Responses API names them."""
+    """GenerationRequest's own checks, their wire paths as the Responses API names them. A
+    request that asks for MCP servers (`ember serve --mcp`) gets its tool_choice checked
+    once their tools are added (open_events): required, or a named MCP tool, is met then."""
+    if asked() is not None:
+        gen_request = replace(gen_request, tool_choice=ToolChoice())
     try:
         gen_request.validate()
     except InvalidRequestError as e:
@@ -145,8 +154,10 @@ class _Answer:
                                               self.params, status, self.output.items, stats,
                                               error)
 
-    def add(self, event: Event) -> list[dict]:
+    def add(self, event: Event | McpCallEvent) -> list[dict]:
         """The stream events of one generation event; the last one, DoneEvent, ends it."""
+        if isinstance(event, McpCallEvent):  # `ember serve --mcp` ran a call
+            return self.output.mcp_call(mcp_call_item(event))
         if isinstance(event, DoneEvent):
             return self.finish(event)
         if isinstance(event, ErrorEvent):

@@ -5,6 +5,7 @@ types) is refused with a 400 that names it, rather than silently dropped."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,7 +22,7 @@ from pydantic_core import PydanticCustomError
 from app.server.model_name import ModelName
 from app.server.schemas import TOKEN_COUNT_MAX, SpeculativeOptions, ToolChoiceMode
 
-ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "mcp_call")
 # parts a later Ember may read (vision, files), named in their 400 until then
 UNSUPPORTED_PARTS = ("input_image", "input_file", "input_audio")
 
@@ -104,6 +105,36 @@ class ReasoningItem(BaseModel):
     encrypted_content: str | None = None
 
 
+class McpCallItem(BaseModel):
+    """A call of an MCP tool the server ran (an mcp_call output item sent back, as
+    `ember serve --mcp` makes them): the call and its result, `output` or `error`."""
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["mcp_call"]
+    id: str = Field(min_length=1, max_length=200)
+    server_label: str = Field("", max_length=200)
+    name: str = Field(max_length=200)
+    arguments: str = ""
+    output: str | None = None
+    # OpenAI's error object ({"type": "mcp_tool_execution_error", "content": ...}, ...), or
+    # the text older clients have
+    error: str | dict[str, Any] | None = None
+
+    def result(self) -> str:
+        """What the model read of the call: its output, or its error's text."""
+        if self.error is None:
+            return self.output or ""
+        if isinstance(self.error, str):
+            return self.error
+        content = self.error.get("content")
+        if isinstance(content, list):
+            texts = [b["text"] for b in content
+                     if isinstance(b, dict) and isinstance(b.get("text"), str)]
+            if texts:
+                return "\n".join(texts)
+        message = self.error.get("message")
+        return message if isinstance(message, str) else json.dumps(self.error)
+
+
 def _item_kind(value: object) -> str:
     if isinstance(value, dict):
         return str(value.get("type", "message"))
@@ -113,19 +144,21 @@ def _item_kind(value: object) -> str:
 def _known_item(value: object) -> object:
     if not isinstance(value, dict):
         raise PydanticCustomError("input_item", "an input item is an object: a message, "
-                                  "function_call, function_call_output or reasoning item")
+                                  "function_call, function_call_output, reasoning or mcp_call "
+                                  "item")
     kind = value.get("type", "message")
     if kind not in ITEM_TYPES:
         raise PydanticCustomError(
             "unsupported_item", "item type {kind} is not supported: Ember takes message, "
-            "function_call, function_call_output and reasoning items", {"kind": repr(kind)})
+            "function_call, function_call_output, reasoning and mcp_call items",
+            {"kind": repr(kind)})
     return value
 
 
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[ReasoningItem, Tag("reasoning")],
+    | Annotated[ReasoningItem, Tag("reasoning")] | Annotated[McpCallItem, Tag("mcp_call")],
     Discriminator(_item_kind), BeforeValidator(_known_item)]
 Input = Annotated[Annotated[str, Tag("text")]
                   | Annotated[list[InputItem], Field(min_length=1, max_length=10_000),
@@ -308,7 +341,21 @@ class OutputFunctionCall(BaseModel):
     status: ItemStatus = "in_progress"
 
 
-OutputItem = Annotated[OutputMessage | OutputReasoning | OutputFunctionCall,
+class OutputMcpCall(BaseModel):
+    """A call of an MCP tool that `ember serve --mcp` ran for the model (OpenAI's remote MCP
+    item): `output` what the tool returned, or `error` why it failed or was not run."""
+    type: Literal["mcp_call"] = "mcp_call"
+    id: str  # mcp_...
+    server_label: str  # the server's name in mcp.json
+    name: str  # the tool's own name on its server
+    arguments: str = ""
+    output: str | None = None
+    error: dict[str, Any] | None = None  # {"type": "mcp_tool_execution_error", "content": ...}
+    status: Literal["in_progress", "completed", "failed"] = "in_progress"
+    approval_request_id: str | None = None  # Ember's approvals are the user's, given before
+
+
+OutputItem = Annotated[OutputMessage | OutputReasoning | OutputFunctionCall | OutputMcpCall,
                        Field(discriminator="type")]
 
 

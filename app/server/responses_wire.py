@@ -18,8 +18,10 @@ from app.server.responses_schemas import (
     IncompleteDetails,
     InputItem,
     InputTokensDetails,
+    McpCallItem,
     MessageItem,
     OutputFunctionCall,
+    OutputMcpCall,
     OutputMessage,
     OutputReasoning,
     OutputText,
@@ -44,7 +46,7 @@ from backends.base import (
     ToolCallEvent,
 )
 
-Item = OutputMessage | OutputReasoning | OutputFunctionCall
+Item = OutputMessage | OutputReasoning | OutputFunctionCall | OutputMcpCall
 ItemT = TypeVar("ItemT", OutputMessage, OutputReasoning)
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
 
@@ -98,7 +100,11 @@ def as_input(items: list[Item]) -> list[InputItem]:
     response continues the conversation exactly as re-sending its items would."""
     out: list[InputItem] = []
     for item in items:
-        if isinstance(item, OutputMessage):
+        if isinstance(item, OutputMcpCall):
+            out.append(McpCallItem(type="mcp_call", id=item.id, server_label=item.server_label,
+                                   name=item.name, arguments=item.arguments,
+                                   output=item.output, error=item.error))
+        elif isinstance(item, OutputMessage):
             out.append(MessageItem(role="assistant", content=[
                 TextPart(type="output_text", text=part.text) for part in item.content]))
         elif isinstance(item, OutputReasoning):
@@ -130,6 +136,15 @@ class OutputItems:
         if isinstance(event, ReasoningEvent):
             return self._thought(event.text) if event.text else []
         return self._call(event)
+
+    def mcp_call(self, item: OutputMcpCall) -> list[dict]:
+        """An MCP call the server ran (app.server.responses_mcp): the item before it closed,
+        then this one's whole life at once."""
+        from app.server.responses_mcp import mcp_call_events
+
+        events = self._close("completed")
+        self.items.append(item)
+        return [*events, *mcp_call_events(len(self.items) - 1, item)]
 
     def finish(self, done: DoneEvent) -> list[dict]:
         """Close the last item: incomplete when max_output_tokens cut it. A call cut off in its
@@ -221,6 +236,7 @@ class OutputItems:
                         "output_index": index, "content_index": 0, "text": text},
                        self._part_event("response.content_part.done", item.content[0], index)]
         else:
+            assert isinstance(item, OutputFunctionCall)  # an mcp_call item is never open
             if not item.arguments:  # a call without arguments, as the DoneEvent has it
                 item.arguments = "{}"
                 events.append(self._arguments_delta(index, item, "{}"))

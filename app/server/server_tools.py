@@ -35,6 +35,7 @@ from app.mcp.config import McpConfigError, McpServerConfig, load_mcp_config
 from app.mcp.connections import McpConnections
 from app.mcp.tool_loop import ToolIndex
 from app.server.errors import ApiError, error_body
+from app.server.generation_request import LEFT_OUT_HEADER
 from backends.errors import InvalidRequestError, RemoteError
 
 log = logging.getLogger(__name__)
@@ -147,17 +148,22 @@ class ServerTools:
                     f"{', '.join(enabled) or 'none'})", "mcp")
         return {name: enabled[name] for name in ask.servers}
 
-    def index(self, servers: dict[str, McpServerConfig], ask: McpAsk) -> ToolIndex:
-        """The servers' tools (started as needed; blocking). A server that cannot start or
-        list its tools is a 502 that says why: the request asked for it by name or by true."""
+    def index(self, servers: dict[str, McpServerConfig], ask: McpAsk
+              ) -> tuple[ToolIndex, dict[str, str]]:
+        """The servers' tools (started as needed; blocking), and the servers left out: with
+        `"mcp": true` one that cannot start or list its tools is left out (its line logged
+        and returned), unless every one failed; a server the request named is a 502 that
+        says why (the client asked for it by name)."""
         tools, failed = self.connections.tools(servers.values())
-        if failed:
+        if failed and (ask.servers is not None or len(failed) == len(servers)):
             raise RemoteError("; ".join(failed.values()))
+        for name, why in failed.items():
+            log.warning("MCP server %s left out of this request: %s", name, why)
         tools = [t for t in tools if t.server not in ask.only or t.name in ask.only[t.server]]
         index = ToolIndex.of(tools)
         for name, why in index.problems.items():
             log.warning("MCP tool %s left out: %s", name, why)
-        return index
+        return index, failed
 
     def allowed(self, config: McpServerConfig, tool: str) -> bool:
         return (f"{config.name}/{tool}" in self.allow or f"{config.name}/*" in self.allow
@@ -174,6 +180,43 @@ _asked: contextvars.ContextVar[McpAsk | None] = contextvars.ContextVar("ember_mc
 def asked() -> McpAsk | None:
     """The MCP ask of the request being served (set by McpAskReader), None without one."""
     return _asked.get()
+
+
+# the servers left out of the request being served, for LEFT_OUT_HEADER (set by McpAskReader)
+_left_out: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "ember_mcp_left_out", default=None)
+MAX_REASON = 200  # characters of a left-out server's line in the header
+
+
+def left_out_entry(server: str, why: str) -> str:
+    """A server left out, as LEFT_OUT_HEADER names it: `mcp:NAME (ITS LINE)`, the line made
+    fit for a header that is a comma-separated list (one line of latin-1, commas as ';', cut
+    at MAX_REASON characters)."""
+    line = " ".join(why.split()).replace(",", ";")
+    line = line.encode("latin-1", "replace").decode("latin-1")
+    if len(line) > MAX_REASON:
+        line = line[:MAX_REASON - 3] + "..."
+    return f"mcp:{server} ({line})"
+
+
+def leave_out(failed: dict[str, str]) -> None:
+    """Name the servers left out of the request being served in its LEFT_OUT_HEADER."""
+    entries = _left_out.get()
+    if entries is not None:
+        entries.extend(left_out_entry(name, why) for name, why in failed.items())
+
+
+def with_left_out(message: Message, entries: list[str]) -> Message:
+    """A response's start with `entries` added to its LEFT_OUT_HEADER (after what the route
+    named: the hosted tools it left out)."""
+    if message["type"] != "http.response.start" or not entries:
+        return message
+    name = LEFT_OUT_HEADER.encode("latin-1")
+    headers = list(message.get("headers", []))
+    values = [v.decode("latin-1") for k, v in headers if k.lower() == name]
+    headers = [(k, v) for k, v in headers if k.lower() != name]
+    headers.append((name, ", ".join([*values, *entries]).encode("latin-1")))
+    return {**message, "headers": headers}
 
 
 class McpAskReader:
@@ -207,10 +250,16 @@ class McpAskReader:
         async def replay() -> Message:
             return messages.pop(0) if messages else await receive()
 
-        token = _asked.set(ask)
+        entries: list[str] = []
+
+        async def send_named(message: Message) -> None:
+            await send(with_left_out(message, entries))
+
+        token, left_token = _asked.set(ask), _left_out.set(entries)
         try:
-            await self.app(scope, replay, send)
+            await self.app(scope, replay, send_named if ask is not None else send)
         finally:
+            _left_out.reset(left_token)
             _asked.reset(token)
 
 

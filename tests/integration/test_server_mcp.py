@@ -9,40 +9,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from app.mcp.tool_loop import STEP_LIMIT
-from backends.base import GenerationRequest, OutputEvent, TokenEvent, ToolCallEvent
-from backends.errors import InvalidRequestError
-from tests.support.fake_runtime import MODEL, ScriptedRuntime, served
+from backends.base import OutputEvent, TokenEvent
+from tests.support.fake_runtime import MODEL, served
 from tests.support.mcp_server import FAILED_START, command
+from tests.support.scripted_rounds import Rounds, call
 
 USER = {"role": "user", "content": "Weather in Paris?"}
 LOOKUP = {"type": "function", "function": {"name": "lookup", "parameters": {
     "type": "object", "properties": {"q": {"type": "string"}}}}}
-
-
-def call(index: int, name: str, arguments: dict, call_id: str = "") -> ToolCallEvent:
-    return ToolCallEvent(index, json.dumps(arguments), id=call_id or f"call_{index}", name=name)
-
-
-@dataclass
-class Rounds(ScriptedRuntime):
-    """A model whose every generation answers with the next scripted round."""
-    rounds: list[list[OutputEvent]] = field(default_factory=list)
-    too_long_after: int | None = None  # rounds after which the prompt no longer fits
-
-    def fit_context(self, name, request, backend=None, context=None) -> int:
-        if self.too_long_after is not None and len(self.requests) >= self.too_long_after:
-            raise InvalidRequestError("the prompt is 9000 tokens, more than fits")
-        return super().fit_context(name, request, backend, context)
-
-    def generate(self, name: str, request: GenerationRequest, sink, backend=None):
-        self.script = self.rounds.pop(0) if self.rounds else [TokenEvent("(unscripted)")]
-        return super().generate(name, request, sink, backend)
 
 
 @dataclass
@@ -56,9 +36,7 @@ class Setup:
         return self.calls_file.read_text().splitlines() if self.calls_file.exists() else []
 
     def play(self, *rounds: list[OutputEvent], too_long_after: int | None = None) -> None:
-        self.model.rounds = list(rounds)
-        self.model.too_long_after = too_long_after
-        self.model.requests.clear()
+        self.model.play(*rounds, too_long_after=too_long_after)
         self.calls_file.unlink(missing_ok=True)
 
 
@@ -109,14 +87,19 @@ def test_a_round_that_calls_the_clients_tool_comes_back_with_that_call_only(setu
     assert setup.calls() == []  # the MCP call of that round was not run
 
 
-def test_a_responses_request_gets_the_final_answer_as_its_output(setup: Setup):
+def test_a_responses_request_gets_the_calls_then_the_final_answer_as_its_output(
+        setup: Setup):
     setup.play([call(0, "get_weather", {"city": "Rome"})], [TokenEvent("Rome is foggy.")])
     r = setup.client.post("/v1/responses", json={
         "model": MODEL, "input": "Weather in Rome?", "mcp": ["weather"]})
     assert r.status_code == 200, r.text
     output = r.json()["output"]
-    assert [item["type"] for item in output] == ["message"]
-    assert output[0]["content"][0]["text"] == "Rome is foggy."
+    assert [item["type"] for item in output] == ["mcp_call", "message"]
+    assert {k: output[0][k] for k in ("server_label", "name", "arguments", "output", "error")
+            } == {"server_label": "weather", "name": "get_weather",
+                  "arguments": '{"city": "Rome"}', "output": "Rome: 27°C and thick fog",
+                  "error": None}
+    assert output[1]["content"][0]["text"] == "Rome is foggy."
     assert setup.calls() == ['get_weather {"city": "Rome"}']
 
 
