@@ -3,7 +3,7 @@ server at a time, in the same run: time to first token of each request. Prints J
 
     EMBER_HOME=~/.cache/ember/test-home .venv/bin/python benchmarks/agent_session.py
         [--model qwen2.5-coder-0.5b-instruct] [--prefix-tokens 12000] [--context 16384]
-        [--parallel 8] [--max-tokens 32] [--repeat 1] [--other] [--pair]
+        [--parallel 8] [--max-tokens 32] [--repeat 1] [--other] [--pair] [--rewrite]
         [--llama-server PATH] [--start-with ember|llama_server]
 
 The session (benchmarks/agent_prompts.py) has the shape Claude Code sends: a system prompt
@@ -14,6 +14,11 @@ assistant turns are scripted, so both servers get the same requests. Each is str
 (OpenAI /v1/chat/completions, greedy, --max-tokens, the tools offered): the time from sending
 it to its first content or tool-call delta, the total time, the prompt, cached and completion
 tokens the server reports.
+
+--rewrite then asks for the edited file whole (an agent re-emitting code it was given, where
+prompt lookup pays): its decoding speed (completion tokens over the time after the first),
+from Ember as it runs by default (prompt lookup on) and with `"speculative": false`, and from
+llama-server with its defaults (no speculation).
 
 --other adds a 6th request, a new conversation on the same system prompt and tools: it should
 find the prefix cached. --pair then sends two new conversations at once on a prefix nothing
@@ -52,6 +57,7 @@ sys.path.insert(0, str(REPO))  # run as a script: `benchmarks` is not an install
 
 from app.store import Store  # noqa: E402
 from benchmarks.agent_prompts import (  # noqa: E402
+    SETTINGS_PY,
     AgentPrefix,
     agent_prefix,
     other_conversation,
@@ -118,11 +124,11 @@ def read_stream(lines: Iterable[str], started: float, clock: Callable[[], float]
 
 
 def ask(url: str, model: str, messages: list[dict], tools: list[dict],
-        max_tokens: int) -> Reply:
+        max_tokens: int, extra: dict | None = None) -> Reply:
     """One streamed greedy chat request with the tools offered."""
     body = {"model": model, "messages": messages, "tools": tools, "stream": True,
             "stream_options": {"include_usage": True}, "temperature": 0,
-            "max_tokens": max_tokens}
+            "max_tokens": max_tokens, **(extra or {})}
     started = time.perf_counter()
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=1800) as r:
         if r.status_code != 200:
@@ -138,16 +144,35 @@ def rounded(reply: Reply) -> dict:
     return out
 
 
+def decode_rate(reply: Reply) -> float | None:
+    """Completion tokens per second after the first (None: too few to tell)."""
+    if reply.ttft_s is None or not reply.completion_tokens or reply.completion_tokens < 2:
+        return None
+    return round((reply.completion_tokens - 1) / max(reply.total_s - reply.ttft_s, 1e-6), 2)
+
+
+REWRITE_VARIANTS = {"ember": {"default": None, "speculation_off": {"speculative": False}},
+                    "llama_server": {"default": None}}
+
+
 def run_session(url: str, model: str, prefix: AgentPrefix, pair_prefix: AgentPrefix | None,
-                args: argparse.Namespace) -> dict:
-    """The session's requests in order, then the other conversation and the pair if asked."""
-    def one(messages: list[dict], tools: list[dict]) -> dict:
-        reply = rounded(ask(url, model, messages, tools, args.max_tokens))
+                args: argparse.Namespace, server: str = "ember") -> dict:
+    """The session's requests in order, then the rewrite, the other conversation and the
+    pair if asked."""
+    def one(messages: list[dict], tools: list[dict], max_tokens: int = args.max_tokens,
+            extra: dict | None = None) -> dict:
+        got = ask(url, model, messages, tools, max_tokens, extra)
+        reply = rounded(got) | {"decode_tok_s": decode_rate(got)}
         print(json.dumps(reply), file=sys.stderr, flush=True)
         return reply
 
     load_before = os.getloadavg()[0]  # a shared machine: how busy it was, for the reader
-    out: dict = {"session": [one(m, prefix.tools) for m in session_requests(prefix)]}
+    session = session_requests(prefix)
+    out: dict = {"session": [one(m, prefix.tools) for m in session]}
+    if args.rewrite:
+        messages = rewrite_request(session[-1])
+        out["rewrite"] = {variant: one(messages, prefix.tools, args.rewrite_tokens, extra)
+                          for variant, extra in REWRITE_VARIANTS[server].items()}
     if args.other:
         out["other_conversation"] = one(other_conversation(
             prefix, "List the Python files under src/ that import requests."), prefix.tools)
@@ -166,6 +191,16 @@ def run_session(url: str, model: str, prefix: AgentPrefix, pair_prefix: AgentPre
     return out
 
 
+def rewrite_request(messages: list[dict]) -> list[dict]:
+    """The session so far, then the ask to write the edited file out whole (given again,
+    without the Read tool's line numbers)."""
+    return [*messages, {"role": "assistant", "content": "The test expects the old port."},
+            {"role": "user", "content": "Here is config/settings.py:\n```python\n"
+             f"{SETTINGS_PY}```\nDo not call any tool. Output the whole file again, every "
+             "line, with the default PORT changed to 9000 and WORKERS to 8, in one python "
+             "code block, nothing else."}]
+
+
 def medians(rounds: list[dict]) -> dict:
     """One server's rounds -> the median time to first token of each request."""
     def med(values: list[float | None]) -> float | None:
@@ -177,6 +212,9 @@ def medians(rounds: list[dict]) -> dict:
     if "other_conversation" in rounds[0]:
         out["other_conversation_ttft_s"] = med([r["other_conversation"]["ttft_s"]
                                                 for r in rounds])
+    if "rewrite" in rounds[0]:
+        out["rewrite_decode_tok_s"] = {v: med([r["rewrite"][v]["decode_tok_s"] for r in rounds])
+                                       for v in rounds[0]["rewrite"]}
     if "pair" in rounds[0]:
         out["pair_both_first_tokens_s"] = med([r["pair"]["both_first_tokens_s"]
                                                for r in rounds])
@@ -195,6 +233,11 @@ def compare(ember: dict, llama: dict) -> tuple[dict, dict]:
     for key in ("other_conversation_ttft_s", "pair_both_first_tokens_s"):
         if key in ember:
             ratios[key.removesuffix("_s")] = ratio(ember[key], llama[key])
+    if "rewrite_decode_tok_s" in ember:  # speed: above 1 is Ember ahead
+        ours, theirs = ember["rewrite_decode_tok_s"], llama["rewrite_decode_tok_s"]
+        ratios["rewrite_decode_vs_llama_server"] = ratio(ours["default"], theirs["default"])
+        ratios["rewrite_decode_lookup_vs_off"] = ratio(ours["default"],
+                                                        ours["speculation_off"])
     later = per_request[1:]
     goals = {f"first_le_{FIRST_GOAL}x": per_request[0] is not None
              and per_request[0] <= FIRST_GOAL,
@@ -229,6 +272,10 @@ def main() -> None:
                         help="a 6th request: another conversation on the same prefix")
     parser.add_argument("--pair", action="store_true",
                         help="then two conversations at once on a new prefix")
+    parser.add_argument("--rewrite", action="store_true",
+                        help="then ask for the edited file whole: decoding speed with and "
+                             "without prompt lookup")
+    parser.add_argument("--rewrite-tokens", type=int, default=320)
     parser.add_argument("--llama-server", default=None)
     parser.add_argument("--start-with", choices=SERVERS, default="ember",
                         help="the server of the first round (the order alternates after)")
@@ -270,7 +317,7 @@ def main() -> None:
             with running_server(commands[name], env, port, model.id) as url:
                 if name == "ember":
                     contexts.append(loaded_context(url))
-                rounds[name].append(run_session(url, model.id, prefix, pair, args))
+                rounds[name].append(run_session(url, model.id, prefix, pair, args, name))
 
     results: dict = {
         "model": model.id, "threads": args.threads, "context": args.context,

@@ -66,3 +66,18 @@ def test_no_output_leaves_no_first_token_and_an_error_chunk_raises() -> None:
     assert reply.ttft_s is None and reply.total_s == 3.0
     with pytest.raises(RuntimeError, match="context is full"):
         read_stream(sse({"error": {"message": "the context is full"}}), 0.0, lambda: 1.0)
+
+
+def test_the_rewrite_compares_decoding_speed_with_and_without_prompt_lookup():
+    from benchmarks.agent_session import Reply, compare, decode_rate
+
+    # 101 tokens, the first at 2 s, the last at 12 s: 100 tokens in 10 s
+    assert decode_rate(Reply(ttft_s=2.0, total_s=12.0, completion_tokens=101)) == 10.0
+    assert decode_rate(Reply(ttft_s=None, total_s=3.0, completion_tokens=0)) is None
+    ember = {"session_ttft_s": [10.0, 1.0], "rewrite_decode_tok_s": {
+        "default": 30.0, "speculation_off": 20.0}}
+    llama = {"session_ttft_s": [10.0, 1.0], "rewrite_decode_tok_s": {"default": 24.0}}
+    ratios, goals = compare(ember, llama)
+    assert ratios["rewrite_decode_vs_llama_server"] == 1.25
+    assert ratios["rewrite_decode_lookup_vs_off"] == 1.5
+    assert all(goals.values())
