@@ -8,7 +8,6 @@ comes as `x-api-key` (or `Authorization: Bearer`), checked by the app's Guard.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -65,7 +64,8 @@ STREAMED: dict[int | str, dict] = {200: {
 
 
 def _generation_request(body: CountTokensRequest, params: SamplingParams,
-                        max_tokens: int | None) -> GenerationRequest:
+                        max_tokens: int | None, cache_key: str | None = None
+                        ) -> GenerationRequest:
     tools = anthropic_tools(body.tools)
     server_names = frozenset(t.name for t in body.tools or () if t.runs_on_anthropic)
     choice, parallel = anthropic_tool_choice(body.tool_choice, tools, server_names,
@@ -76,7 +76,8 @@ def _generation_request(body: CountTokensRequest, params: SamplingParams,
     return chat_request(anthropic_messages(body.system, body.messages), params,
                         json_schema=schema, offered=tools, tool_choice=choice,
                         parallel_tool_calls=parallel,
-                        thinking=anthropic_thinking(body.thinking, max_tokens, output))
+                        thinking=anthropic_thinking(body.thinking, max_tokens, output),
+                        cache_key=cache_key)
 
 
 def _shows_thinking(body: CountTokensRequest) -> bool:
@@ -99,10 +100,10 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
     model = check_model_name(body.model)
     params = sampling(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                       stop=body.stop_sequences, max_tokens=body.max_tokens)
-    gen_request = with_speculative(_generation_request(body, params, body.max_tokens),
-                                   body.speculative)
-    if body.metadata is not None and body.metadata.user_id:  # Claude Code: one per session
-        gen_request = replace(gen_request, cache_key=body.metadata.user_id)
+    # the cache key: metadata.user_id, which Claude Code makes one per session
+    cache_key = body.metadata.user_id if body.metadata is not None else None
+    gen_request = with_speculative(_generation_request(body, params, body.max_tokens,
+                                                       cache_key or None), body.speculative)
     events = await open_events(request.app.state, model, gen_request, "messages",
                                backend=body.backend)
     message_id = anthropic_wire.new_message_id()

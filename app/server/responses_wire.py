@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from app.server.openai_wire import new_call_id
+from app.server.responses_mcp import mcp_call_events
 from app.server.responses_schemas import (
     FunctionCallItem,
     IncompleteDetails,
@@ -140,8 +141,6 @@ class OutputItems:
     def mcp_call(self, item: OutputMcpCall) -> list[dict]:
         """An MCP call the server ran (app.server.responses_mcp): the item before it closed,
         then this one's whole life at once."""
-        from app.server.responses_mcp import mcp_call_events
-
         events = self._close("completed")
         self.items.append(item)
         return [*events, *mcp_call_events(len(self.items) - 1, item)]
