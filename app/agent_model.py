@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.agents import Agent
+from app.agents import Agent, working_room
 from app.errors import ModelNotFoundError
 from app.fit import plan_for
 from app.hardware import detect
@@ -19,6 +19,7 @@ from backends.errors import EmberError
 
 SERVE_PARALLEL = 8  # `ember serve`'s default --parallel: the load plan the server makes
 ROOMY_CONTEXT = 16_384  # below this, an agent's prompt leaves little room for the work
+SHORT_ROOM = 8_192  # tokens of conversation before the agent compacts: below this, often
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,16 @@ def check_model(store: Store, name: str, agent: Agent) -> ModelCheck:
                         "for tool calls follow poorly")
     backend = runtime.choose(model).name
     context = plan_for(model, backend, runtime.hardware, LARGEST_CONTEXT, SERVE_PARALLEL).context
+    room = working_room(agent, context)
     if context < ROOMY_CONTEXT:
         fits = "does not fit" if context < agent.prompt_tokens else "leaves little room"
         warnings.append(f"warning: {model.ref} gets at most {context:,} tokens of context on this "
                    f"machine; {agent.title}'s first request alone is about "
                    f"{agent.prompt_tokens:,} tokens, so it {fits} (agents want 16k or more)")
+    elif room < SHORT_ROOM:
+        warnings.append(f"warning: {model.ref} gets at most {context:,} tokens of context on this "
+                        f"machine; after {agent.title}'s own prompt and the room it keeps for "
+                        f"compacting, about {max(room, 0):,} tokens are left for the work, so "
+                        "it compacts the conversation often (a model with a longer context "
+                        "does better)")
     return ModelCheck(context, tuple(warnings))

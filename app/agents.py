@@ -62,16 +62,54 @@ def agent_setup(agent: str, base_url: str, model: str, context: int, key: str | 
     return _SETUPS[agent](base_url.rstrip("/"), model, context, token, folder)
 
 
+# Claude Code keeps this much of the window free for compacting a conversation, on top of
+# its answer room (min(CLAUDE_CODE_MAX_OUTPUT_TOKENS, 20,000)): measured with `claude -p
+# /context` on 2.1.328 ("Autocompact buffer": 17.1k at a 4,096-token output cap, 21.2k at
+# 8,192, 33k by default).
+CLAUDE_COMPACT_RESERVE = 13_000
+CLAUDE_SUMMARY_CAP = 20_000
+
+
+def claude_output_tokens(context: int) -> int:
+    """The answer cap Claude Code gets for a `context`-token window: an eighth of it, between
+    4,096 and its own default of 32,000. Its compaction reserve grows with the cap, so its
+    default on a 32k local window would leave nothing for the conversation."""
+    return min(32_000, max(4_096, context // 8))
+
+
+def answer_room(context: int) -> int:
+    """The answer cap of the agents that take one from their config: a quarter of the
+    window, at most 8,192 tokens."""
+    return max(1, min(context // 4, 8192))
+
+
+def working_room(agent: Agent, context: int) -> int:
+    """About how many tokens of conversation `agent` can hold in a `context`-token window
+    before it compacts: the window less its first request and what it keeps free."""
+    if agent.name == "claude":
+        output = claude_output_tokens(context)
+        reserve = CLAUDE_COMPACT_RESERVE + min(output, CLAUDE_SUMMARY_CAP)
+    elif agent.name == "codex":
+        reserve = context - context * 9 // 10  # model_auto_compact_token_limit, below
+    else:
+        reserve = answer_room(context)
+    return context - agent.prompt_tokens - reserve
+
+
 def _claude(base_url: str, model: str, context: int, token: str, folder: Path) -> AgentSetup:
     # Claude Code asks for claude-haiku for its background work (titles, summaries) and
-    # names sonnet/opus for subagents: all of them are the one model Ember serves. No
-    # CLAUDE_CODE_MAX_OUTPUT_TOKENS: Ember takes max_tokens as a ceiling.
+    # names sonnet/opus for subagents: all of them are the one model Ember serves. It assumes
+    # a 1M-token window for a model it does not know, so it would never compact before
+    # Ember's context is full: CLAUDE_CODE_MAX_CONTEXT_TOKENS tells it the real one (checked
+    # on 2.1.328: the unknown-model notice goes and /context shows the window).
     env = {"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_AUTH_TOKEN": token,
            "ANTHROPIC_API_KEY": "",  # else a key of the user's for Anthropic would win
            "ANTHROPIC_MODEL": model,
            "ANTHROPIC_DEFAULT_HAIKU_MODEL": model, "ANTHROPIC_SMALL_FAST_MODEL": model,
            "ANTHROPIC_DEFAULT_SONNET_MODEL": model, "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
            "CLAUDE_CODE_SUBAGENT_MODEL": model,
+           "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(context),
+           "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(claude_output_tokens(context)),
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}  # no telemetry, no update checks
     return AgentSetup(env, [], secret_env=("ANTHROPIC_AUTH_TOKEN",))
 
@@ -93,7 +131,7 @@ def _codex(base_url: str, model: str, context: int, token: str, folder: Path) ->
 
 
 def opencode_config(base_url: str, model: str, context: int) -> dict:
-    output = max(1, min(context // 4, 8192))
+    output = answer_room(context)
     return {
         "$schema": "https://opencode.ai/config.json",
         "provider": {"ember": {
@@ -123,7 +161,7 @@ def _aider(base_url: str, model: str, context: int, token: str, folder: Path) ->
     path = folder / "aider-model-metadata.json"
     metadata = {f"openai/{model}": {
         "max_input_tokens": context, "max_tokens": context,
-        "max_output_tokens": max(1, min(context // 4, 8192)),
+        "max_output_tokens": answer_room(context),
         "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
         "litellm_provider": "openai", "mode": "chat"}}
     env = {"OPENAI_API_BASE": f"{base_url}/v1", "OPENAI_API_KEY": token}

@@ -9,12 +9,13 @@ import numpy as np
 
 
 def write_tiny_gguf(path: Path, arch: str = "llama", name: str = "Tiny Test Model",
-                    extra_floats: int = 0, chat_template: str | None = None) -> Path:
+                    extra_floats: int = 0, chat_template: str | None = None,
+                    context_length: int = 256) -> Path:
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
-    writer.add_context_length(256)
+    writer.add_context_length(context_length)
     writer.add_block_count(1)
     writer.add_embedding_length(8)
     writer.add_head_count(2)

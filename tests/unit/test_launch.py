@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from app.agent_server import running_ember
-from app.agents import agent_setup
+from app.agents import AGENTS, agent_setup, claude_output_tokens, working_room
 from app.cli import main
 from app.store import Store
 from backends.errors import EmberError
@@ -29,9 +29,10 @@ HERMES = "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}{# <tool
 PLAIN = "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"
 
 
-def install(tmp_path: Path, name: str, template: str | None) -> str:
+def install(tmp_path: Path, name: str, template: str | None, context_length: int = 256) -> str:
     model = Store().import_gguf(write_tiny_gguf(tmp_path / f"{name}.gguf", name=name,
-                                                chat_template=template))
+                                                chat_template=template,
+                                                context_length=context_length))
     return model.id
 
 
@@ -56,11 +57,29 @@ def test_claude_code_gets_the_anthropic_variables_and_every_model_name_is_ember_
         "ANTHROPIC_MODEL": "qwen-coder", "ANTHROPIC_DEFAULT_HAIKU_MODEL": "qwen-coder",
         "ANTHROPIC_SMALL_FAST_MODEL": "qwen-coder", "ANTHROPIC_DEFAULT_SONNET_MODEL": "qwen-coder",
         "ANTHROPIC_DEFAULT_OPUS_MODEL": "qwen-coder", "CLAUDE_CODE_SUBAGENT_MODEL": "qwen-coder",
+        # its window (it assumes 1M for a model it does not know) and an answer cap that
+        # leaves its compaction reserve room in a 32k window
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
     assert setup.args == [] and setup.files == {}
-    keyed = agent_setup("claude", URL, "qwen-coder", 32768, "sekrit", tmp_path)
+    keyed = agent_setup("claude", URL, "qwen-coder", 131072, "sekrit", tmp_path)
     assert keyed.env["ANTHROPIC_AUTH_TOKEN"] == "sekrit"
-    assert "CLAUDE_CODE_MAX_OUTPUT_TOKENS" not in keyed.env  # max_tokens is a ceiling
+    assert keyed.env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "131072"
+    assert keyed.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "16384"
+
+
+def test_claude_code_s_room_before_compacting_matches_what_its_context_command_shows():
+    # `claude -p /context` (2.1.328) with CLAUDE_CODE_MAX_CONTEXT_TOKENS=32768 and the output
+    # cap 4096 showed an "Autocompact buffer" of 17.1k; 65536/8192: 21.2k; the default cap
+    # (32000): 33k. Its first request is about 12k tokens.
+    claude = AGENTS["claude"]
+    assert [claude_output_tokens(c) for c in (8192, 32768, 65536, 131072, 1_000_000)] == [
+        4096, 4096, 8192, 16384, 32000]
+    assert working_room(claude, 32768) == 32768 - 12_000 - 17_096
+    assert working_room(claude, 65536) == 65536 - 12_000 - 21_192
+    assert working_room(claude, 1_000_000) == 1_000_000 - 12_000 - 33_000
+    # Codex compacts at 90% of its window
+    assert working_room(AGENTS["codex"], 32768) == 29491 - 8_000
 
 
 def test_codex_gets_a_provider_of_its_own_through_config_overrides(tmp_path):
@@ -156,6 +175,22 @@ def test_tools_described_in_the_prompt_are_a_warning_for_tool_agents_only(
                            "--print-env")
     assert code == 0 and "tool calls" not in err
     assert f"aider --model openai/{model}" in out.splitlines()[-1]
+
+
+def test_a_window_that_leaves_claude_code_little_room_is_a_warning_naming_the_room(
+        isolated_home, tmp_path, monkeypatch, capsys):
+    model = install(tmp_path, "Tool Model", HERMES, context_length=32768)
+    code, out, err = ember(monkeypatch, capsys, "launch", "claude", "--model", model,
+                           "--print-env")
+    assert code == 0
+    assert err == (f"warning: {model}:ALL_F32 gets at most 32,768 tokens of context on this "
+                   "machine; after Claude Code's own prompt and the room it keeps for "
+                   "compacting, about 3,672 tokens are left for the work, so it compacts the "
+                   "conversation often (a model with a longer context does better)\n")
+    assert "export CLAUDE_CODE_MAX_CONTEXT_TOKENS=32768" in out.splitlines()
+    code, out, err = ember(monkeypatch, capsys, "launch", "codex", "--model", model,
+                           "--print-env")
+    assert (code, err) == (0, "")  # Codex keeps 10% free: room enough
 
 
 def test_a_model_not_installed_names_the_pull(isolated_home, monkeypatch, capsys):
