@@ -17,17 +17,15 @@ from app.fit.base import (
     Memory,
     budgets,
     gpu_bandwidth,
+    is_discrete,
     size_load,
 )
+from app.fit.offload import KV_BYTES, UBATCH, Parts, kv_bytes, kv_split, layer_cells, parts
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
 from app.registry import Arch, Variant
 from backends.base import LoadPlan
 
-UBATCH = 512
-# Bytes per K or V value by the KV cache's type: a q8_0 block holds 32 values in 34 bytes
-# (32 int8 and a 16-bit scale), ggml's block_q8_0.
-KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
 OVERHEAD_BYTES = 112 << 20  # worker process baseline (docs/notes/fit-model.md)
 BUFFER_FIXED_BYTES = 4 << 20
 BUFFER_PER_CONTEXT_BYTES = 256
@@ -45,7 +43,7 @@ BITS_PER_WEIGHT = {
 }
 # Share of the bandwidth limit reached in decode. CPU: 23.6 of 43 tokens/s on MODELS.md's
 # 2-core Xeon; GPU and Apple: from the literature, not measured (docs/notes/fit-model.md).
-EFFICIENCY = {"cpu": 0.55, "nvidia": 0.75, "apple": 0.65}
+EFFICIENCY = {"cpu": 0.55, "nvidia": 0.75, "apple": 0.65, "gpu": 0.75}  # "gpu": other vendors
 
 
 def bits_per_weight(variant: Variant, params: int) -> float:
@@ -61,15 +59,8 @@ def weight_bytes(variant: Variant, params: int) -> int:
 
 
 def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1, kv: str = "f16") -> int:
-    per_cell_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES[kv]
-    if arch.sliding_window and arch.sliding_pattern:
-        global_layers = arch.layers // arch.sliding_pattern
-        local_cells = min(context, arch.sliding_window + UBATCH)
-    else:
-        global_layers, local_cells = arch.layers, 0
-    local_layers = arch.layers - global_layers
-    cells = global_layers * context + local_layers * local_cells
-    return int(per_cell_layer * cells * parallel)
+    """All layers' KV cache (app.fit.offload.layer_cells)."""
+    return kv_bytes(arch, sum(layer_cells(arch, context)), parallel, kv)
 
 
 def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
@@ -102,9 +93,13 @@ def memory(arch: Arch, weights: int, context: int, parallel: int = 1, on_gpu: bo
 
 def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: HardwareProfile,
              context: int, parallel: int = 1, repacked: int | None = None,
-             kv: str = "f16") -> Fit:
+             kv: str = "f16", embedding: int | None = None, output: int | None = None,
+             gpu_layers: int | None = None) -> Fit:
     """`repacked`: the exact bytes of repackable tensors when the file is at hand; `kv`: the
-    KV cache's type (KV_BYTES)."""
+    KV cache's type (KV_BYTES); `embedding`, `output`: the file's token_embd and output.weight
+    bytes (0: tied), else estimated (app.fit.offload.parts); `gpu_layers`: on a discrete GPU,
+    the repeating layers to offload (a user's choice: "will not fit" where they do not),
+    else the plan picks them."""
     weights = weight_bytes(variant, params)
     if repacked is None:
         repacked = repacked_bytes(variant, weights, hw)
@@ -112,47 +107,116 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     cpu_mem = memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked, kv=kv)
     gpu_budget, ram_budget, kind = budgets(hw)
     layers = arch.layers
-    # Weights outside the repeated layers (embeddings, output) stay with the first device.
-    per_layer = (weights * 0.9 + on_gpu_mem.kv_cache) / layers
+    split = parts(arch, params, weights, embedding, output)
 
-    budget, mem = ram_budget, cpu_mem
-    if kind and on_gpu_mem.total <= gpu_budget:
-        placement, gpu_layers, mem = "full_gpu", layers, on_gpu_mem
-        budget, headroom = gpu_budget, gpu_budget - on_gpu_mem.total
+    gpu_bytes = 0
+    if is_discrete(kind):
+        placement, gpu_layers, gpu_bytes = offload_plan(arch, split, context, parallel, kv,
+                                                        gpu_budget, ram_budget, cpu_mem,
+                                                        gpu_layers)
+    elif kind and on_gpu_mem.total <= gpu_budget:  # unified memory: all or nothing
+        placement, gpu_layers, gpu_bytes = "full_gpu", layers, on_gpu_mem.total
     else:
-        gpu_layers = 0
-        if kind == "nvidia":
-            room = gpu_budget - on_gpu_mem.buffers
-            gpu_layers = max(0, min(layers - 1, int(room // per_layer)))
-        in_ram = cpu_mem.total - int(gpu_layers * per_layer)
-        if gpu_layers > 0 and in_ram <= ram_budget:
-            placement, headroom = "partial", ram_budget - in_ram
-        elif cpu_mem.total <= ram_budget:
-            placement, gpu_layers, headroom = "cpu", 0, ram_budget - cpu_mem.total
-        else:
-            placement, gpu_layers, headroom = "wont_fit", 0, ram_budget - cpu_mem.total
-
-    share = active_share(arch, params)
-    per_token = weights * share + kv_cache_bytes(arch, min(context, TYPICAL_FILL), kv=kv)
-    cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
-    gpu_bw = gpu_bandwidth(hw, kind) * GB * EFFICIENCY.get(kind or "cpu", 0.55)
+        placement, gpu_layers = ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0
+    n_gpu = layers if placement == "full_gpu" else gpu_layers
     if placement == "full_gpu":
-        seconds = per_token / gpu_bw
+        mem, budget = on_gpu_mem, gpu_budget
+        headroom = gpu_budget - (gpu_bytes if is_discrete(kind) else on_gpu_mem.total)
     elif placement == "partial":
-        on_gpu_share = gpu_layers / layers
-        seconds = per_token * on_gpu_share / gpu_bw + per_token * (1 - on_gpu_share) / cpu_bw
+        mem = partial_memory(arch, split, context, parallel, kv, gpu_layers, cpu_mem, repacked)
+        budget = ram_budget
+        headroom = ram_budget - ram_bytes(arch, split, context, parallel, kv, gpu_layers)
+    elif gpu_bytes > gpu_budget:  # layers asked for that the GPU cannot hold
+        mem, budget, headroom = on_gpu_mem, gpu_budget, gpu_budget - gpu_bytes
     else:
-        seconds = per_token / cpu_bw
-    flops_per_token = 2 * params * share
-    if placement == "full_gpu":
-        per_gbps = APPLE_FLOPS_PER_GBPS if kind == "apple" else GPU_FLOPS_PER_GBPS
-        flops = gpu_bandwidth(hw, kind) * per_gbps
-    else:
-        flops = hw.physical_cores * CPU_FLOPS_PER_CORE
+        mem, budget, headroom = cpu_mem, ram_budget, ram_budget - cpu_mem.total
+
+    gpu_read, cpu_read = read_split(arch, params, weights, split, context, kv, n_gpu)
+    cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
+    gpu_gbps = gpu_bandwidth(hw, kind)
+    gpu_bw = gpu_gbps * GB * EFFICIENCY.get(kind or "cpu", EFFICIENCY["gpu"])
+    seconds = gpu_read / gpu_bw + cpu_read / cpu_bw
+    flops_per_token = 2 * params * active_share(arch, params)
+    per_gbps = APPLE_FLOPS_PER_GBPS if kind == "apple" else GPU_FLOPS_PER_GBPS
+    gpu_share = gpu_read / (gpu_read + cpu_read) if gpu_read + cpu_read else 0.0
+    prefill_s = (flops_per_token * gpu_share / (gpu_gbps * per_gbps)
+                 + flops_per_token * (1 - gpu_share) / (hw.physical_cores * CPU_FLOPS_PER_CORE))
     decode = 0.0 if placement == "wont_fit" else round(1 / seconds, 1)
-    prefill = 0.0 if placement == "wont_fit" else round(flops / flops_per_token, 1)
+    prefill = 0.0 if placement == "wont_fit" else round(1 / prefill_s, 1)
     return Fit(spec_id, variant.format, variant.quant, context, parallel, mem, placement,
-               gpu_layers, layers, headroom, budget, decode, prefill, kv)
+               gpu_layers, layers, headroom, budget, decode, prefill, kv, gpu_bytes)
+
+
+def gpu_buffer_bytes(arch: Arch, context: int) -> int:
+    """llama.cpp's compute buffer on the GPU once the output layer is there (any offload):
+    the logits of a ubatch and the rest of the graph (buffer_bytes)."""
+    return buffer_bytes(arch, context, on_gpu=True)
+
+
+def offload_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str,
+                  n: int) -> int:
+    """GPU memory with the last n repeating layers (and so the output layer) offloaded:
+    their weights, their KV cache, the GPU compute buffer."""
+    if n <= 0:
+        return 0
+    return (split.on_gpu(n) + kv_split(arch, context, n, parallel, kv)[0]
+            + gpu_buffer_bytes(arch, context))
+
+
+def ram_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str, n: int) -> int:
+    """What must fit in RAM beside n offloaded layers: the token embedding and the CPU's
+    layers, their KV cache, the CPU compute buffer and the worker process (the CPU's repack
+    copy is reclaimable, as on the CPU alone)."""
+    return (split.in_ram(n, arch.layers) + kv_split(arch, context, n, parallel, kv)[1]
+            + buffer_bytes(arch, context, on_gpu=False) + OVERHEAD_BYTES)
+
+
+def offload_plan(arch: Arch, split: Parts, context: int, parallel: int, kv: str,
+                 gpu_budget: int, ram_budget: int, cpu_mem: Memory,
+                 forced: int | None = None) -> tuple[str, int, int]:
+    """(placement, repeating layers on the GPU, GPU bytes) on a discrete GPU: all layers when
+    they fit the GPU budget (budgets() keeps its headroom), else the most that do and leave
+    the rest fitting RAM, else the CPU. `forced`: that many layers, or "will not fit"."""
+    layers = arch.layers
+    if forced is not None:
+        n = max(0, min(forced, layers))
+        on_gpu = offload_bytes(arch, split, context, parallel, kv, n)
+        if n == 0:
+            return ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
+        fits = on_gpu <= gpu_budget and ram_bytes(arch, split, context, parallel, kv,
+                                                  n) <= ram_budget
+        placement = ("full_gpu" if n == layers else "partial") if fits else "wont_fit"
+        return placement, n, on_gpu
+    for n in range(layers, 0, -1):
+        on_gpu = offload_bytes(arch, split, context, parallel, kv, n)
+        if on_gpu <= gpu_budget and ram_bytes(arch, split, context, parallel, kv,
+                                              n) <= ram_budget:
+            return ("full_gpu" if n == layers else "partial"), n, on_gpu
+    return ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
+
+
+def partial_memory(arch: Arch, split: Parts, context: int, parallel: int, kv: str, n: int,
+                   cpu_mem: Memory, repacked: int) -> Memory:
+    """Both devices' bytes of a partial offload (the CPU's repack copy only of its layers)."""
+    gpu_kv, cpu_kv = kv_split(arch, context, n, parallel, kv)
+    cpu_share = (arch.layers - n) / arch.layers
+    return Memory(weights=cpu_mem.weights + (split.output if split.tied else 0),
+                  repacked=int(repacked * cpu_share), kv_cache=gpu_kv + cpu_kv,
+                  buffers=gpu_buffer_bytes(arch, context) + cpu_mem.buffers,
+                  overhead=OVERHEAD_BYTES)
+
+
+def read_split(arch: Arch, params: int, weights: int, split: Parts, context: int, kv: str,
+               n: int) -> tuple[float, float]:
+    """(GPU, CPU) bytes read a decoded token with n layers offloaded: the output layer, each
+    layer's active weights and its KV at TYPICAL_FILL; the token embedding's one row is not
+    counted. A tied output is token_embd itself, read whole."""
+    unused = weights * (1 - active_share(arch, params))  # MoE experts not read (all in layers)
+    layer = max(0.0, split.layer - unused / max(arch.layers, 1))
+    gpu_kv, cpu_kv = kv_split(arch, min(context, TYPICAL_FILL), n, 1, kv)
+    gpu = split.output + n * layer + gpu_kv if n > 0 else 0.0
+    cpu = (arch.layers - n) * layer + cpu_kv + (split.output if n == 0 else 0)
+    return gpu, cpu
 
 
 def arch_from_gguf(info: GGUFInfo) -> Arch:
@@ -191,14 +255,14 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
     arch = arch_from_gguf(info)
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
     repacked = file_repacked_bytes(info, hw)
+    embedding, output = info.embedding[1], info.output[1]
     sized = size_load(
         lambda c, p, kv: estimate(info.name, arch, info.params, variant, hw, c, p, repacked,
-                                  kv),
+                                  kv, embedding or None, output),
         hw, info.context_length, context, parallel,
         lambda fit, ctx, threads: f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads",
         kv_types=tuple(KV_BYTES), kv_cache=kv_cache)
     fit = sized.fit
-    gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)
-    return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=gpu_layers,
+    return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=fit.n_gpu_layers,
                     parallel=sized.parallel, reason=sized.reason,
                     memory_bytes=fit.memory.total, kv_cache=fit.kv_cache)
