@@ -92,6 +92,8 @@ class Fit:
 
     def explain(self) -> str:
         text = f"{self.label}: {self.memory.describe(self.context)}"
+        if self.gpu_bytes and self.gpu_bytes != self.memory.total:  # a discrete GPU's share
+            text += f" ({self.gpu_bytes / GB:.2f} GB of it on the GPU)"
         if self.placement != "wont_fit":
             speed = self.decode_tokens_per_s
             text += f"; ~{speed:.0f} tokens/s" if speed >= 10 else f"; ~{speed:.1f} tokens/s"

@@ -108,7 +108,9 @@ def test_the_8b_q8_0_takes_25_of_32_layers_on_an_8_gb_card():
     f = fit("llama-3.1-8b-instruct", "Q8_0", ARC_8GB)
     assert (f.placement, f.gpu_layers, f.n_gpu_layers) == ("partial", 25, 26)
     assert f.gpu_bytes == 7_039_001_495
-    assert f.label == "partial offload (25/32 layers on GPU)"
+    assert f.explain().startswith(
+        "partial offload (25/32 layers on GPU): 8.53 GB weights + 0.54 GB KV at 4k context + "
+        "0.39 GB buffers (7.04 GB of it on the GPU); ~13 tokens/s")
     # RAM: embedding 558,160,130 + 7 layers 1,622,179,943 + 7 x 16,777,216 KV + 5 MiB + 112 MiB
     assert f.headroom_bytes == 21_600_000_000 - 2_420_463_977
     # decode at 1,024 tokens of KV (4,194,304 B a layer): GPU reads 558,160,130 +
