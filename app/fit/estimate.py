@@ -41,6 +41,19 @@ BITS_PER_WEIGHT = {
     "MXFP4": 4.25, "Q3_K_M": 3.91, "Q2_K": 3.35,
     "8bit": 8.5, "6bit": 6.5, "4bit": 4.5, "bf16": 16.0, "fp16": 16.0, "int8": 8.5, "int4": 4.25,
 }
+# output.weight's bits per weight by file type: llama.cpp's quantize gives it Q6_K (6.5625)
+# in every mix but Q8_0 and the float types (src/llama-quant.cpp, OUTPUT category); a tied
+# embedding gets the same. Other formats: the file's average.
+Q6_K_BITS = 6.5625
+OUTPUT_BITS = {"Q8_0": 8.5, "F16": 16.0, "BF16": 16.0, "F32": 32.0}
+
+
+def output_bits(variant: Variant) -> float | None:
+    if variant.format != "gguf":
+        return None
+    return OUTPUT_BITS.get(variant.quant.upper(), Q6_K_BITS)
+
+
 # Share of the bandwidth limit reached in decode. CPU: 23.6 of 43 tokens/s on MODELS.md's
 # 2-core Xeon; GPU and Apple: from the literature, not measured (docs/notes/fit-model.md).
 EFFICIENCY = {"cpu": 0.55, "nvidia": 0.75, "apple": 0.65, "gpu": 0.75}  # "gpu": other vendors
@@ -107,7 +120,7 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     cpu_mem = memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked, kv=kv)
     gpu_budget, ram_budget, kind = budgets(hw)
     layers = arch.layers
-    split = parts(arch, params, weights, embedding, output)
+    split = parts(arch, params, weights, embedding, output, output_bits(variant))
 
     gpu_bytes = 0
     if is_discrete(kind):

@@ -35,15 +35,19 @@ class Parts:
 
 
 def parts(arch: Arch, params: int, weights: int, embedding: int | None = None,
-          output: int | None = None) -> Parts:
+          output: int | None = None, output_bits: float | None = None) -> Parts:
     """`embedding`, `output`: the file's token_embd and output.weight bytes when the file is
-    at hand; else each is vocab x hidden parameters at the file's average bytes a parameter.
-    A tied output has no tensor of its own: llama.cpp duplicates token_embd for it."""
+    at hand; else each is vocab x hidden parameters, the output at `output_bits` (the type
+    llama.cpp's quantize gives it; a tied embedding gets the same) and the embedding at the
+    file's average bytes a parameter. A tied output has no tensor of its own: llama.cpp
+    duplicates token_embd for it."""
     per_param = weights / params if params else 0.0
-    estimated = int(arch.vocab * arch.hidden * per_param)
-    embd = estimated if embedding is None else embedding
+    out_per_param = output_bits / 8 if output_bits else per_param
     tied = arch.tied_embeddings or output == 0
-    out_in_file = 0 if tied else (estimated if output is None else output)
+    estimated = int(arch.vocab * arch.hidden * (out_per_param if tied else per_param))
+    embd = estimated if embedding is None else embedding
+    out_estimated = int(arch.vocab * arch.hidden * out_per_param)
+    out_in_file = 0 if tied else (out_estimated if output is None else output)
     layer = max(0, weights - embd - out_in_file) / max(arch.layers, 1)
     return Parts(embd, embd if tied else out_in_file, layer, tied)
 

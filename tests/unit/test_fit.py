@@ -115,19 +115,19 @@ def test_4gb_single_board_computer_runs_the_0_5b_coder_on_the_cpu():
 
 def test_6gb_gpu_needs_partial_offload_and_prefers_q4_with_29_of_32_layers():
     # GPU budget 0.95 x 5.8 GB - 400 MiB = 5,090,569,600 B. llama.cpp puts the output layer
-    # (321,799,071 B: 128,256 x 4,096 at Q4_K_M's 0.6126 B a parameter) and the compute buffer
-    # (267,911,168) on the GPU with the first layer; each layer adds (4.919 GB - 2 x
-    # 321,799,071) / 32 = 133,606,308 B of weights and 16,777,216 of KV: 29 layers take
-    # 4,950,832,437 B, 30 would take 5,101,215,961 (tests/unit/test_fit_offload.py).
+    # (430,940,160 B: 128,256 x 4,096 at Q6_K's 6.5625 bits) and the compute buffer
+    # (267,911,168) on the GPU with the first layer; each layer adds (4.919 GB - 321,799,071
+    # embedding - 430,940,160) / 32 = 130,195,649 B of weights and 16,777,216 of KV: 29 layers
+    # take 4,961,064,414 B, 30 would take 5,108,037,279 (tests/unit/test_fit_offload.py).
     q4 = estimate(LLAMA_8B.id, LLAMA_8B_ARCH, LLAMA_8B.params, LLAMA_8B.variants[0],
                   GPU_6GB, 4096)
     assert (q4.placement, q4.gpu_layers, q4.label) == (
         "partial", 29, "partial offload (29/32 layers on GPU)")
-    assert q4.gpu_bytes == 4_950_832_437
-    # the GPU reads 321,799,071 + 29 x (133,606,308 + 4,194,304 KV at 1,024 tokens) at
-    # 0.75 x 360 GB/s (16.0 ms), the CPU 3 x 137,800,612 at 0.55 x 40 GB/s (18.8 ms): 28.7
-    # tokens/s; Q5_K_M gets 25 layers and 14.9 t/s, under 75% of that: Q4_K_M is recommended.
-    assert q4.decode_tokens_per_s == pytest.approx(28.7, abs=0.1)
+    assert q4.gpu_bytes == 4_961_064_414
+    # the GPU reads 430,940,160 + 29 x (130,195,649 + 4,194,304 KV at 1,024 tokens) at
+    # 0.75 x 360 GB/s (16.0 ms), the CPU 3 x 134,389,953 at 0.55 x 40 GB/s (18.3 ms): 29.1
+    # tokens/s; Q5_K_M gets 25 layers and 15.1 t/s, under 75% of that: Q4_K_M is recommended.
+    assert q4.decode_tokens_per_s == pytest.approx(29.1, abs=0.1)
     fit = recommend(LLAMA_8B, GPU_6GB)
     assert (fit.quant, fit.gpu_layers) == ("Q4_K_M", 29)
 

@@ -7,8 +7,10 @@ The rule (llama-cpp-python 0.3.36's llama.cpp, src/llama-model.cpp load_tensors)
 n_gpu_layers = n + 1 puts the output layer and the LAST n repeating layers, with their KV
 cache, on the GPU; the token embedding stays in RAM. GPU bytes with n layers:
     output + n x layer + n x KV a layer + compute buffer (512 x vocab x 4 + 4 MiB + 256 x ctx)
-Weights without the file: embedding = output = vocab x hidden x (file bytes / parameters);
-layer = (file - embedding - output, untied) / layers. GPU budget: 0.95 x free - 400 MiB."""
+Weights without the file: output = vocab x hidden at Q6_K's 6.5625 bits (8.5 for Q8_0: the
+type llama.cpp's quantize gives it), embedding = vocab x hidden x (file bytes / parameters)
+(tied: the output's); layer = (file - embedding - output if untied) / layers.
+GPU budget: 0.95 x free - 400 MiB."""
 
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ ARC_8GB = card("intel", "Intel Arc A750", 8, 8.0e9, 512)  # 7,180,569,600 B
 RX_12GB = card("amd", "AMD Radeon RX 6700 XT", 12, 12.0e9, 384)  # 10,980,569,600 B
 RTX_24GB = card("nvidia", "NVIDIA GeForce RTX 3090", 24, 24.0e9, 936)  # 22,380,569,600 B
 BUSY_8GB = card("nvidia", "NVIDIA GeForce RTX 4060", 8, 1.0e9, 272)  # 530,569,600 B (a game)
+LESS_BUSY_8GB = card("nvidia", "NVIDIA GeForce RTX 4060", 8, 1.1e9, 272)  # 625,569,600 B
 
 
 def spec(model_id: str) -> ModelSpec:
@@ -66,11 +69,11 @@ def test_budgets_of_the_three_cards_and_any_vendor():
 
 
 # Qwen2.5-Coder 1.5B Q4_K_M: 1,117,320,768 B, 1,543,714,304 parameters, tied.
-# embedding = int(151,936 x 1,536 x 1,117,320,768 / 1,543,714,304) = 168,912,911 (also the
-# output's copy on the GPU); layer = (1,117,320,768 - 168,912,911) / 28 = 33,871,709.18;
+# embedding = int(151,936 x 1,536 x 6.5625 / 8) = 191,439,360 (also the output's copy on the
+# GPU); layer = (1,117,320,768 - 191,439,360) / 28 = 33,067,193.14;
 # KV a layer: 2 x 2 heads x 128 x 2 B x 4,096 = 4,194,304; buffer 512 x 151,936 x 4 +
 # 4 MiB + 1 MiB = 316,407,808.
-# All 28: 168,912,911 + 948,407,857 + 117,440,512 + 316,407,808 = 1,551,169,088.
+# All 28: 191,439,360 + 925,881,408 + 117,440,512 + 316,407,808 = 1,551,169,088.
 Q15_FULL = 1_551_169_088
 
 
@@ -82,22 +85,26 @@ def test_the_1_5b_is_fully_offloaded_on_every_card(hw):
     assert f.headroom_bytes == budgets(hw)[0] - Q15_FULL
 
 
-def test_a_card_with_1_gb_free_takes_the_output_and_one_layer_of_the_1_5b():
-    # 1 layer: 168,912,911 + 33,871,709 + 4,194,304 + 316,407,808 = 523,386,732 <= 530,569,600;
-    # 2 layers: 561,452,745 > the budget
-    f = fit("qwen2.5-coder-1.5b-instruct", "Q4_K_M", BUSY_8GB)
-    assert (f.placement, f.gpu_layers, f.n_gpu_layers) == ("partial", 1, 2)
-    assert f.gpu_bytes == 523_386_732
+def test_a_card_with_1_1_gb_free_takes_the_output_and_three_layers_of_the_1_5b():
+    # 3 layers: 191,439,360 + 99,201,579 + 12,582,912 + 316,407,808 = 619,631,659 <= 625,569,600;
+    # 4 layers: 656,893,157 > the budget; with 1 GB free (530,569,600) not even one layer
+    # (545,108,665) fits
+    f = fit("qwen2.5-coder-1.5b-instruct", "Q4_K_M", LESS_BUSY_8GB)
+    assert (f.placement, f.gpu_layers, f.n_gpu_layers) == ("partial", 3, 4)
+    assert f.gpu_bytes == 619_631_659
+    assert fit("qwen2.5-coder-1.5b-instruct", "Q4_K_M", BUSY_8GB).placement == "cpu"
 
 
-# Llama 3.1 8B (8,030,261,248 parameters, untied): embedding = output =
-# int(128,256 x 4,096 x size / params); layer = (size - 2 x that) / 32; KV a layer 2 x 8 x 128 x
-# 2 B x 4,096 = 16,777,216 (536,870,912 for 32); buffer 512 x 128,256 x 4 + 5 MiB = 267,911,168.
-#   Q6_K 6,585,000,000: output 430,788,145, layer 178,856,990.94; all 32: 430,788,145 +
-#     5,723,423,710 + 536,870,912 + 267,911,168 = 6,958,993,935
-#   Q8_0 8,532,000,000: output 558,160,130, layer 231,739,991.88; all 32: 8,778,621,950;
-#     25 layers: 558,160,130 + 5,793,499,797 + 419,430,400 + 267,911,168 = 7,039,001,495;
-#     26: 7,287,518,703
+# Llama 3.1 8B (8,030,261,248 parameters, untied): embedding = int(128,256 x 4,096 x size /
+# params), output = int(128,256 x 4,096 x bits / 8); layer = (size - both) / 32; KV a layer
+# 2 x 8 x 128 x 2 B x 4,096 = 16,777,216 (536,870,912 for 32); buffer 512 x 128,256 x 4 +
+# 5 MiB = 267,911,168.
+#   Q6_K 6,585,000,000: embedding 430,788,145, output 430,940,160, layer 178,852,240.47; all
+#     32: 430,940,160 + 5,723,271,695 + 536,870,912 + 267,911,168 = 6,958,993,935 (= the file
+#     less the embedding + KV + buffer)
+#   Q8_0 8,532,000,000: embedding 558,160,130, output 558,170,112, layer 231,739,679.94; all
+#     32: 8,778,621,950; 25 layers: 558,170,112 + 5,793,491,998 + 419,430,400 + 267,911,168 =
+#     7,039,003,678; 26: 7,287,520,574
 @pytest.mark.parametrize("hw", [ARC_8GB, RX_12GB, RTX_24GB], ids=["8GB", "12GB", "24GB"])
 def test_the_8b_q6_k_is_fully_offloaded_from_8_gb(hw):
     f = fit("llama-3.1-8b-instruct", "Q6_K", hw)
@@ -107,22 +114,22 @@ def test_the_8b_q6_k_is_fully_offloaded_from_8_gb(hw):
 def test_the_8b_q8_0_takes_25_of_32_layers_on_an_8_gb_card():
     f = fit("llama-3.1-8b-instruct", "Q8_0", ARC_8GB)
     assert (f.placement, f.gpu_layers, f.n_gpu_layers) == ("partial", 25, 26)
-    assert f.gpu_bytes == 7_039_001_495
+    assert f.gpu_bytes == 7_039_003_678
     assert f.explain().startswith(
         "partial offload (25/32 layers on GPU): 8.53 GB weights + 0.54 GB KV at 4k context + "
         "0.39 GB buffers (7.04 GB of it on the GPU); ~13 tokens/s")
-    # RAM: embedding 558,160,130 + 7 layers 1,622,179,943 + 7 x 16,777,216 KV + 5 MiB + 112 MiB
-    assert f.headroom_bytes == 21_600_000_000 - 2_420_463_977
-    # decode at 1,024 tokens of KV (4,194,304 B a layer): GPU reads 558,160,130 +
-    # 25 x (231,739,991.88 + 4,194,304) = 6,456,517,527 B at 0.75 x 512 GB/s; the CPU 7 x the
-    # same = 1,651,540,071 B at 0.55 x 50 GB/s: 16.81 + 60.06 ms = 13.0 tokens/s
+    # RAM: embedding 558,160,130 + 7 layers 1,622,177,760 + 7 x 16,777,216 KV + 5 MiB + 112 MiB
+    assert f.headroom_bytes == 21_600_000_000 - 2_420_461_794
+    # decode at 1,024 tokens of KV (4,194,304 B a layer): GPU reads 558,170,112 +
+    # 25 x (231,739,679.94 + 4,194,304) = 6,456,519,711 B at 0.75 x 512 GB/s; the CPU 7 x the
+    # same = 1,651,537,888 B at 0.55 x 50 GB/s: 16.81 + 60.06 ms = 13.0 tokens/s
     assert f.decode_tokens_per_s == pytest.approx(13.0, abs=0.05)
     for hw in (RX_12GB, RTX_24GB):
         assert fit("llama-3.1-8b-instruct", "Q8_0", hw).gpu_bytes == 8_778_621_950
 
 
 def test_a_card_with_1_gb_free_runs_the_8b_on_the_cpu():
-    # one layer would take 558,160,130 + 231,739,992 + 16,777,216 + 267,911,168 = 1,074,588,506
+    # one layer would take 558,170,112 + 231,739,680 + 16,777,216 + 267,911,168 = 1,074,598,176
     # > 530,569,600
     f = fit("llama-3.1-8b-instruct", "Q8_0", BUSY_8GB)
     assert (f.placement, f.gpu_layers, f.n_gpu_layers, f.gpu_bytes) == ("cpu", 0, 0, 0)
@@ -131,22 +138,23 @@ def test_a_card_with_1_gb_free_runs_the_8b_on_the_cpu():
 # Qwen2.5-Coder 14B (14,770,033,664 parameters, 48 layers, untied, vocab 152,064, hidden
 # 5,120): KV a layer 16,777,216 (805,306,368 for 48); buffer 512 x 152,064 x 4 + 5 MiB =
 # 316,669,952.
-#   Q4_K_M 9,047,000,000: output 476,891,384, layer 168,608,692.33; all 48: 9,692,084,936;
-#     34 layers: 476,891,384 + 5,732,695,539 + 570,425,344 + 316,669,952 = 7,096,682,219; 35:
-#     7,282,068,128
-#   Q6_K 12,111,000,000: output 638,402,957, layer 225,712,376.79; 41 layers: 638,402,957 +
-#     9,254,207,448 + 687,865,856 + 316,669,952 = 10,897,146,213; 42: 11,139,635,806;
-#     25 layers: 7,017,312,729; 26: 7,259,802,322; all 48: 12,594,573,363
-#   Q8_0 15,693,000,000: output 827,219,685, layer 292,470,013.13; 31 layers: 10,730,553,740
-#     (32: 11,039,800,969); 19 layers: 7,019,586,990 (20: 7,328,834,219)
+# output at Q6_K: int(152,064 x 5,120 x 6.5625 / 8) = 638,668,800 (Q8_0: 827,228,160)
+#   Q4_K_M 9,047,000,000: embedding 476,891,384, layer 165,238,329.5; all 48: 9,692,084,936;
+#     34 layers: 638,668,800 + 5,618,103,203 + 570,425,344 + 316,669,952 = 7,143,867,299; 35:
+#     7,325,882,844
+#   Q6_K 12,111,000,000: embedding 638,402,957, layer 225,706,838.40; 41 layers: 638,668,800
+#     + 9,253,980,374 + 687,865,856 + 316,669,952 = 10,897,184,982; 42: 11,139,669,037;
+#     25 layers: 7,017,440,112; 26: 7,259,924,166; all 48: 12,594,573,363
+#   Q8_0 15,693,000,000: embedding 827,219,685, layer 292,469,836.56; 31 layers:
+#     10,730,556,741 (32: 11,039,803,794); 19 layers: 7,019,592,111 (20: 7,328,839,163)
 @pytest.mark.parametrize(("quant", "hw", "layers", "gpu_bytes"), [
-    ("Q4_K_M", ARC_8GB, 34, 7_096_682_219),
+    ("Q4_K_M", ARC_8GB, 34, 7_143_867_299),
     ("Q4_K_M", RX_12GB, 48, 9_692_084_936),
-    ("Q6_K", ARC_8GB, 25, 7_017_312_729),
-    ("Q6_K", RX_12GB, 41, 10_897_146_213),
+    ("Q6_K", ARC_8GB, 25, 7_017_440_112),
+    ("Q6_K", RX_12GB, 41, 10_897_184_982),
     ("Q6_K", RTX_24GB, 48, 12_594_573_363),
-    ("Q8_0", ARC_8GB, 19, 7_019_586_990),
-    ("Q8_0", RX_12GB, 31, 10_730_553_740),
+    ("Q8_0", ARC_8GB, 19, 7_019_592_111),
+    ("Q8_0", RX_12GB, 31, 10_730_556_741),
 ], ids=lambda x: x if isinstance(x, str | int) else "")
 def test_the_14b_offload_plans(quant, hw, layers, gpu_bytes):
     f = fit("qwen2.5-coder-14b-instruct", quant, hw)
@@ -175,7 +183,7 @@ def test_a_12_gb_amd_card_gets_the_8b_fully_offloaded():
     # those leaving 10% of the budget: Q8_0, 8,778,621,950 of 10,980,569,600 (20% free)
     f = recommend(spec("llama-3.1-8b-instruct"), RX_12GB)
     assert (f.quant, f.placement, f.gpu_layers) == ("Q8_0", "full_gpu", 32)
-    # decode: 558,160,130 + 32 x (231,739,991.88 + 4,194,304) = 8,108,057,590 B at
+    # decode: 558,170,112 + 32 x (231,739,679.94 + 4,194,304) = 8,108,057,600 B at
     # 0.75 x 384 GB/s = 35.5 tokens/s
     assert f.decode_tokens_per_s == pytest.approx(35.5, abs=0.05)
     # on the 8 GB card Q6_K leaves 0.22 GB (under 10%), Q8_0's 25 layers decode at 13
@@ -194,10 +202,11 @@ def by_hand(model_id: str, quant: str, n: int) -> int:
     s = spec(model_id)
     a = s.arch
     size = next(v.size_bytes for v in s.variants if v.quant == quant and v.format == "gguf")
-    embedding = int(a.vocab * a.hidden * size / s.params)
-    layer = (size - embedding - (0 if a.tied_embeddings else embedding)) / a.layers
+    output = int(a.vocab * a.hidden * (8.5 if quant == "Q8_0" else 6.5625) / 8)
+    embedding = output if a.tied_embeddings else int(a.vocab * a.hidden * size / s.params)
+    layer = (size - embedding - (0 if a.tied_embeddings else output)) / a.layers
     kv = 2 * a.kv_heads * a.head_dim * 2 * CTX
-    return embedding + round(n * layer) + n * kv + 512 * a.vocab * 4 + 5 * MiB
+    return output + round(n * layer) + n * kv + 512 * a.vocab * 4 + 5 * MiB
 
 
 @pytest.mark.parametrize("vendor", ["nvidia", "amd", "intel", "other"])
@@ -217,13 +226,13 @@ def test_an_offload_plan_never_exceeds_the_cards_memory(vendor):
 
 
 def test_the_output_layer_goes_to_the_gpu_with_the_first_layer_and_the_embedding_never():
-    # Llama 8B Q4_K_M: output 321,799,071 B, layer 133,606,308.06, KV 16,777,216, buffer
+    # Llama 8B Q4_K_M: output 430,940,160 B, layer 130,195,649.03, KV 16,777,216, buffer
     # 267,911,168. llama.cpp offloads the output first (n_gpu_layers = 1 + layers)
     f = fit("llama-3.1-8b-instruct", "Q4_K_M", card("amd", "GPU", 2, 2.0e9, 300))
-    # budget 0.95 x 2e9 - 419,430,400 = 1,480,569,600; 6 layers: 321,799,071 + 801,637,848 +
-    # 100,663,296 + 267,911,168 = 1,492,011,383 is over it; 5: 1,341,627,859
-    assert (f.gpu_layers, f.n_gpu_layers, f.gpu_bytes) == (5, 6, 1_341_627_859)
-    assert f.gpu_bytes - 5 * (133_606_308 + 16_777_216) - 267_911_168 == 321_799_071
+    # budget 0.95 x 2e9 - 419,430,400 = 1,480,569,600; 6 layers: 430,940,160 + 781,173,894 +
+    # 100,663,296 + 267,911,168 = 1,580,688,518 is over it; 5: 1,433,715,653
+    assert (f.gpu_layers, f.n_gpu_layers, f.gpu_bytes) == (5, 6, 1_433_715_653)
+    assert f.gpu_bytes - 5 * (130_195_649 + 16_777_216) - 267_911_168 == 430_940_160
     # the whole model: 4,919,000,000 - 321,799,071 (embedding, in RAM) + 536,870,912 +
     # 267,911,168
     full = fit("llama-3.1-8b-instruct", "Q4_K_M", RTX_24GB)
@@ -267,7 +276,7 @@ def test_the_load_plan_asks_llama_cpp_for_the_output_layer_and_the_offloaded_one
 
 def test_the_speed_of_each_layer_count_a_user_may_choose():
     # the GPU layers setting's choices on the 8 GB card for the 8B Q8_0: more layers, faster,
-    # up to the 25 that fit; 26 (7,287,518,703 B > 7,180,569,600) will not fit
+    # up to the 25 that fit; 26 (7,287,520,574 B > 7,180,569,600) will not fit
     s = spec("llama-3.1-8b-instruct")
     q8 = next(v for v in s.variants if v.quant == "Q8_0")
     speeds = [estimate(s.id, s.arch, s.params, q8, ARC_8GB, CTX, gpu_layers=n)
@@ -275,7 +284,7 @@ def test_the_speed_of_each_layer_count_a_user_may_choose():
     assert [f.placement for f in speeds] == ["cpu"] + ["partial"] * 25 + ["wont_fit"] * 7
     decode = [f.decode_tokens_per_s for f in speeds[:26]]
     assert decode == sorted(decode) and decode[25] == pytest.approx(13.0, abs=0.05)
-    assert speeds[26].headroom_bytes == 7_180_569_600 - 7_287_518_703
+    assert speeds[26].headroom_bytes == 7_180_569_600 - 7_287_520_574
     assert speeds[12].n_gpu_layers == 13
 
 
