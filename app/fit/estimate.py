@@ -12,7 +12,6 @@ from app.fit.base import (
     CPU_FLOPS_PER_CORE,
     GB,
     GPU_FLOPS_PER_GBPS,
-    TYPICAL_FILL,
     Fit,
     Memory,
     budgets,
@@ -20,15 +19,23 @@ from app.fit.base import (
     is_discrete,
     size_load,
 )
-from app.fit.offload import KV_BYTES, UBATCH, Parts, kv_bytes, kv_split, layer_cells, parts
+from app.fit.offload import (
+    KV_BYTES,
+    OVERHEAD_BYTES,
+    buffer_bytes,
+    kv_bytes,
+    layer_cells,
+    offload_plan,
+    partial_memory,
+    parts,
+    ram_bytes,
+    read_split,
+)
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
 from app.registry import Arch, Variant
 from backends.base import LoadPlan
 
-OVERHEAD_BYTES = 112 << 20  # worker process baseline (docs/notes/fit-model.md)
-BUFFER_FIXED_BYTES = 4 << 20
-BUFFER_PER_CONTEXT_BYTES = 256
 REPACKED_TYPES = ("Q4_0", "Q4_K", "IQ4_NL")
 # Share of a file's bytes in repackable tensors, by quant mix, for files not yet downloaded
 # (Qwen2.5-Coder-1.5B Q4_K_M: 596.5 of 1059.9 MiB; docs/notes/fit-model.md).
@@ -74,11 +81,6 @@ def weight_bytes(variant: Variant, params: int) -> int:
 def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1, kv: str = "f16") -> int:
     """All layers' KV cache (app.fit.offload.layer_cells)."""
     return kv_bytes(arch, sum(layer_cells(arch, context)), parallel, kv)
-
-
-def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
-    fixed = BUFFER_FIXED_BYTES + BUFFER_PER_CONTEXT_BYTES * context
-    return UBATCH * arch.vocab * 4 + fixed if on_gpu else fixed
 
 
 def repacked_bytes(variant: Variant, weights: int, hw: HardwareProfile) -> int:
@@ -136,7 +138,7 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
         mem, budget = on_gpu_mem, gpu_budget
         headroom = gpu_budget - (gpu_bytes if is_discrete(kind) else on_gpu_mem.total)
     elif placement == "partial":
-        mem = partial_memory(arch, split, context, parallel, kv, gpu_layers, cpu_mem, repacked)
+        mem = partial_memory(arch, context, parallel, kv, gpu_layers, cpu_mem, repacked)
         budget = ram_budget
         headroom = ram_budget - ram_bytes(arch, split, context, parallel, kv, gpu_layers)
     elif gpu_bytes > gpu_budget:  # layers asked for that the GPU cannot hold
@@ -144,7 +146,8 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     else:
         mem, budget, headroom = cpu_mem, ram_budget, ram_budget - cpu_mem.total
 
-    gpu_read, cpu_read = read_split(arch, params, weights, split, context, kv, n_gpu)
+    unused = weights * (1 - active_share(arch, params))
+    gpu_read, cpu_read = read_split(arch, split, context, kv, n_gpu, unused)
     cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
     gpu_gbps = gpu_bandwidth(hw, kind)
     gpu_bw = gpu_gbps * GB * EFFICIENCY.get(kind or "cpu", EFFICIENCY["gpu"])
@@ -158,78 +161,6 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     prefill = 0.0 if placement == "wont_fit" else round(1 / prefill_s, 1)
     return Fit(spec_id, variant.format, variant.quant, context, parallel, mem, placement,
                gpu_layers, layers, headroom, budget, decode, prefill, kv, gpu_bytes)
-
-
-def gpu_buffer_bytes(arch: Arch, context: int) -> int:
-    """llama.cpp's compute buffer on the GPU once the output layer is there (any offload):
-    the logits of a ubatch and the rest of the graph (buffer_bytes)."""
-    return buffer_bytes(arch, context, on_gpu=True)
-
-
-def offload_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str,
-                  n: int) -> int:
-    """GPU memory with the last n repeating layers (and so the output layer) offloaded:
-    their weights, their KV cache, the GPU compute buffer."""
-    if n <= 0:
-        return 0
-    return (split.on_gpu(n) + kv_split(arch, context, n, parallel, kv)[0]
-            + gpu_buffer_bytes(arch, context))
-
-
-def ram_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str, n: int) -> int:
-    """What must fit in RAM beside n offloaded layers: the token embedding and the CPU's
-    layers, their KV cache, the CPU compute buffer and the worker process (the CPU's repack
-    copy is reclaimable, as on the CPU alone)."""
-    return (split.in_ram(n, arch.layers) + kv_split(arch, context, n, parallel, kv)[1]
-            + buffer_bytes(arch, context, on_gpu=False) + OVERHEAD_BYTES)
-
-
-def offload_plan(arch: Arch, split: Parts, context: int, parallel: int, kv: str,
-                 gpu_budget: int, ram_budget: int, cpu_mem: Memory,
-                 forced: int | None = None) -> tuple[str, int, int]:
-    """(placement, repeating layers on the GPU, GPU bytes) on a discrete GPU: all layers when
-    they fit the GPU budget (budgets() keeps its headroom), else the most that do and leave
-    the rest fitting RAM, else the CPU. `forced`: that many layers, or "will not fit"."""
-    layers = arch.layers
-    if forced is not None:
-        n = max(0, min(forced, layers))
-        on_gpu = offload_bytes(arch, split, context, parallel, kv, n)
-        if n == 0:
-            return ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
-        fits = on_gpu <= gpu_budget and ram_bytes(arch, split, context, parallel, kv,
-                                                  n) <= ram_budget
-        placement = ("full_gpu" if n == layers else "partial") if fits else "wont_fit"
-        return placement, n, on_gpu
-    for n in range(layers, 0, -1):
-        on_gpu = offload_bytes(arch, split, context, parallel, kv, n)
-        if on_gpu <= gpu_budget and ram_bytes(arch, split, context, parallel, kv,
-                                              n) <= ram_budget:
-            return ("full_gpu" if n == layers else "partial"), n, on_gpu
-    return ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
-
-
-def partial_memory(arch: Arch, split: Parts, context: int, parallel: int, kv: str, n: int,
-                   cpu_mem: Memory, repacked: int) -> Memory:
-    """Both devices' bytes of a partial offload (the CPU's repack copy only of its layers)."""
-    gpu_kv, cpu_kv = kv_split(arch, context, n, parallel, kv)
-    cpu_share = (arch.layers - n) / arch.layers
-    return Memory(weights=cpu_mem.weights + (split.output if split.tied else 0),
-                  repacked=int(repacked * cpu_share), kv_cache=gpu_kv + cpu_kv,
-                  buffers=gpu_buffer_bytes(arch, context) + cpu_mem.buffers,
-                  overhead=OVERHEAD_BYTES)
-
-
-def read_split(arch: Arch, params: int, weights: int, split: Parts, context: int, kv: str,
-               n: int) -> tuple[float, float]:
-    """(GPU, CPU) bytes read a decoded token with n layers offloaded: the output layer, each
-    layer's active weights and its KV at TYPICAL_FILL; the token embedding's one row is not
-    counted. A tied output is token_embd itself, read whole."""
-    unused = weights * (1 - active_share(arch, params))  # MoE experts not read (all in layers)
-    layer = max(0.0, split.layer - unused / max(arch.layers, 1))
-    gpu_kv, cpu_kv = kv_split(arch, min(context, TYPICAL_FILL), n, 1, kv)
-    gpu = split.output + n * layer + gpu_kv if n > 0 else 0.0
-    cpu = (arch.layers - n) * layer + cpu_kv + (split.output if n == 0 else 0)
-    return gpu, cpu
 
 
 def arch_from_gguf(info: GGUFInfo) -> Arch:

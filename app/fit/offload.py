@@ -3,16 +3,23 @@ llama-cpp-python 0.3.36 vendors, src/llama-model.cpp `load_tensors`): the token 
 always on the CPU; with n_gpu_layers = N >= 1 the output layer (output.weight, or a copy of
 the token embedding where the two are tied) and the LAST N - 1 repeating layers on the GPU,
 each layer's KV cache with its layer. So a plan with n repeating layers on the GPU asks for
-n + 1. Docs: docs/notes/fit-model.md, "GPU offload".
+n + 1. Here: llama.cpp's memory parts (weights by place, KV cache by layer, compute buffers),
+the bytes each device holds with n layers offloaded, the plan (how many), and the bytes each
+device reads a token. Docs: docs/notes/fit-model.md, "GPU offload".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.fit.base import TYPICAL_FILL, Memory
 from app.registry import Arch
 
 UBATCH = 512
+OVERHEAD_BYTES = 112 << 20  # worker process baseline (docs/notes/fit-model.md)
+BUFFER_FIXED_BYTES = 4 << 20
+BUFFER_PER_CONTEXT_BYTES = 256
+
 # Bytes per K or V value by the KV cache's type: a q8_0 block holds 32 values in 34 bytes
 # (32 int8 and a 16-bit scale), ggml's block_q8_0.
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
@@ -75,3 +82,81 @@ def kv_split(arch: Arch, context: int, n: int, parallel: int = 1,
     cut = arch.layers - n
     return (kv_bytes(arch, sum(cells[cut:]), parallel, kv),
             kv_bytes(arch, sum(cells[:cut]), parallel, kv))
+
+
+def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
+    fixed = BUFFER_FIXED_BYTES + BUFFER_PER_CONTEXT_BYTES * context
+    return UBATCH * arch.vocab * 4 + fixed if on_gpu else fixed
+
+
+def gpu_buffer_bytes(arch: Arch, context: int) -> int:
+    """llama.cpp's compute buffer on the GPU once the output layer is there (any offload):
+    the logits of a ubatch and the rest of the graph (buffer_bytes)."""
+    return buffer_bytes(arch, context, on_gpu=True)
+
+
+def offload_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str,
+                  n: int) -> int:
+    """GPU memory with the last n repeating layers (and so the output layer) offloaded:
+    their weights, their KV cache, the GPU compute buffer."""
+    if n <= 0:
+        return 0
+    return (split.on_gpu(n) + kv_split(arch, context, n, parallel, kv)[0]
+            + gpu_buffer_bytes(arch, context))
+
+
+def ram_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str, n: int) -> int:
+    """What must fit in RAM beside n offloaded layers: the token embedding and the CPU's
+    layers, their KV cache, the CPU compute buffer and the worker process (the CPU's repack
+    copy is reclaimable, as on the CPU alone)."""
+    return (split.in_ram(n, arch.layers) + kv_split(arch, context, n, parallel, kv)[1]
+            + buffer_bytes(arch, context, on_gpu=False) + OVERHEAD_BYTES)
+
+
+def offload_plan(arch: Arch, split: Parts, context: int, parallel: int, kv: str,
+                 gpu_budget: int, ram_budget: int, cpu_mem: Memory,
+                 forced: int | None = None) -> tuple[str, int, int]:
+    """(placement, repeating layers on the GPU, GPU bytes) on a discrete GPU: all layers when
+    they fit the GPU budget (budgets() keeps its headroom), else the most that do and leave
+    the rest fitting RAM, else the CPU. `forced`: that many layers, or "will not fit"."""
+    layers = arch.layers
+    if forced is not None:
+        n = max(0, min(forced, layers))
+        on_gpu = offload_bytes(arch, split, context, parallel, kv, n)
+        if n == 0:
+            return ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
+        fits = on_gpu <= gpu_budget and ram_bytes(arch, split, context, parallel, kv,
+                                                  n) <= ram_budget
+        placement = ("full_gpu" if n == layers else "partial") if fits else "wont_fit"
+        return placement, n, on_gpu
+    for n in range(layers, 0, -1):
+        on_gpu = offload_bytes(arch, split, context, parallel, kv, n)
+        if on_gpu <= gpu_budget and ram_bytes(arch, split, context, parallel, kv,
+                                              n) <= ram_budget:
+            return ("full_gpu" if n == layers else "partial"), n, on_gpu
+    return ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
+
+
+def partial_memory(arch: Arch, context: int, parallel: int, kv: str, n: int,
+                   cpu_mem: Memory, repacked: int) -> Memory:
+    """Both devices' bytes of a partial offload (the CPU's repack copy only of its layers;
+    the weights are the file's, as in every Fit: a tied output's GPU copy is in gpu_bytes)."""
+    gpu_kv, cpu_kv = kv_split(arch, context, n, parallel, kv)
+    cpu_share = (arch.layers - n) / arch.layers
+    return Memory(weights=cpu_mem.weights,
+                  repacked=int(repacked * cpu_share), kv_cache=gpu_kv + cpu_kv,
+                  buffers=gpu_buffer_bytes(arch, context) + cpu_mem.buffers,
+                  overhead=OVERHEAD_BYTES)
+
+
+def read_split(arch: Arch, split: Parts, context: int, kv: str, n: int,
+               unused: float = 0.0) -> tuple[float, float]:
+    """(GPU, CPU) bytes read a decoded token with n layers offloaded: the output layer, each
+    layer's active weights and its KV at TYPICAL_FILL; the token embedding's one row is not
+    counted. A tied output is token_embd itself, read whole. `unused`: the bytes of a MoE's
+    experts not read a token (all in the layers)."""
+    layer = max(0.0, split.layer - unused / max(arch.layers, 1))
+    gpu_kv, cpu_kv = kv_split(arch, min(context, TYPICAL_FILL), n, 1, kv)
+    gpu = split.output + n * layer + gpu_kv if n > 0 else 0.0
+    cpu = (arch.layers - n) * layer + cpu_kv + (split.output if n == 0 else 0)
+    return gpu, cpu
