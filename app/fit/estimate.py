@@ -7,6 +7,8 @@ Where each constant comes from: docs/notes/fit-model.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.fit.base import (
     APPLE_FLOPS_PER_GBPS,
     CPU_FLOPS_PER_CORE,
@@ -17,15 +19,19 @@ from app.fit.base import (
     budgets,
     gpu_bandwidth,
     is_discrete,
+    offload_gpu,
     size_load,
 )
 from app.fit.offload import (
     KV_BYTES,
     OVERHEAD_BYTES,
     buffer_bytes,
+    gpu_buffer_bytes,
     kv_bytes,
     layer_cells,
+    logits_buffer_bytes,
     offload_plan,
+    output_fits,
     partial_memory,
     parts,
     ram_bytes,
@@ -125,10 +131,15 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     split = parts(arch, params, weights, embedding, output, output_bits(variant))
 
     gpu_bytes = 0
-    if is_discrete(kind):
+    device = offload_gpu(hw)
+    # proposed field of app.hardware.GPU: a Vulkan device's maxStorageBufferRange
+    out_gpu = output_fits(split, arch, getattr(device, "max_tensor_bytes", None))
+    if is_discrete(kind):  # the compute buffer measured on a Vulkan device
+        on_gpu_mem = replace(on_gpu_mem, buffers=gpu_buffer_bytes(arch, context, out_gpu)
+                             + (0 if out_gpu else logits_buffer_bytes(arch)))
         placement, gpu_layers, gpu_bytes = offload_plan(arch, split, context, parallel, kv,
                                                         gpu_budget, ram_budget, cpu_mem,
-                                                        gpu_layers)
+                                                        gpu_layers, out_gpu)
     elif kind and on_gpu_mem.total <= gpu_budget:  # unified memory: all or nothing
         placement, gpu_layers, gpu_bytes = "full_gpu", layers, on_gpu_mem.total
     else:
@@ -138,16 +149,19 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
         mem, budget = on_gpu_mem, gpu_budget
         headroom = gpu_budget - (gpu_bytes if is_discrete(kind) else on_gpu_mem.total)
     elif placement == "partial":
-        mem = partial_memory(arch, context, parallel, kv, gpu_layers, cpu_mem, repacked)
+        mem = partial_memory(arch, context, parallel, kv, gpu_layers, cpu_mem, repacked,
+                             out_gpu)
         budget = ram_budget
-        headroom = ram_budget - ram_bytes(arch, split, context, parallel, kv, gpu_layers)
+        headroom = ram_budget - ram_bytes(arch, split, context, parallel, kv, gpu_layers,
+                                          out_gpu)
     elif gpu_bytes > gpu_budget:  # layers asked for that the GPU cannot hold
         mem, budget, headroom = on_gpu_mem, gpu_budget, gpu_budget - gpu_bytes
     else:
         mem, budget, headroom = cpu_mem, ram_budget, ram_budget - cpu_mem.total
 
     unused = weights * (1 - active_share(arch, params))
-    gpu_read, cpu_read = read_split(arch, split, context, kv, n_gpu, unused)
+    gpu_read, cpu_read = read_split(arch, split, context, kv, n_gpu, unused,
+                                    out_gpu or not is_discrete(kind))
     cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
     gpu_gbps = gpu_bandwidth(hw, kind)
     gpu_bw = gpu_gbps * GB * EFFICIENCY.get(kind or "cpu", EFFICIENCY["gpu"])

@@ -89,74 +89,103 @@ def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
     return UBATCH * arch.vocab * 4 + fixed if on_gpu else fixed
 
 
-def gpu_buffer_bytes(arch: Arch, context: int) -> int:
-    """llama.cpp's compute buffer on the GPU once the output layer is there (any offload):
-    the logits of a ubatch and the rest of the graph (buffer_bytes)."""
-    return buffer_bytes(arch, context, on_gpu=True)
+def logits_buffer_bytes(arch: Arch) -> int:
+    """The output layer's part of a compute buffer: a ubatch of float32 logits and of the
+    hidden state going in (measured on lavapipe: 300.25 MiB for Qwen2.5-Coder 0.5B, 302.75
+    for the 1.5B, docs/notes/fit-model.md)."""
+    return UBATCH * (arch.vocab + 2 * arch.hidden) * 4
+
+
+def gpu_buffer_bytes(arch: Arch, context: int, output_on_gpu: bool = True) -> int:
+    """llama.cpp's compute buffer on a discrete GPU with flash attention (on wherever the GPU
+    backend runs it): a ubatch of the layers' activations (3 x ffn + 2 x the attention
+    width, float32) or, with the output layer there, its logits, whichever is larger, and
+    the f16 attention masks (global context and sliding window). Measured on lavapipe to
+    within 0.5 MiB (docs/notes/fit-model.md, "GPU offload")."""
+    width = max(arch.hidden, arch.heads * arch.head_dim)
+    activations = UBATCH * (3 * arch.ffn + 2 * width) * 4
+    cells = set(layer_cells(arch, context))
+    masks = UBATCH * 2 * sum(cells)
+    return max(activations, logits_buffer_bytes(arch) if output_on_gpu else 0) + masks
+
+
+def output_fits(split: Parts, arch: Arch, max_tensor: int | None) -> bool:
+    """Whether the output layer can go to the GPU: a Vulkan device refuses any op with a
+    tensor over its maxStorageBufferRange (ggml-vulkan's supports_op; lavapipe's is 128 MiB),
+    so the output weight and its ubatch of logits must both fit it."""
+    return max_tensor is None or max(split.output, UBATCH * arch.vocab * 4) <= max_tensor
 
 
 def offload_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str,
-                  n: int) -> int:
-    """GPU memory with the last n repeating layers (and so the output layer) offloaded:
-    their weights, their KV cache, the GPU compute buffer."""
+                  n: int, output_on_gpu: bool = True) -> int:
+    """GPU memory with the last n repeating layers (and so the output layer, where it fits)
+    offloaded: their weights, their KV cache, the GPU compute buffer."""
     if n <= 0:
         return 0
-    return (split.on_gpu(n) + kv_split(arch, context, n, parallel, kv)[0]
-            + gpu_buffer_bytes(arch, context))
+    weights = split.on_gpu(n) - (0 if output_on_gpu else split.output)
+    return (weights + kv_split(arch, context, n, parallel, kv)[0]
+            + gpu_buffer_bytes(arch, context, output_on_gpu))
 
 
-def ram_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str, n: int) -> int:
+def ram_bytes(arch: Arch, split: Parts, context: int, parallel: int, kv: str, n: int,
+              output_on_gpu: bool = True) -> int:
     """What must fit in RAM beside n offloaded layers: the token embedding and the CPU's
     layers, their KV cache, the CPU compute buffer and the worker process (the CPU's repack
-    copy is reclaimable, as on the CPU alone)."""
+    copy is reclaimable, as on the CPU alone); an output layer kept on the CPU beside a GPU
+    with its logits buffer, which the GPU backend allocates in pinned host memory."""
+    kept = 0 if output_on_gpu or n == 0 else split.output + logits_buffer_bytes(arch)
     return (split.in_ram(n, arch.layers) + kv_split(arch, context, n, parallel, kv)[1]
-            + buffer_bytes(arch, context, on_gpu=False) + OVERHEAD_BYTES)
+            + buffer_bytes(arch, context, on_gpu=False) + OVERHEAD_BYTES + kept)
 
 
 def offload_plan(arch: Arch, split: Parts, context: int, parallel: int, kv: str,
                  gpu_budget: int, ram_budget: int, cpu_mem: Memory,
-                 forced: int | None = None) -> tuple[str, int, int]:
+                 forced: int | None = None, output_on_gpu: bool = True) -> tuple[str, int, int]:
     """(placement, repeating layers on the GPU, GPU bytes) on a discrete GPU: all layers when
     they fit the GPU budget (budgets() keeps its headroom), else the most that do and leave
     the rest fitting RAM, else the CPU. `forced`: that many layers, or "will not fit"."""
     layers = arch.layers
+
+    def fits(n: int) -> tuple[bool, int]:
+        on_gpu = offload_bytes(arch, split, context, parallel, kv, n, output_on_gpu)
+        in_ram = ram_bytes(arch, split, context, parallel, kv, n, output_on_gpu)
+        return on_gpu <= gpu_budget and in_ram <= ram_budget, on_gpu
+
+    cpu = ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
     if forced is not None:
         n = max(0, min(forced, layers))
-        on_gpu = offload_bytes(arch, split, context, parallel, kv, n)
         if n == 0:
-            return ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
-        fits = on_gpu <= gpu_budget and ram_bytes(arch, split, context, parallel, kv,
-                                                  n) <= ram_budget
-        placement = ("full_gpu" if n == layers else "partial") if fits else "wont_fit"
-        return placement, n, on_gpu
+            return cpu
+        ok, on_gpu = fits(n)
+        return (("full_gpu" if n == layers else "partial") if ok else "wont_fit"), n, on_gpu
     for n in range(layers, 0, -1):
-        on_gpu = offload_bytes(arch, split, context, parallel, kv, n)
-        if on_gpu <= gpu_budget and ram_bytes(arch, split, context, parallel, kv,
-                                              n) <= ram_budget:
+        ok, on_gpu = fits(n)
+        if ok:
             return ("full_gpu" if n == layers else "partial"), n, on_gpu
-    return ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0, 0
+    return cpu
 
 
 def partial_memory(arch: Arch, context: int, parallel: int, kv: str, n: int,
-                   cpu_mem: Memory, repacked: int) -> Memory:
+                   cpu_mem: Memory, repacked: int, output_on_gpu: bool = True) -> Memory:
     """Both devices' bytes of a partial offload (the CPU's repack copy only of its layers;
     the weights are the file's, as in every Fit: a tied output's GPU copy is in gpu_bytes)."""
     gpu_kv, cpu_kv = kv_split(arch, context, n, parallel, kv)
     cpu_share = (arch.layers - n) / arch.layers
     return Memory(weights=cpu_mem.weights,
                   repacked=int(repacked * cpu_share), kv_cache=gpu_kv + cpu_kv,
-                  buffers=gpu_buffer_bytes(arch, context) + cpu_mem.buffers,
+                  buffers=gpu_buffer_bytes(arch, context, output_on_gpu) + cpu_mem.buffers,
                   overhead=OVERHEAD_BYTES)
 
 
 def read_split(arch: Arch, split: Parts, context: int, kv: str, n: int,
-               unused: float = 0.0) -> tuple[float, float]:
+               unused: float = 0.0, output_on_gpu: bool = True) -> tuple[float, float]:
     """(GPU, CPU) bytes read a decoded token with n layers offloaded: the output layer, each
     layer's active weights and its KV at TYPICAL_FILL; the token embedding's one row is not
     counted. A tied output is token_embd itself, read whole. `unused`: the bytes of a MoE's
     experts not read a token (all in the layers)."""
     layer = max(0.0, split.layer - unused / max(arch.layers, 1))
     gpu_kv, cpu_kv = kv_split(arch, min(context, TYPICAL_FILL), n, 1, kv)
-    gpu = split.output + n * layer + gpu_kv if n > 0 else 0.0
-    cpu = (arch.layers - n) * layer + cpu_kv + (split.output if n == 0 else 0)
+    out_gpu = n > 0 and output_on_gpu
+    gpu = (split.output if out_gpu else 0) + n * layer + gpu_kv if n > 0 else 0.0
+    cpu = (arch.layers - n) * layer + cpu_kv + (0 if out_gpu else split.output)
     return gpu, cpu

@@ -6,7 +6,9 @@ Llama 3.1 8B (32 layers) and Qwen2.5-Coder 14B (48 layers).
 The rule (llama-cpp-python 0.3.36's llama.cpp, src/llama-model.cpp load_tensors):
 n_gpu_layers = n + 1 puts the output layer and the LAST n repeating layers, with their KV
 cache, on the GPU; the token embedding stays in RAM. GPU bytes with n layers:
-    output + n x layer + n x KV a layer + compute buffer (512 x vocab x 4 + 4 MiB + 256 x ctx)
+    output + n x layer + n x KV a layer + compute buffer, where the compute buffer is
+    max(512 x (vocab + 2 x hidden) x 4 logits, 512 x (3 x ffn + 2 x hidden) x 4 activations)
+    + 512 x 2 x ctx (the f16 mask); measured on lavapipe (docs/notes/fit-model.md)
 Weights without the file: output = vocab x hidden at Q6_K's 6.5625 bits (8.5 for Q8_0: the
 type llama.cpp's quantize gives it), embedding = vocab x hidden x (file bytes / parameters)
 (tied: the output's); layer = (file - embedding - output if untied) / layers.
@@ -71,10 +73,10 @@ def test_budgets_of_the_three_cards_and_any_vendor():
 # Qwen2.5-Coder 1.5B Q4_K_M: 1,117,320,768 B, 1,543,714,304 parameters, tied.
 # embedding = int(151,936 x 1,536 x 6.5625 / 8) = 191,439,360 (also the output's copy on the
 # GPU); layer = (1,117,320,768 - 191,439,360) / 28 = 33,067,193.14;
-# KV a layer: 2 x 2 heads x 128 x 2 B x 4,096 = 4,194,304; buffer 512 x 151,936 x 4 +
-# 4 MiB + 1 MiB = 316,407,808.
-# All 28: 191,439,360 + 925,881,408 + 117,440,512 + 316,407,808 = 1,551,169,088.
-Q15_FULL = 1_551_169_088
+# KV a layer: 2 x 2 heads x 128 x 2 B x 4,096 = 4,194,304; buffer 512 x (151,936 + 3,072) x 4
+# = 317,456,384 (over 512 x (26,880 + 3,072) x 4 = 61,341,696) + 4,194,304 = 321,650,688.
+# All 28: 191,439,360 + 925,881,408 + 117,440,512 + 321,650,688 = 1,556,411,968.
+Q15_FULL = 1_556_411_968
 
 
 @pytest.mark.parametrize("hw", [ARC_8GB, RX_12GB, RTX_24GB], ids=["8GB", "12GB", "24GB"])
@@ -86,38 +88,38 @@ def test_the_1_5b_is_fully_offloaded_on_every_card(hw):
 
 
 def test_a_card_with_1_1_gb_free_takes_the_output_and_three_layers_of_the_1_5b():
-    # 3 layers: 191,439,360 + 99,201,579 + 12,582,912 + 316,407,808 = 619,631,659 <= 625,569,600;
-    # 4 layers: 656,893,157 > the budget; with 1 GB free (530,569,600) not even one layer
-    # (545,108,665) fits
+    # 3 layers: 191,439,360 + 99,201,579 + 12,582,912 + 321,650,688 = 624,874,539 <= 625,569,600;
+    # 4 layers: 662,136,037 > the budget; with 1 GB free (530,569,600) not even one layer
+    # (550,351,545) fits
     f = fit("qwen2.5-coder-1.5b-instruct", "Q4_K_M", LESS_BUSY_8GB)
     assert (f.placement, f.gpu_layers, f.n_gpu_layers) == ("partial", 3, 4)
-    assert f.gpu_bytes == 619_631_659
+    assert f.gpu_bytes == 624_874_539
     assert fit("qwen2.5-coder-1.5b-instruct", "Q4_K_M", BUSY_8GB).placement == "cpu"
 
 
 # Llama 3.1 8B (8,030,261,248 parameters, untied): embedding = int(128,256 x 4,096 x size /
 # params), output = int(128,256 x 4,096 x bits / 8); layer = (size - both) / 32; KV a layer
-# 2 x 8 x 128 x 2 B x 4,096 = 16,777,216 (536,870,912 for 32); buffer 512 x 128,256 x 4 +
-# 5 MiB = 267,911,168.
+# 2 x 8 x 128 x 2 B x 4,096 = 16,777,216 (536,870,912 for 32); buffer 512 x (128,256 + 8,192)
+# x 4 = 279,445,504 (activations: 512 x 51,200 x 4 = 104,857,600) + 4,194,304 = 283,639,808.
 #   Q6_K 6,585,000,000: embedding 430,788,145, output 430,940,160, layer 178,852,240.47; all
-#     32: 430,940,160 + 5,723,271,695 + 536,870,912 + 267,911,168 = 6,958,993,935 (= the file
+#     32: 430,940,160 + 5,723,271,695 + 536,870,912 + 283,639,808 = 6,974,722,575 (= the file
 #     less the embedding + KV + buffer)
 #   Q8_0 8,532,000,000: embedding 558,160,130, output 558,170,112, layer 231,739,679.94; all
-#     32: 8,778,621,950; 25 layers: 558,170,112 + 5,793,491,998 + 419,430,400 + 267,911,168 =
-#     7,039,003,678; 26: 7,287,520,574
+#     32: 8,794,350,590; 25 layers: 558,170,112 + 5,793,491,998 + 419,430,400 + 283,639,808 =
+#     7,054,732,318; 26: 7,303,249,214
 @pytest.mark.parametrize("hw", [ARC_8GB, RX_12GB, RTX_24GB], ids=["8GB", "12GB", "24GB"])
 def test_the_8b_q6_k_is_fully_offloaded_from_8_gb(hw):
     f = fit("llama-3.1-8b-instruct", "Q6_K", hw)
-    assert (f.placement, f.gpu_layers, f.gpu_bytes) == ("full_gpu", 32, 6_958_993_935)
+    assert (f.placement, f.gpu_layers, f.gpu_bytes) == ("full_gpu", 32, 6_974_722_575)
 
 
 def test_the_8b_q8_0_takes_25_of_32_layers_on_an_8_gb_card():
     f = fit("llama-3.1-8b-instruct", "Q8_0", ARC_8GB)
     assert (f.placement, f.gpu_layers, f.n_gpu_layers) == ("partial", 25, 26)
-    assert f.gpu_bytes == 7_039_003_678
+    assert f.gpu_bytes == 7_054_732_318
     assert f.explain().startswith(
         "partial offload (25/32 layers on GPU): 8.53 GB weights + 0.54 GB KV at 4k context + "
-        "0.39 GB buffers (7.04 GB of it on the GPU); ~13 tokens/s")
+        "0.41 GB buffers (7.05 GB of it on the GPU); ~13 tokens/s")
     # RAM: embedding 558,160,130 + 7 layers 1,622,177,760 + 7 x 16,777,216 KV + 5 MiB + 112 MiB
     assert f.headroom_bytes == 21_600_000_000 - 2_420_461_794
     # decode at 1,024 tokens of KV (4,194,304 B a layer): GPU reads 558,170,112 +
@@ -125,36 +127,36 @@ def test_the_8b_q8_0_takes_25_of_32_layers_on_an_8_gb_card():
     # same = 1,651,537,888 B at 0.55 x 50 GB/s: 16.81 + 60.06 ms = 13.0 tokens/s
     assert f.decode_tokens_per_s == pytest.approx(13.0, abs=0.05)
     for hw in (RX_12GB, RTX_24GB):
-        assert fit("llama-3.1-8b-instruct", "Q8_0", hw).gpu_bytes == 8_778_621_950
+        assert fit("llama-3.1-8b-instruct", "Q8_0", hw).gpu_bytes == 8_794_350_590
 
 
 def test_a_card_with_1_gb_free_runs_the_8b_on_the_cpu():
-    # one layer would take 558,170,112 + 231,739,680 + 16,777,216 + 267,911,168 = 1,074,598,176
+    # one layer would take 558,170,112 + 231,739,680 + 16,777,216 + 283,639,808 = 1,090,326,816
     # > 530,569,600
     f = fit("llama-3.1-8b-instruct", "Q8_0", BUSY_8GB)
     assert (f.placement, f.gpu_layers, f.n_gpu_layers, f.gpu_bytes) == ("cpu", 0, 0, 0)
 
 
 # Qwen2.5-Coder 14B (14,770,033,664 parameters, 48 layers, untied, vocab 152,064, hidden
-# 5,120): KV a layer 16,777,216 (805,306,368 for 48); buffer 512 x 152,064 x 4 + 5 MiB =
-# 316,669,952.
+# 5,120, ffn 13,824): KV a layer 16,777,216 (805,306,368 for 48); buffer 512 x (152,064 +
+# 10,240) x 4 = 332,398,592 (activations 105,906,176) + 4,194,304 = 336,592,896.
 # output at Q6_K: int(152,064 x 5,120 x 6.5625 / 8) = 638,668,800 (Q8_0: 827,228,160)
-#   Q4_K_M 9,047,000,000: embedding 476,891,384, layer 165,238,329.5; all 48: 9,692,084,936;
-#     34 layers: 638,668,800 + 5,618,103,203 + 570,425,344 + 316,669,952 = 7,143,867,299; 35:
-#     7,325,882,844
+#   Q4_K_M 9,047,000,000: embedding 476,891,384, layer 165,238,329.5; all 48: 9,712,007,880;
+#     34 layers: 638,668,800 + 5,618,103,203 + 570,425,344 + 336,592,896 = 7,163,790,243; 35:
+#     7,345,805,788
 #   Q6_K 12,111,000,000: embedding 638,402,957, layer 225,706,838.40; 41 layers: 638,668,800
-#     + 9,253,980,374 + 687,865,856 + 316,669,952 = 10,897,184,982; 42: 11,139,669,037;
-#     25 layers: 7,017,440,112; 26: 7,259,924,166; all 48: 12,594,573,363
+#     + 9,253,980,374 + 687,865,856 + 336,592,896 = 10,917,107,926; 42: 11,159,591,981;
+#     25 layers: 7,037,363,056; 26: 7,279,847,110; all 48: 12,614,496,307
 #   Q8_0 15,693,000,000: embedding 827,219,685, layer 292,469,836.56; 31 layers:
-#     10,730,556,741 (32: 11,039,803,794); 19 layers: 7,019,592,111 (20: 7,328,839,163)
+#     10,750,479,685 (32: 11,059,726,738); 19 layers: 7,039,515,055 (20: 7,348,762,107)
 @pytest.mark.parametrize(("quant", "hw", "layers", "gpu_bytes"), [
-    ("Q4_K_M", ARC_8GB, 34, 7_143_867_299),
-    ("Q4_K_M", RX_12GB, 48, 9_692_084_936),
-    ("Q6_K", ARC_8GB, 25, 7_017_440_112),
-    ("Q6_K", RX_12GB, 41, 10_897_184_982),
-    ("Q6_K", RTX_24GB, 48, 12_594_573_363),
-    ("Q8_0", ARC_8GB, 19, 7_019_592_111),
-    ("Q8_0", RX_12GB, 31, 10_730_556_741),
+    ("Q4_K_M", ARC_8GB, 34, 7_163_790_243),
+    ("Q4_K_M", RX_12GB, 48, 9_712_007_880),
+    ("Q6_K", ARC_8GB, 25, 7_037_363_056),
+    ("Q6_K", RX_12GB, 41, 10_917_107_926),
+    ("Q6_K", RTX_24GB, 48, 12_614_496_307),
+    ("Q8_0", ARC_8GB, 19, 7_039_515_055),
+    ("Q8_0", RX_12GB, 31, 10_750_479_685),
 ], ids=lambda x: x if isinstance(x, str | int) else "")
 def test_the_14b_offload_plans(quant, hw, layers, gpu_bytes):
     f = fit("qwen2.5-coder-14b-instruct", quant, hw)
@@ -180,13 +182,13 @@ def test_a_16_gb_mac_keeps_unified_memory_all_or_nothing():
 
 def test_a_12_gb_amd_card_gets_the_8b_fully_offloaded():
     # every variant fits all 32 layers; all decode above 20 tokens/s, so quality wins among
-    # those leaving 10% of the budget: Q8_0, 8,778,621,950 of 10,980,569,600 (20% free)
+    # those leaving 10% of the budget: Q8_0, 8,794,350,590 of 10,980,569,600 (20% free)
     f = recommend(spec("llama-3.1-8b-instruct"), RX_12GB)
     assert (f.quant, f.placement, f.gpu_layers) == ("Q8_0", "full_gpu", 32)
     # decode: 558,170,112 + 32 x (231,739,679.94 + 4,194,304) = 8,108,057,600 B at
     # 0.75 x 384 GB/s = 35.5 tokens/s
     assert f.decode_tokens_per_s == pytest.approx(35.5, abs=0.05)
-    # on the 8 GB card Q6_K leaves 0.22 GB (under 10%), Q8_0's 25 layers decode at 13
+    # on the 8 GB card Q6_K leaves 0.21 GB (under 10%), Q8_0's 25 layers decode at 13
     # tokens/s: Q5_K_M, fully offloaded
     f8 = recommend(spec("llama-3.1-8b-instruct"), ARC_8GB)
     assert (f8.quant, f8.placement) == ("Q5_K_M", "full_gpu")
@@ -206,7 +208,8 @@ def by_hand(model_id: str, quant: str, n: int) -> int:
     embedding = output if a.tied_embeddings else int(a.vocab * a.hidden * size / s.params)
     layer = (size - embedding - (0 if a.tied_embeddings else output)) / a.layers
     kv = 2 * a.kv_heads * a.head_dim * 2 * CTX
-    return output + round(n * layer) + n * kv + 512 * a.vocab * 4 + 5 * MiB
+    buffer = 512 * 4 * max(a.vocab + 2 * a.hidden, 3 * a.ffn + 2 * a.hidden) + 512 * 2 * CTX
+    return output + round(n * layer) + n * kv + buffer
 
 
 @pytest.mark.parametrize("vendor", ["nvidia", "amd", "intel", "other"])
@@ -227,16 +230,16 @@ def test_an_offload_plan_never_exceeds_the_cards_memory(vendor):
 
 def test_the_output_layer_goes_to_the_gpu_with_the_first_layer_and_the_embedding_never():
     # Llama 8B Q4_K_M: output 430,940,160 B, layer 130,195,649.03, KV 16,777,216, buffer
-    # 267,911,168. llama.cpp offloads the output first (n_gpu_layers = 1 + layers)
+    # 283,639,808. llama.cpp offloads the output first (n_gpu_layers = 1 + layers)
     f = fit("llama-3.1-8b-instruct", "Q4_K_M", card("amd", "GPU", 2, 2.0e9, 300))
     # budget 0.95 x 2e9 - 419,430,400 = 1,480,569,600; 6 layers: 430,940,160 + 781,173,894 +
-    # 100,663,296 + 267,911,168 = 1,580,688,518 is over it; 5: 1,433,715,653
-    assert (f.gpu_layers, f.n_gpu_layers, f.gpu_bytes) == (5, 6, 1_433_715_653)
-    assert f.gpu_bytes - 5 * (130_195_649 + 16_777_216) - 267_911_168 == 430_940_160
+    # 100,663,296 + 283,639,808 = 1,596,417,158 is over it; 5: 1,449,444,293
+    assert (f.gpu_layers, f.n_gpu_layers, f.gpu_bytes) == (5, 6, 1_449_444_293)
+    assert f.gpu_bytes - 5 * (130_195_649 + 16_777_216) - 283_639_808 == 430_940_160
     # the whole model: 4,919,000,000 - 321,799,071 (embedding, in RAM) + 536,870,912 +
     # 267,911,168
     full = fit("llama-3.1-8b-instruct", "Q4_K_M", RTX_24GB)
-    assert full.gpu_bytes == 4_919_000_000 - 321_799_071 + 536_870_912 + 267_911_168
+    assert full.gpu_bytes == 4_919_000_000 - 321_799_071 + 536_870_912 + 283_639_808
 
 
 def write_model(path: Path) -> Path:
@@ -264,10 +267,10 @@ def write_model(path: Path) -> Path:
 def test_the_load_plan_asks_llama_cpp_for_the_output_layer_and_the_offloaded_ones(tmp_path):
     info = read_gguf(write_model(tmp_path / "m.gguf"))
     assert info.output == ("F32", 256_000) and info.embedding == ("F32", 256_000)
-    # at 512 tokens: KV a layer 2 x 4 heads x 16 x 2 B x 512 = 131,072; buffer 512 x 1,000 x
-    # 4 + 4 MiB + 256 x 512 = 6,373,376. One layer: 256,000 + 16,384 + 131,072 + 6,373,376 =
-    # 6,776,832; two: 6,924,288. A budget of 6,800,000 (free (6,800,000 + 419,430,400) / 0.95)
-    hw = card("intel", "GPU", 1, (6_800_000 + 419_430_400) / 0.95 + 1, 100)
+    # at 512 tokens: KV a layer 2 x 4 heads x 16 x 2 B x 512 = 131,072; buffer 512 x (1,000 +
+    # 128) x 4 + 512 x 2 x 512 = 2,834,432. One layer: 256,000 + 16,384 + 131,072 + 2,834,432 =
+    # 3,237,888; two: 3,385,344. A budget of 3,300,000 (free (3,300,000 + 419,430,400) / 0.95)
+    hw = card("intel", "GPU", 1, (3_300_000 + 419_430_400) / 0.95 + 1, 100)
     plan = plan_load(info, hw, context=512)
     assert plan.gpu_layers == 2  # llama.cpp's n_gpu_layers: the output layer + 1 of 2
     assert plan.reason.startswith("partial offload (1/2 layers on GPU)")
@@ -276,7 +279,7 @@ def test_the_load_plan_asks_llama_cpp_for_the_output_layer_and_the_offloaded_one
 
 def test_the_speed_of_each_layer_count_a_user_may_choose():
     # the GPU layers setting's choices on the 8 GB card for the 8B Q8_0: more layers, faster,
-    # up to the 25 that fit; 26 (7,287,520,574 B > 7,180,569,600) will not fit
+    # up to the 25 that fit; 26 (7,303,249,214 B > 7,180,569,600) will not fit
     s = spec("llama-3.1-8b-instruct")
     q8 = next(v for v in s.variants if v.quant == "Q8_0")
     speeds = [estimate(s.id, s.arch, s.params, q8, ARC_8GB, CTX, gpu_layers=n)
@@ -284,7 +287,7 @@ def test_the_speed_of_each_layer_count_a_user_may_choose():
     assert [f.placement for f in speeds] == ["cpu"] + ["partial"] * 25 + ["wont_fit"] * 7
     decode = [f.decode_tokens_per_s for f in speeds[:26]]
     assert decode == sorted(decode) and decode[25] == pytest.approx(13.0, abs=0.05)
-    assert speeds[26].headroom_bytes == 7_180_569_600 - 7_287_520_574
+    assert speeds[26].headroom_bytes == 7_180_569_600 - 7_303_249_214
     assert speeds[12].n_gpu_layers == 13
 
 
@@ -306,3 +309,24 @@ def test_an_integrated_gpu_shares_the_ram_all_or_nothing():
     # the 14B Q4_K_M: 10,286,416,832 B > 8 GiB for the GPU; 9,974,989,760 on the CPU (5 MiB
     # of buffers) fits 10.8 GB of RAM
     assert fit("qwen2.5-coder-14b-instruct", "Q4_K_M", hw).placement == "cpu"
+
+
+def test_an_output_layer_over_a_vulkan_devices_buffer_range_stays_on_the_cpu():
+    # lavapipe's maxStorageBufferRange is 128 MiB: ggml-vulkan refuses the output matmul (the
+    # 1.5B's output, 191,439,360 B, and its logits, 512 x 151,936 x 4 = 311,164,928 B, are
+    # over it), so the output and its logits stay in RAM. Measured there with the real files:
+    # docs/notes/fit-model.md, "GPU offload"; `max_tensor_bytes` is the field proposed for
+    # app.hardware.GPU.
+    @dataclass(frozen=True)
+    class VulkanGPU(GPU):
+        max_tensor_bytes: int | None = 128 * MiB
+
+    hw = profile(32 * GiB, 24e9, 8, 50,
+                 (VulkanGPU("llvmpipe", "other", 2 * GiB, 2 * GiB, None, 50),))
+    f = fit("qwen2.5-coder-1.5b-instruct", "Q4_K_M", hw)
+    # all 28 layers: 925,881,408 + 117,440,512 KV + 512 x (3 x 8,960 + 2 x 1,536) x 4 =
+    # 61,341,696 activations + 4,194,304 mask
+    assert (f.placement, f.gpu_bytes) == ("full_gpu", 925_881_408 + 117_440_512 + 65_536_000)
+    # the buffers: the GPU's and, in RAM (pinned by the GPU backend), the output's logits
+    # 512 x (151,936 + 3,072) x 4 (measured: 60.51 and 302.75 MiB at 2k context)
+    assert f.memory.buffers == 65_536_000 + 317_456_384
