@@ -206,17 +206,30 @@ def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
     return total - embd_bytes if embd_type in REPACKED_TYPES else total
 
 
+def file_estimate(info: GGUFInfo, hw: HardwareProfile, context: int, parallel: int = 1,
+                  kv: str = "f16", gpu_layers: int | None = None) -> Fit:
+    """estimate() for a GGUF file at hand: its own tensor sizes and repack share."""
+    variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
+    return estimate(info.name, arch_from_gguf(info), info.params, variant, hw, context,
+                    parallel, file_repacked_bytes(info, hw), kv, info.embedding[1] or None,
+                    info.output[1], gpu_layers)
+
+
+def layer_choices(info: GGUFInfo, hw: HardwareProfile, context: int, parallel: int = 1,
+                  kv: str = "f16") -> list[Fit]:
+    """The plan for each number of layers a user may offload, 0 to all (the window's GPU
+    layers setting: memory and predicted speed per choice; "will not fit" where the GPU
+    cannot hold them). Each fitting choice's n_gpu_layers is the value llama.cpp takes."""
+    layers = arch_from_gguf(info).layers
+    return [file_estimate(info, hw, context, parallel, kv, n) for n in range(layers + 1)]
+
+
 def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
               parallel: int = 1, kv_cache: str | None = None) -> LoadPlan:
     """The llama.cpp load plan for a GGUF file (app.fit.base.size_load's rule); `kv_cache`
     ("f16", "q8_0") is the KV cache type asked for, None: the rule's choice."""
-    arch = arch_from_gguf(info)
-    variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
-    repacked = file_repacked_bytes(info, hw)
-    embedding, output = info.embedding[1], info.output[1]
     sized = size_load(
-        lambda c, p, kv: estimate(info.name, arch, info.params, variant, hw, c, p, repacked,
-                                  kv, embedding or None, output),
+        lambda c, p, kv: file_estimate(info, hw, c, p, kv),
         hw, info.context_length, context, parallel,
         lambda fit, ctx, threads: f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads",
         kv_types=tuple(KV_BYTES), kv_cache=kv_cache)

@@ -25,7 +25,7 @@ import pytest
 
 from app.fit import estimate, recommend
 from app.fit.base import Fit, budgets
-from app.fit.estimate import plan_load
+from app.fit.estimate import layer_choices, plan_load
 from app.gguf_file import read_gguf
 from app.hardware import GPU, HardwareProfile
 from app.registry import ModelSpec, load_registry
@@ -275,6 +275,13 @@ def test_the_load_plan_asks_llama_cpp_for_the_output_layer_and_the_offloaded_one
     assert plan.gpu_layers == 2  # llama.cpp's n_gpu_layers: the output layer + 1 of 2
     assert plan.reason.startswith("partial offload (1/2 layers on GPU)")
     assert plan_load(info, RTX_24GB, context=512).gpu_layers == -1
+    # the window's GPU layers setting: each choice with its memory and speed
+    # (a layer's bytes are the file's less the embedding and output: its 12,480 bytes of
+    # header and padding are spread over the 2 layers, 6,240 each)
+    assert info.file_size - info.data_bytes == 12_480
+    choices = layer_choices(info, hw, 512)
+    assert [(f.placement, f.n_gpu_layers, f.gpu_bytes) for f in choices] == [
+        ("cpu", 0, 0), ("partial", 2, 3_237_888 + 6_240), ("wont_fit", 0, 3_385_344 + 12_480)]
 
 
 def test_the_speed_of_each_layer_count_a_user_may_choose():
