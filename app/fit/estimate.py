@@ -67,9 +67,11 @@ def output_bits(variant: Variant) -> float | None:
     return OUTPUT_BITS.get(variant.quant.upper(), Q6_K_BITS)
 
 
-# Share of the bandwidth limit reached in decode. CPU: 23.6 of 43 tokens/s on MODELS.md's
-# 2-core Xeon; GPU and Apple: from the literature, not measured (docs/notes/fit-model.md).
-EFFICIENCY = {"cpu": 0.55, "nvidia": 0.75, "apple": 0.65, "gpu": 0.75}  # "gpu": other vendors
+# Share of the bandwidth limit reached in decode over the bytes a token reads (the untied
+# token embedding's one row not counted). CPU: the median of the three test models in
+# benchmarks/fit_accuracy.py's recorded run, 0.44-0.56; GPU ("gpu": other vendors) and Apple:
+# from the literature, not measured (docs/notes/fit-model.md).
+EFFICIENCY = {"cpu": 0.50, "nvidia": 0.75, "apple": 0.65, "gpu": 0.75}
 
 
 def bits_per_weight(variant: Variant, params: int) -> float:
@@ -189,7 +191,8 @@ def arch_from_gguf(info: GGUFInfo) -> Arch:
         vocab=tokens if isinstance(tokens, int) and tokens else 32000,
         ffn=info.arch_int("feed_forward_length", 0),
         sliding_window=window or None,
-        sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None)
+        sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None,
+        tied_embeddings=info.output[1] == 0)  # no output.weight: llama.cpp uses token_embd
 
 
 # Every Nth layer is global in these architectures (the rest use the sliding window).

@@ -82,7 +82,7 @@ def test_8gb_laptop_runs_llama_3_2_3b_on_the_cpu():
     assert ratio["Q8_0"] < 0.75 <= ratio["Q5_K_M"]
     assert fit.quant == expected
     assert fit.decode_tokens_per_s == pytest.approx(
-        0.55 * 38.4e9 / (sizes[expected] + kv_read), rel=0.01)
+        0.50 * 38.4e9 / (sizes[expected] + kv_read), rel=0.01)
 
 
 def test_16gb_m2_air_runs_8b_fully_on_the_gpu_with_q6_k():
@@ -130,9 +130,9 @@ def test_6gb_gpu_needs_partial_offload_and_prefers_q4_with_29_of_32_layers():
         "partial", 29, "partial offload (29/32 layers on GPU)")
     assert q4.gpu_bytes == 4_976_793_054
     # the GPU reads 430,940,160 + 29 x (130,195,649 + 4,194,304 KV at 1,024 tokens) at
-    # 0.75 x 360 GB/s (16.0 ms), the CPU 3 x 134,389,953 at 0.55 x 40 GB/s (18.3 ms): 29.1
-    # tokens/s; Q5_K_M gets 25 layers and 15.1 t/s, under 75% of that: Q4_K_M is recommended.
-    assert q4.decode_tokens_per_s == pytest.approx(29.1, abs=0.1)
+    # 0.75 x 360 GB/s (16.0 ms), the CPU 3 x 134,389,953 at 0.50 x 40 GB/s (20.2 ms): 27.6
+    # tokens/s; Q5_K_M gets 25 layers and 14.0 t/s, under 75% of that: Q4_K_M is recommended.
+    assert q4.decode_tokens_per_s == pytest.approx(27.6, abs=0.1)
     fit = recommend(LLAMA_8B, GPU_6GB)
     assert (fit.quant, fit.gpu_layers) == ("Q4_K_M", 29)
 

@@ -119,13 +119,13 @@ def test_the_8b_q8_0_takes_25_of_32_layers_on_an_8_gb_card():
     assert f.gpu_bytes == 7_054_732_318
     assert f.explain().startswith(
         "partial offload (25/32 layers on GPU): 8.53 GB weights + 0.54 GB KV at 4k context + "
-        "0.41 GB buffers (7.05 GB of it on the GPU); ~13 tokens/s")
+        "0.41 GB buffers (7.05 GB of it on the GPU); ~12 tokens/s")
     # RAM: embedding 558,160,130 + 7 layers 1,622,177,760 + 7 x 16,777,216 KV + 5 MiB + 112 MiB
     assert f.headroom_bytes == 21_600_000_000 - 2_420_461_794
     # decode at 1,024 tokens of KV (4,194,304 B a layer): GPU reads 558,170,112 +
     # 25 x (231,739,679.94 + 4,194,304) = 6,456,519,711 B at 0.75 x 512 GB/s; the CPU 7 x the
-    # same = 1,651,537,888 B at 0.55 x 50 GB/s: 16.81 + 60.06 ms = 13.0 tokens/s
-    assert f.decode_tokens_per_s == pytest.approx(13.0, abs=0.05)
+    # same = 1,651,537,888 B at 0.50 x 50 GB/s: 16.81 + 66.06 ms = 12.1 tokens/s
+    assert f.decode_tokens_per_s == pytest.approx(12.1, abs=0.05)
     for hw in (RX_12GB, RTX_24GB):
         assert fit("llama-3.1-8b-instruct", "Q8_0", hw).gpu_bytes == 8_794_350_590
 
@@ -188,7 +188,7 @@ def test_a_12_gb_amd_card_gets_the_8b_fully_offloaded():
     # decode: 558,170,112 + 32 x (231,739,679.94 + 4,194,304) = 8,108,057,600 B at
     # 0.75 x 384 GB/s = 35.5 tokens/s
     assert f.decode_tokens_per_s == pytest.approx(35.5, abs=0.05)
-    # on the 8 GB card Q6_K leaves 0.21 GB (under 10%), Q8_0's 25 layers decode at 13
+    # on the 8 GB card Q6_K leaves 0.21 GB (under 10%), Q8_0's 25 layers decode at 12
     # tokens/s: Q5_K_M, fully offloaded
     f8 = recommend(spec("llama-3.1-8b-instruct"), ARC_8GB)
     assert (f8.quant, f8.placement) == ("Q5_K_M", "full_gpu")
@@ -293,7 +293,7 @@ def test_the_speed_of_each_layer_count_a_user_may_choose():
               for n in range(0, 33)]
     assert [f.placement for f in speeds] == ["cpu"] + ["partial"] * 25 + ["wont_fit"] * 7
     decode = [f.decode_tokens_per_s for f in speeds[:26]]
-    assert decode == sorted(decode) and decode[25] == pytest.approx(13.0, abs=0.05)
+    assert decode == sorted(decode) and decode[25] == pytest.approx(12.1, abs=0.05)
     assert speeds[26].headroom_bytes == 7_180_569_600 - 7_303_249_214
     assert speeds[12].n_gpu_layers == 13
 
