@@ -45,6 +45,11 @@ APPLE_CHIPS = {
     "M3": (100, 10), "M3 Pro": (150, 18), "M3 Max": (400, 40), "M3 Ultra": (819, 80),
     "M4": (120, 10), "M4 Pro": (273, 20), "M4 Max": (546, 40),
 }
+# Vulkan's maxStorageBufferRange where it is small enough to keep a model's output layer off
+# the GPU (ggml-vulkan refuses an op on a larger tensor): Mesa's lavapipe, 134,217,728 in
+# vulkaninfo (Mesa 22.3). Discrete GPUs' drivers give 4 GiB (NVIDIA, RADV, ANV). ggml does
+# not report it (its buffer-type maximum is the allocation size: 1 GiB on lavapipe).
+MAX_STORAGE_BUFFER = {"lavapipe": 128 << 20}
 DEFAULT_CPU_BANDWIDTH_GBPS = 20.0
 # A bandwidth measured while other programs used this share of the machine's CPU time or more
 # is provisional: they compete for the memory bus (a first start beside a compile read 15 GB/s
@@ -64,6 +69,8 @@ class GPU:
     # the llama.cpp backend that runs it ("Vulkan", "CUDA", "Metal"); None: not asked
     llama_backend: str | None = None
     shared_memory: bool = False  # an integrated GPU: its memory is the system's RAM
+    # the largest tensor an op may touch (Vulkan's maxStorageBufferRange), where it binds
+    max_tensor_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -393,7 +400,8 @@ def _llama_cpp_gpus(nvidia: list[GPU]) -> tuple[list[GPU], list[str]]:
             continue  # nvidia-smi's entry has its compute capability and bandwidth
         gpus.append(GPU(d.description, d.vendor, d.memory_total, d.memory_free,
                         bandwidth_gbps=_bandwidth_for(d.description, GPU_BANDWIDTH_GBPS),
-                        llama_backend=d.backend, shared_memory=d.type == "igpu"))
+                        llama_backend=d.backend, shared_memory=d.type == "igpu",
+                        max_tensor_bytes=MAX_STORAGE_BUFFER.get(d.vendor)))
     return gpus, notes
 
 

@@ -109,10 +109,9 @@ class Fit:
 
 
 def shares_ram(gpu: GPU) -> bool:
-    """An integrated GPU whose memory is the RAM. `integrated` is the field proposed for
-    app.hardware.GPU (ggml's GGML_BACKEND_DEVICE_TYPE_IGPU); absent, every GPU but Apple's
-    counts as discrete."""
-    return gpu.vendor == "apple" or bool(getattr(gpu, "integrated", False))
+    """A GPU whose memory is the RAM: Apple's, or one ggml reports as integrated
+    (GGML_BACKEND_DEVICE_TYPE_IGPU, app.hardware.GPU.shared_memory)."""
+    return gpu.vendor == "apple" or gpu.shared_memory
 
 
 def offload_gpu(hw: HardwareProfile) -> GPU | None:

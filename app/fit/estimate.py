@@ -134,8 +134,7 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
 
     gpu_bytes = 0
     device = offload_gpu(hw)
-    # proposed field of app.hardware.GPU: a Vulkan device's maxStorageBufferRange
-    out_gpu = output_fits(split, arch, getattr(device, "max_tensor_bytes", None))
+    out_gpu = output_fits(split, arch, device.max_tensor_bytes if device else None)
     if is_discrete(kind):  # the compute buffer measured on a Vulkan device
         on_gpu_mem = replace(on_gpu_mem, buffers=gpu_buffer_bytes(arch, context, out_gpu)
                              + (0 if out_gpu else logits_buffer_bytes(arch)))

@@ -49,6 +49,7 @@ class Device:
     backend: str  # the backend that runs it: "CPU", "Vulkan", "CUDA"
     memory_total: int  # bytes
     memory_free: int
+    max_buffer: int = 0  # the largest buffer it allocates (ggml_backend_buft_get_max_size)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class _Ggml:
             ("ggml_backend_dev_name", c, [p]), ("ggml_backend_dev_description", c, [p]),
             ("ggml_backend_dev_type", ctypes.c_int, [p]),
             ("ggml_backend_dev_backend_reg", p, [p]), ("ggml_backend_reg_name", c, [p]),
+            ("ggml_backend_dev_buffer_type", p, [p]), ("ggml_backend_buft_get_max_size", s, [p]),
         ):
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
@@ -132,7 +134,9 @@ class _Ggml:
                     errors="replace").strip(),
                 type=DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "unknown"),
                 backend=(lib.ggml_backend_reg_name(reg) or b"").decode(errors="replace"),
-                memory_total=total.value, memory_free=free.value))
+                memory_total=total.value, memory_free=free.value,
+                max_buffer=int(lib.ggml_backend_buft_get_max_size(
+                    lib.ggml_backend_dev_buffer_type(dev)))))
         return tuple(out)
 
 

@@ -16,13 +16,13 @@ GPU budget: 0.95 x free - 400 MiB."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 
+from app import hardware
 from app.fit import estimate, recommend
 from app.fit.base import Fit, budgets
 from app.fit.estimate import layer_choices, plan_load
@@ -299,13 +299,10 @@ def test_the_speed_of_each_layer_count_a_user_may_choose():
 
 
 def test_an_integrated_gpu_shares_the_ram_all_or_nothing():
-    # ggml's IGPU device type, through the `integrated` field proposed for app.hardware.GPU
-    @dataclass(frozen=True)
-    class IntegratedGPU(GPU):
-        integrated: bool = True
-
+    # ggml's IGPU device type: app.hardware.GPU.shared_memory
     hw = profile(16 * GiB, 12e9, 8, 60,
-                 (IntegratedGPU("Intel Iris Xe", "intel", 8 * GiB, 8 * GiB, None, None),))
+                 (GPU("Intel Iris Xe", "intel", 8 * GiB, 8 * GiB, None, None,
+                      shared_memory=True),))
     assert budgets(hw) == (8 * GiB, 10_800_000_000, "unified")
     f = fit("llama-3.1-8b-instruct", "Q4_K_M", hw)
     # 4,919,000,000 + 536,870,912 + 267,911,168 + 117,440,512 = 5,841,222,592 of 8 GiB, at the
@@ -322,14 +319,11 @@ def test_an_output_layer_over_a_vulkan_devices_buffer_range_stays_on_the_cpu():
     # lavapipe's maxStorageBufferRange is 128 MiB: ggml-vulkan refuses the output matmul (the
     # 1.5B's output, 191,439,360 B, and its logits, 512 x 151,936 x 4 = 311,164,928 B, are
     # over it), so the output and its logits stay in RAM. Measured there with the real files:
-    # docs/notes/fit-model.md, "GPU offload"; `max_tensor_bytes` is the field proposed for
-    # app.hardware.GPU.
-    @dataclass(frozen=True)
-    class VulkanGPU(GPU):
-        max_tensor_bytes: int | None = 128 * MiB
-
+    # docs/notes/fit-model.md, "GPU offload"; app.hardware sets it for lavapipe
+    # (MAX_STORAGE_BUFFER).
     hw = profile(32 * GiB, 24e9, 8, 50,
-                 (VulkanGPU("llvmpipe", "other", 2 * GiB, 2 * GiB, None, 50),))
+                 (GPU("llvmpipe", "lavapipe", 2 * GiB, 2 * GiB, None, 50,
+                      max_tensor_bytes=hardware.MAX_STORAGE_BUFFER["lavapipe"]),))
     f = fit("qwen2.5-coder-1.5b-instruct", "Q4_K_M", hw)
     # all 28 layers: 925,881,408 + 117,440,512 KV + 512 x (3 x 8,960 + 2 x 1,536) x 4 =
     # 61,341,696 activations + 4,194,304 mask
