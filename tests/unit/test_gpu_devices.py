@@ -100,3 +100,18 @@ def test_an_amd_gpu_runs_llama_cpp_with_vulkan_and_the_reason_says_so(
                shared_memory=True)
     assert choose_backend(profile(igpu), gpu_offload=True).reason == (
         "Intel(R) Graphics (RPL-P) (shares the system's memory): llama.cpp with Vulkan")
+
+
+def test_the_machine_page_lists_every_gpu_with_its_llama_cpp_backend(
+        monkeypatch: pytest.MonkeyPatch):
+    from app.gui.machine import machine_lines
+
+    monkeypatch.setattr(gpu_devices, "_report", DeviceReport())
+    amd = GPU("AMD Radeon RX 7800 XT (RADV NAVI32)", "amd", 16 << 30, 15 << 30,
+              llama_backend="Vulkan")
+    igpu = GPU("Intel(R) Graphics (RPL-P)", "intel", 8 << 30, 8 << 30, llama_backend="Vulkan",
+               shared_memory=True)
+    gpus = [text for label, text in machine_lines(profile(amd, igpu)) if label == "GPU"]
+    assert gpus == ["AMD Radeon RX 7800 XT (RADV NAVI32) · 17.2 GB VRAM (16.1 GB free) · "
+                    "llama.cpp: Vulkan",
+                    "Intel(R) Graphics (RPL-P) · shares the system's memory · llama.cpp: Vulkan"]
