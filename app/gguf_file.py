@@ -49,6 +49,7 @@ class GGUFInfo:
     tensor_types: dict[str, int] = field(default_factory=dict)  # quant type name -> count
     type_bytes: dict[str, int] = field(default_factory=dict)  # quant type name -> bytes
     embedding: tuple[str, int] = ("", 0)  # token_embd.weight: (quant type name, bytes)
+    output: tuple[str, int] = ("", 0)  # output.weight, ("", 0) where tied to the embedding
 
     def arch_value(self, key: str, default: object = None) -> object:
         return self.metadata.get(f"{self.architecture}.{key}", default)
@@ -184,7 +185,7 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
         data_bytes, params = 0, 0
         types: dict[str, int] = {}
         type_bytes: dict[str, int] = {}
-        embedding = ("", 0)
+        embedding = output = ("", 0)
         tensor_ends = 0
         for _ in range(n_tensors):
             name = cur.string()
@@ -210,6 +211,8 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
             type_bytes[qtype.name] = type_bytes.get(qtype.name, 0) + nbytes
             if name == "token_embd.weight":
                 embedding = (qtype.name, nbytes)
+            elif name == "output.weight":
+                output = (qtype.name, nbytes)
 
         alignment = metadata.get("general.alignment", 32)
         if not isinstance(alignment, int) or alignment <= 0:
@@ -228,4 +231,4 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
     if n_tensors == 0:
         raise ModelFileError(f"{path}: GGUF holds no tensors")
     return GGUFInfo(path, version, arch, metadata, n_tensors, data_bytes, size, params, types,
-                    type_bytes, embedding)
+                    type_bytes, embedding, output)

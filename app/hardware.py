@@ -32,6 +32,11 @@ GPU_BANDWIDTH_GBPS = {
     "RTX 4090": 1008, "RTX 4080": 717, "RTX 4070 Ti": 504, "RTX 4070": 504,
     "RTX 4060 Ti": 288, "RTX 4060": 272, "RTX 3090": 936, "RTX 3080": 760,
     "RTX 3070": 448, "RTX 3060": 360, "RTX 2080 Ti": 616, "GTX 1660": 192,
+    "RX 9070 XT": 640, "RX 9070": 640, "RX 9060 XT": 320, "RX 7900 XTX": 960,
+    "RX 7900 XT": 800, "RX 7900 GRE": 576, "RX 7800 XT": 624, "RX 7700 XT": 432,
+    "RX 7600 XT": 288, "RX 7600": 288, "RX 6900 XT": 512, "RX 6800 XT": 512, "RX 6800": 512,
+    "RX 6700 XT": 384, "RX 6600 XT": 256, "RX 6600": 224,
+    "Arc B580": 456, "Arc B570": 380, "Arc A770": 560, "Arc A750": 512, "Arc A580": 512,
 }
 # (unified-memory bandwidth GB/s, GPU cores of the common configuration)
 APPLE_CHIPS = {
@@ -40,6 +45,11 @@ APPLE_CHIPS = {
     "M3": (100, 10), "M3 Pro": (150, 18), "M3 Max": (400, 40), "M3 Ultra": (819, 80),
     "M4": (120, 10), "M4 Pro": (273, 20), "M4 Max": (546, 40),
 }
+# Vulkan's maxStorageBufferRange where it is small enough to keep a model's output layer off
+# the GPU (ggml-vulkan refuses an op on a larger tensor): Mesa's lavapipe, 134,217,728 in
+# vulkaninfo (Mesa 22.3). Discrete GPUs' drivers give 4 GiB (NVIDIA, RADV, ANV). ggml does
+# not report it (its buffer-type maximum is the allocation size: 1 GiB on lavapipe).
+MAX_STORAGE_BUFFER = {"lavapipe": 128 << 20}
 DEFAULT_CPU_BANDWIDTH_GBPS = 20.0
 # A bandwidth measured while other programs used this share of the machine's CPU time or more
 # is provisional: they compete for the memory bus (a first start beside a compile read 15 GB/s
@@ -51,11 +61,16 @@ IDLE_SAMPLE_S = 0.1  # how long a later start watches the CPU before measuring a
 @dataclass(frozen=True)
 class GPU:
     name: str
-    vendor: str  # "nvidia" | "apple"
+    vendor: str  # "nvidia" | "amd" | "intel" | "apple" | "lavapipe" (Mesa's CPU Vulkan) | "other"
     vram_total: int
     vram_free: int
     compute_capability: str | None = None
     bandwidth_gbps: float | None = None
+    # the llama.cpp backend that runs it ("Vulkan", "CUDA", "Metal"); None: not asked
+    llama_backend: str | None = None
+    shared_memory: bool = False  # an integrated GPU: its memory is the system's RAM
+    # the largest tensor an op may touch (Vulkan's maxStorageBufferRange), where it binds
+    max_tensor_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -369,13 +384,35 @@ def llama_cpp_uses_amx() -> bool | None:
     return None if info is None else "AMX" in info
 
 
+def _llama_cpp_gpus(nvidia: list[GPU]) -> tuple[list[GPU], list[str]]:
+    """The GPUs llama.cpp's own backends find (app.runtime.gpu_devices), less those
+    nvidia-smi listed, and a note for each GPU backend that did not load or a probe that
+    failed."""
+    from app.runtime.gpu_devices import gpu_devices
+
+    report = gpu_devices()
+    notes = [f"llama.cpp's GPU backend left out: {line}" for line in report.failed]
+    if report.error:
+        notes.append(f"llama.cpp's GPUs could not be read: {report.error}")
+    gpus = []
+    for d in report.devices:
+        if d.vendor == "nvidia" and nvidia:
+            continue  # nvidia-smi's entry has its compute capability and bandwidth
+        gpus.append(GPU(d.description, d.vendor, d.memory_total, d.memory_free,
+                        bandwidth_gbps=_bandwidth_for(d.description, GPU_BANDWIDTH_GBPS),
+                        llama_backend=d.backend, shared_memory=d.type == "igpu",
+                        max_tensor_bytes=MAX_STORAGE_BUFFER.get(d.vendor)))
+    return gpus, notes
+
+
 def detect(measure: bool = True) -> HardwareProfile:
     brand, isa = _cpu_info()
     vm = psutil.virtual_memory()
     logical, physical = _cores()
     chip, apple_gpus = _apple_chip(vm.total)
-    gpus = tuple(_nvidia_gpus()) + tuple(apple_gpus)
-    notes = []
+    nvidia = _nvidia_gpus()
+    llama_gpus, notes = _llama_cpp_gpus(nvidia)
+    gpus = tuple(nvidia) + tuple(llama_gpus) + tuple(apple_gpus)
     if "amx_tile" in isa:
         uses = llama_cpp_uses_amx()
         if uses is False:

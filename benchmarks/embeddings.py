@@ -55,6 +55,8 @@ def rate(count: int, fn) -> dict:
 def by_threads(path: Path, texts: list[str]) -> dict:
     import llama_cpp
 
+    import backends.llamacpp  # noqa: F401  (loads llama.cpp's CPU backend)
+
     result = {}
     for threads in sorted({1, os.cpu_count() or 1}):
         model = llama_cpp.Llama(str(path), embedding=True, verbose=False, n_ctx=512,

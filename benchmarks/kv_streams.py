@@ -25,6 +25,7 @@ import llama_cpp
 from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel
 from llama_cpp._logger import set_verbose
 
+import backends.llamacpp  # noqa: F401  (loads llama.cpp's CPU backend)
 from app.store import Store
 
 N_SEQ, N_CTX_SEQ, BATCH = 8, 4096, 512

@@ -1,7 +1,9 @@
 """What the portable llama.cpp costs: decode and prompt-eval tokens/s of a -march=native build
 (packaging/llama_cpp_wheel.sh), the bundle's x86-64-v3 baseline and its AVX-512 variants, on
-the same model in the same run. Each measurement is a fresh process with LLAMA_CPP_LIB_PATH
-pointing at one build's lib folder (llama_cpp reads it once, at import); builds alternate
+the same model in the same run. Each measurement is a fresh process: the native build through
+LLAMA_CPP_LIB_PATH (llama_cpp reads it once, at import), the installed portable build's
+baseline and variants through EMBER_LLAMA_VARIANT (backends.llamacpp loads that CPU module,
+packaging/install_llama_cpp.sh installs them); builds alternate
 within each round and the report gives medians, bests (on a shared machine the run least
 slowed by other work) and each build's ratio to native. Prints JSON.
 
@@ -9,7 +11,7 @@ slowed by other work) and each build's ratio to native. Prints JSON.
         [--tokens 128] [--prompt 256] [--repeat 5] [--threads N]
 
 Models come from EMBER_HOME, else the test home (~/.cache/ember/test-home). The portable
-builds come from packaging/llama_cpp_portable.sh (built on first use, about 4 minutes).
+builds are the installed ones (packaging/install_llama_cpp.sh).
 Decode: `--tokens` single-token llama_decode calls after a short prompt, greedy, timed
 together. Prompt eval: one `--prompt`-token batch into an empty cache.
 
@@ -37,8 +39,11 @@ TEXT = ("The quick brown fox jumps over the lazy dog while the compiler checks e
 
 def child(model: str, tokens: int, prompt: int, threads: int) -> dict:
     """One build, one process: load, eval a prompt, decode; tokens/s of each."""
+    sys.path.insert(0, str(ROOT))
     import llama_cpp
     import numpy as np
+
+    import backends.llamacpp  # noqa: F401  (the CPU module EMBER_LLAMA_VARIANT names)
 
     llm = llama_cpp.Llama(model_path=model, n_ctx=prompt + tokens + 64, n_batch=prompt,
                           n_threads=threads, verbose=False)
@@ -62,12 +67,6 @@ def child(model: str, tokens: int, prompt: int, threads: int) -> dict:
             "prompt_tok_s": prompt / prompt_s, "decode_tok_s": tokens / decode_s}
 
 
-def portable_folder() -> Path:
-    out = subprocess.run(["bash", str(ROOT / "packaging" / "llama_cpp_portable.sh"),
-                          sys.executable], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 def native_wheel() -> Path:
     """The -march=native wheel (packaging/llama_cpp_wheel.sh; built on first use, about 9
     minutes): the set-up installs the portable build on x86-64 Linux, so the venv's own
@@ -83,14 +82,20 @@ def unpacked_lib(wheel: Path, into: Path) -> Path:
     return into / "llama_cpp" / "lib"
 
 
-def builds(portable: Path, scratch: Path) -> dict[str, Path]:
-    """Name -> lib folder: native (the -march=native wheel's, unpacked), baseline (the
-    portable wheel's, unpacked) and each variant."""
-    found = {"native": unpacked_lib(native_wheel(), scratch / "native"),
-             "baseline": unpacked_lib(next(portable.glob("llama_cpp_python-*.whl")),
-                                      scratch / "baseline")}
-    for variant in sorted(p for p in (portable / "variants").iterdir() if p.is_dir()):
-        found[variant.name] = variant
+def builds(scratch: Path) -> dict[str, dict[str, str]]:
+    """Name -> the environment that runs it: native (the -march=native wheel's lib folder,
+    unpacked), and the installed portable build's baseline and each of its variants."""
+    from backends.llamacpp.cpu_variant import BASELINE, load_variants, variants_dir
+
+    folder = variants_dir()
+    if folder is None or not (folder / f"{BASELINE}.json").is_file():
+        raise SystemExit("the installed llama_cpp has no CPU variants: run "
+                         "packaging/install_llama_cpp.sh (x86-64 Linux)")
+    _, variants = load_variants(folder)
+    found = {"native": {"LLAMA_CPP_LIB_PATH": str(unpacked_lib(native_wheel(),
+                                                               scratch / "native"))}}
+    for name in [BASELINE, *(v.name for v in variants)]:
+        found[name] = {"EMBER_LLAMA_VARIANT": name}
     return found
 
 
@@ -115,14 +120,15 @@ def main() -> None:
         return
 
     model = model_path(args.model)
-    portable = portable_folder()
+    sys.path.insert(0, str(ROOT))
     runs: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        folders = builds(portable, Path(scratch))
+        folders = builds(Path(scratch))
         for _ in range(args.repeat):
-            for name, lib in folders.items():
-                env = {k: v for k, v in os.environ.items() if k != "EMBER_LLAMA_VARIANT"}
-                env["LLAMA_CPP_LIB_PATH"] = str(lib)
+            for name, overrides in folders.items():
+                env = {k: v for k, v in os.environ.items()
+                       if k not in ("EMBER_LLAMA_VARIANT", "LLAMA_CPP_LIB_PATH")}
+                env.update(overrides)
                 out = subprocess.run([sys.executable, __file__, "--child", model, "--tokens",
                                       str(args.tokens), "--prompt", str(args.prompt),
                                       "--threads", str(args.threads)],
@@ -135,7 +141,7 @@ def main() -> None:
     report: dict = {"model": args.model, "cpu": cpu_name(), "cores": os.cpu_count(),
                     "threads": args.threads, "load_average": os.getloadavg(),
                     "decode_tokens": args.tokens, "prompt_tokens": args.prompt,
-                    "repeat": args.repeat, "portable": str(portable), "builds": {}}
+                    "repeat": args.repeat, "builds": {}}
     native = {k: (statistics.median(r[k] for r in runs["native"]),
                   max(r[k] for r in runs["native"])) for k in ("decode_tok_s", "prompt_tok_s")}
     for name, results in runs.items():

@@ -52,7 +52,7 @@ COMPONENTS = [
                         "libcrypto", "libsqlite3", "libffi", "libz.", "liblzma", "libbz2",
                         "libreadline", "libtinfo", "libuuid", "libzstd", "libgssapi",
                         "libkrb5", "libk5crypto", "libcom_err", "libkeyutils")),
-    ("llama.cpp (baseline + variants)", ("llama_cpp",)),
+    ("llama.cpp (baseline, variants, Vulkan)", ("llama_cpp",)),
     ("llguidance", ("llguidance",)),
     ("uvicorn, uvloop, httptools", ("uvloop", "httptools", "uvicorn", "websockets")),
     ("huggingface_hub, hf_xet", ("hf_xet", "huggingface_hub")),

@@ -7,7 +7,8 @@
 #
 # Needs Python 3.11+ and a C/C++ compiler with CMake (llama-cpp-python compiles once per
 # machine, about 3 minutes on 2 cores on x86-64 Linux, where it is the portable build a bundle
-# ships; kept in ~/.cache/ember/wheels). EMBER_LLAMA_VARIANT=baseline runs llama.cpp as an
+# ships, plus about 2.5 for its Vulkan backend where glslc and the Vulkan headers are
+# installed; kept in ~/.cache/ember/wheels). EMBER_LLAMA_VARIANT=baseline runs llama.cpp as an
 # AVX2-only CPU would (backends/llamacpp/cpu_variant.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +28,12 @@ py="$VENV/bin/python"
 pip_q=(-m pip install --quiet --disable-pip-version-check)
 # pip >= 24.1 reports download progress in a form Ember reads ("--progress-bar raw").
 "$py" "${pip_q[@]}" --upgrade "pip>=24.1"
+# The tests' Debian packages come first: they include what llama.cpp's Vulkan backend builds
+# with (glslc, the Vulkan headers) and runs the tests on (Mesa's lavapipe, a CPU Vulkan device).
+if [ "$mode" = test ]; then bash packaging/system_packages.sh; fi
 bash packaging/install_llama_cpp.sh "$py"
 
 if [ "$mode" = test ]; then
-  bash packaging/system_packages.sh
   # mlx and cuda: the tests run both on this CPU (mlx[cpu]; torch's CPU build, pinned)
   "$py" "${pip_q[@]}" -e ".[gui,serve,mlx,cuda,dev]"
   # Lint and type-check first (seconds; mypy about 40 s with a cold cache), so pytest's

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Debian packages the test suite needs beyond Python: a real X server and the tools that
+# The Debian packages the test suite needs beyond Python: what llama.cpp's Vulkan backend
+# builds with and runs the tests on (Mesa's lavapipe), a real X server and the tools that
 # drive it (the window and bundle tests), the Linux packaging tools (bundle, .deb, clean-root
 # install, NSIS compile) and the X libraries Qt's xcb platform plugin loads at build time
 # (PACKAGING-NOTES trap 6). Installed with apt-get as root, or through passwordless sudo.
@@ -15,6 +16,8 @@ packages=(
   libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxcb-image0 libxcb-render-util0
   libxcb-randr0 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libxkbcommon-x11-0
   libwayland-client0 libwayland-cursor0 libwayland-egl1
+  glslc libvulkan-dev spirv-headers                     # llama.cpp's Vulkan backend (build)
+  libvulkan1 mesa-vulkan-drivers                        # ... and lavapipe, a CPU Vulkan device
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -30,7 +30,7 @@ if not NVIDIA_GPU:
 # llama.cpp's CPU build is chosen before anything imports llama_cpp: the suite runs the build
 # this CPU gets in a bundle, or the one EMBER_LLAMA_VARIANT names (`baseline` runs the whole
 # suite as an AVX2-only CPU would: backends/llamacpp/cpu_variant.py).
-from backends.llamacpp import cpu_variant  # noqa: E402
+from backends.llamacpp import cpu_variant, ggml_backends  # noqa: E402
 
 TIERS = ("unit", "integration", "gui", "packaging", "gpu")  # the order they run in
 # What packaging/setup.sh --test exports with EMBER_LLAMA_VARIANT=baseline, so that the
@@ -52,8 +52,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if reporter is None:
         return
     choice = cpu_variant.chosen
+    loaded = ggml_backends.load_backends(gpu=False)
     reporter.write_line("llama.cpp: " + (f"{choice.variant.name} build ({choice.reason})"
-                                          if choice else "the installed package's own build"))
+                                          if choice else "the installed package's own build")
+                        + (f"; backends loaded at run time: {', '.join(loaded.loaded)}"
+                           if loaded.dynamic else "; backends compiled in"))
     capped = [f"{k}={os.environ[k]}" for k in AVX2_ONLY if k in os.environ]
     if capped:  # packaging/setup.sh --test sets them with EMBER_LLAMA_VARIANT=baseline
         reporter.write_line(f"CPU kernels held to AVX2: {' '.join(capped)}")

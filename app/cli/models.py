@@ -60,7 +60,9 @@ def hw(as_json: bool, context: int | None) -> None:
                "available")
     for g in profile.gpus:
         click.echo(f"  GPU      {g.name}, {gb(g.vram_total)} ({gb(g.vram_free)} free)"
-                   + (f", {g.bandwidth_gbps:.0f} GB/s" if g.bandwidth_gbps else ""))
+                   + (", shared with the system" if g.shared_memory else "")
+                   + (f", {g.bandwidth_gbps:.0f} GB/s" if g.bandwidth_gbps else "")
+                   + (f", llama.cpp: {g.llama_backend}" if g.llama_backend else ""))
     if not profile.gpus:
         click.echo("  GPU      none")
     for note in profile.notes:

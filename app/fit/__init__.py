@@ -7,6 +7,7 @@ prefill from FLOP/s. Its parts:
 
 - `base`: what a prediction is (Memory, Fit), this machine's budgets, the one load-plan rule;
 - `estimate`: engines that run a file's own quantization (llama.cpp; MLX uses it too);
+- `offload`: where llama.cpp puts each part with n layers on a discrete GPU, and the plan;
 - `mlx`: an MLX directory's numbers and plan; `cuda`: Ember's own engine, which keeps its
   weights in one dtype and its KV cache in blocks (from backends/cuda/kv_layout.py);
 - `recommend`: which variant to suggest here; `plan`: the Runtime's load plan per backend.

@@ -11,12 +11,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from app.config import ConfigError, env_int
-from app.hardware import HardwareProfile
+from app.hardware import GPU, HardwareProfile
 
 GB = 1e9
 RAM_SHARE = 0.9  # of available RAM
 GPU_SHARE = 0.95  # of free VRAM
-CUDA_CONTEXT_BYTES = 400 << 20
+# What a discrete GPU's driver context (CUDA, Vulkan) takes before any buffer: an estimate for
+# CUDA, kept for every vendor (docs/notes/fit-model.md).
+GPU_CONTEXT_BYTES = 400 << 20
+UNIFIED = "unified"  # the kind of a GPU other than Apple's that shares the RAM (an iGPU)
 DEFAULT_CONTEXT = 4096
 MIN_CONTEXT = 512
 KV_CACHE_TYPES = ("f16", "q8_0")  # what EMBER_KV_CACHE may force (q8_0: llama.cpp only)
@@ -65,13 +68,21 @@ class Fit:
     parallel: int
     memory: Memory
     placement: str  # full_gpu | partial | cpu | wont_fit
-    gpu_layers: int
-    layers: int
+    gpu_layers: int  # repeating layers on the GPU (the output layer goes with the first)
+    layers: int  # repeating layers
     headroom_bytes: int
     budget_bytes: int  # of the device that binds (GPU memory for full GPU, else RAM)
     decode_tokens_per_s: float
     prefill_tokens_per_s: float
     kv_cache: str = "f16"  # the KV cache's type: "f16" (the backend's float) or "q8_0"
+    gpu_bytes: int = 0  # what the plan puts in GPU memory (all of it on unified memory)
+
+    @property
+    def n_gpu_layers(self) -> int:
+        """llama.cpp's `n_gpu_layers` for this plan: -1 (all), 0 (none), or the repeating
+        layers on the GPU + 1 for the output layer, which llama.cpp offloads first
+        (docs/notes/fit-model.md, "GPU offload")."""
+        return {"full_gpu": -1, "partial": self.gpu_layers + 1}.get(self.placement, 0)
 
     @property
     def label(self) -> str:
@@ -81,6 +92,8 @@ class Fit:
 
     def explain(self) -> str:
         text = f"{self.label}: {self.memory.describe(self.context)}"
+        if self.gpu_bytes and self.gpu_bytes != self.memory.total:  # a discrete GPU's share
+            text += f" ({self.gpu_bytes / GB:.2f} GB of it on the GPU)"
         if self.placement != "wont_fit":
             speed = self.decode_tokens_per_s
             text += f"; ~{speed:.0f} tokens/s" if speed >= 10 else f"; ~{speed:.1f} tokens/s"
@@ -95,21 +108,46 @@ class Fit:
         return d
 
 
+def shares_ram(gpu: GPU) -> bool:
+    """A GPU whose memory is the RAM: Apple's, or one ggml reports as integrated
+    (GGML_BACKEND_DEVICE_TYPE_IGPU, app.hardware.GPU.shared_memory)."""
+    return gpu.vendor == "apple" or gpu.shared_memory
+
+
+def offload_gpu(hw: HardwareProfile) -> GPU | None:
+    """The discrete GPU llama.cpp offloads to (NVIDIA, AMD, Intel or any other Vulkan
+    device): the one with the most free memory."""
+    discrete = [g for g in hw.gpus if not shares_ram(g)]
+    return max(discrete, key=lambda g: g.vram_free) if discrete else None
+
+
+def is_discrete(kind: str | None) -> bool:
+    """A GPU kind of budgets() with memory of its own."""
+    return kind is not None and kind not in ("apple", UNIFIED)
+
+
 def budgets(hw: HardwareProfile) -> tuple[int, int, str | None]:
-    """(GPU bytes, RAM bytes, GPU kind) that a model may use."""
+    """(GPU bytes, RAM bytes, GPU kind) that a model may use. The kind is a discrete GPU's
+    vendor ("nvidia", "amd", "intel", or another Vulkan device's), "apple", UNIFIED, or None."""
     ram = int(hw.ram_available * RAM_SHARE)
-    nvidia = [g for g in hw.gpus if g.vendor == "nvidia"]
-    if nvidia:
-        g = max(nvidia, key=lambda g: g.vram_free)
-        return max(0, int(g.vram_free * GPU_SHARE) - CUDA_CONTEXT_BYTES), ram, "nvidia"
+    g = offload_gpu(hw)
+    if g is not None:
+        return max(0, int(g.vram_free * GPU_SHARE) - GPU_CONTEXT_BYTES), ram, g.vendor
     apple = [g for g in hw.gpus if g.vendor == "apple"]
     if apple:
         # Unified memory: the GPU's share and the CPU's come out of the same RAM.
         return min(apple[0].vram_total, ram), ram, "apple"
+    shared = [g for g in hw.gpus if shares_ram(g)]
+    if shared:
+        return min(shared[0].vram_total, ram), ram, UNIFIED
     return 0, ram, None
 
 
 def gpu_bandwidth(hw: HardwareProfile, kind: str | None) -> float:
+    """The GPU's bandwidth in GB/s; the CPU's where it is not known (and for UNIFIED)."""
+    g = offload_gpu(hw)
+    if g is not None and g.vendor == kind and g.bandwidth_gbps:
+        return g.bandwidth_gbps
     for g in hw.gpus:
         if g.vendor == kind and g.bandwidth_gbps:
             return g.bandwidth_gbps
@@ -119,7 +157,7 @@ def gpu_bandwidth(hw: HardwareProfile, kind: str | None) -> float:
 def memory_budget(hw: HardwareProfile) -> int:
     """Bytes the loaded models may use together (GPU memory when there is a GPU)."""
     gpu, ram, kind = budgets(hw)
-    return gpu if kind == "nvidia" and gpu > 0 else ram
+    return gpu if is_discrete(kind) and gpu > 0 else ram
 
 
 FitAt = Callable[[int, int, str], Fit]  # (context, parallel, KV cache type) -> Fit

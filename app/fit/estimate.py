@@ -7,30 +7,41 @@ Where each constant comes from: docs/notes/fit-model.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.fit.base import (
     APPLE_FLOPS_PER_GBPS,
     CPU_FLOPS_PER_CORE,
     GB,
     GPU_FLOPS_PER_GBPS,
-    TYPICAL_FILL,
     Fit,
     Memory,
     budgets,
     gpu_bandwidth,
+    is_discrete,
+    offload_gpu,
     size_load,
+)
+from app.fit.offload import (
+    KV_BYTES,
+    OVERHEAD_BYTES,
+    buffer_bytes,
+    gpu_buffer_bytes,
+    kv_bytes,
+    layer_cells,
+    logits_buffer_bytes,
+    offload_plan,
+    output_fits,
+    partial_memory,
+    parts,
+    ram_bytes,
+    read_split,
 )
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
 from app.registry import Arch, Variant
 from backends.base import LoadPlan
 
-UBATCH = 512
-# Bytes per K or V value by the KV cache's type: a q8_0 block holds 32 values in 34 bytes
-# (32 int8 and a 16-bit scale), ggml's block_q8_0.
-KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
-OVERHEAD_BYTES = 112 << 20  # worker process baseline (docs/notes/fit-model.md)
-BUFFER_FIXED_BYTES = 4 << 20
-BUFFER_PER_CONTEXT_BYTES = 256
 REPACKED_TYPES = ("Q4_0", "Q4_K", "IQ4_NL")
 # Share of a file's bytes in repackable tensors, by quant mix, for files not yet downloaded
 # (Qwen2.5-Coder-1.5B Q4_K_M: 596.5 of 1059.9 MiB; docs/notes/fit-model.md).
@@ -43,9 +54,24 @@ BITS_PER_WEIGHT = {
     "MXFP4": 4.25, "Q3_K_M": 3.91, "Q2_K": 3.35,
     "8bit": 8.5, "6bit": 6.5, "4bit": 4.5, "bf16": 16.0, "fp16": 16.0, "int8": 8.5, "int4": 4.25,
 }
-# Share of the bandwidth limit reached in decode. CPU: 23.6 of 43 tokens/s on MODELS.md's
-# 2-core Xeon; GPU and Apple: from the literature, not measured (docs/notes/fit-model.md).
-EFFICIENCY = {"cpu": 0.55, "nvidia": 0.75, "apple": 0.65}
+# output.weight's bits per weight by file type: llama.cpp's quantize gives it Q6_K (6.5625)
+# in every mix but Q8_0 and the float types (src/llama-quant.cpp, OUTPUT category); a tied
+# embedding gets the same. Other formats: the file's average.
+Q6_K_BITS = 6.5625
+OUTPUT_BITS = {"Q8_0": 8.5, "F16": 16.0, "BF16": 16.0, "F32": 32.0}
+
+
+def output_bits(variant: Variant) -> float | None:
+    if variant.format != "gguf":
+        return None
+    return OUTPUT_BITS.get(variant.quant.upper(), Q6_K_BITS)
+
+
+# Share of the bandwidth limit reached in decode over the bytes a token reads (the untied
+# token embedding's one row not counted). CPU: the median of the three test models in
+# benchmarks/fit_accuracy.py's recorded run, 0.44-0.56; GPU ("gpu": other vendors) and Apple:
+# from the literature, not measured (docs/notes/fit-model.md).
+EFFICIENCY = {"cpu": 0.50, "nvidia": 0.75, "apple": 0.65, "gpu": 0.75}
 
 
 def bits_per_weight(variant: Variant, params: int) -> float:
@@ -61,20 +87,8 @@ def weight_bytes(variant: Variant, params: int) -> int:
 
 
 def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1, kv: str = "f16") -> int:
-    per_cell_layer = 2 * arch.kv_heads * arch.head_dim * KV_BYTES[kv]
-    if arch.sliding_window and arch.sliding_pattern:
-        global_layers = arch.layers // arch.sliding_pattern
-        local_cells = min(context, arch.sliding_window + UBATCH)
-    else:
-        global_layers, local_cells = arch.layers, 0
-    local_layers = arch.layers - global_layers
-    cells = global_layers * context + local_layers * local_cells
-    return int(per_cell_layer * cells * parallel)
-
-
-def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
-    fixed = BUFFER_FIXED_BYTES + BUFFER_PER_CONTEXT_BYTES * context
-    return UBATCH * arch.vocab * 4 + fixed if on_gpu else fixed
+    """All layers' KV cache (app.fit.offload.layer_cells)."""
+    return kv_bytes(arch, sum(layer_cells(arch, context)), parallel, kv)
 
 
 def repacked_bytes(variant: Variant, weights: int, hw: HardwareProfile) -> int:
@@ -102,9 +116,13 @@ def memory(arch: Arch, weights: int, context: int, parallel: int = 1, on_gpu: bo
 
 def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: HardwareProfile,
              context: int, parallel: int = 1, repacked: int | None = None,
-             kv: str = "f16") -> Fit:
+             kv: str = "f16", embedding: int | None = None, output: int | None = None,
+             gpu_layers: int | None = None) -> Fit:
     """`repacked`: the exact bytes of repackable tensors when the file is at hand; `kv`: the
-    KV cache's type (KV_BYTES)."""
+    KV cache's type (KV_BYTES); `embedding`, `output`: the file's token_embd and output.weight
+    bytes (0: tied), else estimated (app.fit.offload.parts); `gpu_layers`: on a discrete GPU,
+    the repeating layers to offload (a user's choice: "will not fit" where they do not),
+    else the plan picks them."""
     weights = weight_bytes(variant, params)
     if repacked is None:
         repacked = repacked_bytes(variant, weights, hw)
@@ -112,47 +130,52 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     cpu_mem = memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked, kv=kv)
     gpu_budget, ram_budget, kind = budgets(hw)
     layers = arch.layers
-    # Weights outside the repeated layers (embeddings, output) stay with the first device.
-    per_layer = (weights * 0.9 + on_gpu_mem.kv_cache) / layers
+    split = parts(arch, params, weights, embedding, output, output_bits(variant))
 
-    budget, mem = ram_budget, cpu_mem
-    if kind and on_gpu_mem.total <= gpu_budget:
-        placement, gpu_layers, mem = "full_gpu", layers, on_gpu_mem
-        budget, headroom = gpu_budget, gpu_budget - on_gpu_mem.total
+    gpu_bytes = 0
+    device = offload_gpu(hw)
+    out_gpu = output_fits(split, arch, device.max_tensor_bytes if device else None)
+    if is_discrete(kind):  # the compute buffer measured on a Vulkan device
+        on_gpu_mem = replace(on_gpu_mem, buffers=gpu_buffer_bytes(arch, context, out_gpu)
+                             + (0 if out_gpu else logits_buffer_bytes(arch)))
+        placement, gpu_layers, gpu_bytes = offload_plan(arch, split, context, parallel, kv,
+                                                        gpu_budget, ram_budget, cpu_mem,
+                                                        gpu_layers, out_gpu)
+    elif kind and on_gpu_mem.total <= gpu_budget:  # unified memory: all or nothing
+        placement, gpu_layers, gpu_bytes = "full_gpu", layers, on_gpu_mem.total
     else:
-        gpu_layers = 0
-        if kind == "nvidia":
-            room = gpu_budget - on_gpu_mem.buffers
-            gpu_layers = max(0, min(layers - 1, int(room // per_layer)))
-        in_ram = cpu_mem.total - int(gpu_layers * per_layer)
-        if gpu_layers > 0 and in_ram <= ram_budget:
-            placement, headroom = "partial", ram_budget - in_ram
-        elif cpu_mem.total <= ram_budget:
-            placement, gpu_layers, headroom = "cpu", 0, ram_budget - cpu_mem.total
-        else:
-            placement, gpu_layers, headroom = "wont_fit", 0, ram_budget - cpu_mem.total
-
-    share = active_share(arch, params)
-    per_token = weights * share + kv_cache_bytes(arch, min(context, TYPICAL_FILL), kv=kv)
-    cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
-    gpu_bw = gpu_bandwidth(hw, kind) * GB * EFFICIENCY.get(kind or "cpu", 0.55)
+        placement, gpu_layers = ("cpu" if cpu_mem.total <= ram_budget else "wont_fit"), 0
+    n_gpu = layers if placement == "full_gpu" else gpu_layers
     if placement == "full_gpu":
-        seconds = per_token / gpu_bw
+        mem, budget = on_gpu_mem, gpu_budget
+        headroom = gpu_budget - (gpu_bytes if is_discrete(kind) else on_gpu_mem.total)
     elif placement == "partial":
-        on_gpu_share = gpu_layers / layers
-        seconds = per_token * on_gpu_share / gpu_bw + per_token * (1 - on_gpu_share) / cpu_bw
+        mem = partial_memory(arch, context, parallel, kv, gpu_layers, cpu_mem, repacked,
+                             out_gpu)
+        budget = ram_budget
+        headroom = ram_budget - ram_bytes(arch, split, context, parallel, kv, gpu_layers,
+                                          out_gpu)
+    elif gpu_bytes > gpu_budget:  # layers asked for that the GPU cannot hold
+        mem, budget, headroom = on_gpu_mem, gpu_budget, gpu_budget - gpu_bytes
     else:
-        seconds = per_token / cpu_bw
-    flops_per_token = 2 * params * share
-    if placement == "full_gpu":
-        per_gbps = APPLE_FLOPS_PER_GBPS if kind == "apple" else GPU_FLOPS_PER_GBPS
-        flops = gpu_bandwidth(hw, kind) * per_gbps
-    else:
-        flops = hw.physical_cores * CPU_FLOPS_PER_CORE
+        mem, budget, headroom = cpu_mem, ram_budget, ram_budget - cpu_mem.total
+
+    unused = weights * (1 - active_share(arch, params))
+    gpu_read, cpu_read = read_split(arch, split, context, kv, n_gpu, unused,
+                                    out_gpu or not is_discrete(kind))
+    cpu_bw = hw.cpu_bandwidth_gbps * GB * EFFICIENCY["cpu"]
+    gpu_gbps = gpu_bandwidth(hw, kind)
+    gpu_bw = gpu_gbps * GB * EFFICIENCY.get(kind or "cpu", EFFICIENCY["gpu"])
+    seconds = gpu_read / gpu_bw + cpu_read / cpu_bw
+    flops_per_token = 2 * params * active_share(arch, params)
+    per_gbps = APPLE_FLOPS_PER_GBPS if kind == "apple" else GPU_FLOPS_PER_GBPS
+    gpu_share = gpu_read / (gpu_read + cpu_read) if gpu_read + cpu_read else 0.0
+    prefill_s = (flops_per_token * gpu_share / (gpu_gbps * per_gbps)
+                 + flops_per_token * (1 - gpu_share) / (hw.physical_cores * CPU_FLOPS_PER_CORE))
     decode = 0.0 if placement == "wont_fit" else round(1 / seconds, 1)
-    prefill = 0.0 if placement == "wont_fit" else round(flops / flops_per_token, 1)
+    prefill = 0.0 if placement == "wont_fit" else round(1 / prefill_s, 1)
     return Fit(spec_id, variant.format, variant.quant, context, parallel, mem, placement,
-               gpu_layers, layers, headroom, budget, decode, prefill, kv)
+               gpu_layers, layers, headroom, budget, decode, prefill, kv, gpu_bytes)
 
 
 def arch_from_gguf(info: GGUFInfo) -> Arch:
@@ -167,7 +190,8 @@ def arch_from_gguf(info: GGUFInfo) -> Arch:
         vocab=tokens if isinstance(tokens, int) and tokens else 32000,
         ffn=info.arch_int("feed_forward_length", 0),
         sliding_window=window or None,
-        sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None)
+        sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None,
+        tied_embeddings=info.output[1] == 0)  # no output.weight: llama.cpp uses token_embd
 
 
 # Every Nth layer is global in these architectures (the rest use the sliding window).
@@ -184,21 +208,34 @@ def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
     return total - embd_bytes if embd_type in REPACKED_TYPES else total
 
 
+def file_estimate(info: GGUFInfo, hw: HardwareProfile, context: int, parallel: int = 1,
+                  kv: str = "f16", gpu_layers: int | None = None) -> Fit:
+    """estimate() for a GGUF file at hand: its own tensor sizes and repack share."""
+    variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
+    return estimate(info.name, arch_from_gguf(info), info.params, variant, hw, context,
+                    parallel, file_repacked_bytes(info, hw), kv, info.embedding[1] or None,
+                    info.output[1], gpu_layers)
+
+
+def layer_choices(info: GGUFInfo, hw: HardwareProfile, context: int, parallel: int = 1,
+                  kv: str = "f16") -> list[Fit]:
+    """The plan for each number of layers a user may offload, 0 to all (the window's GPU
+    layers setting: memory and predicted speed per choice; "will not fit" where the GPU
+    cannot hold them). Each fitting choice's n_gpu_layers is the value llama.cpp takes."""
+    layers = arch_from_gguf(info).layers
+    return [file_estimate(info, hw, context, parallel, kv, n) for n in range(layers + 1)]
+
+
 def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
               parallel: int = 1, kv_cache: str | None = None) -> LoadPlan:
     """The llama.cpp load plan for a GGUF file (app.fit.base.size_load's rule); `kv_cache`
     ("f16", "q8_0") is the KV cache type asked for, None: the rule's choice."""
-    arch = arch_from_gguf(info)
-    variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
-    repacked = file_repacked_bytes(info, hw)
     sized = size_load(
-        lambda c, p, kv: estimate(info.name, arch, info.params, variant, hw, c, p, repacked,
-                                  kv),
+        lambda c, p, kv: file_estimate(info, hw, c, p, kv),
         hw, info.context_length, context, parallel,
         lambda fit, ctx, threads: f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads",
         kv_types=tuple(KV_BYTES), kv_cache=kv_cache)
     fit = sized.fit
-    gpu_layers = {"full_gpu": -1, "partial": fit.gpu_layers}.get(fit.placement, 0)
-    return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=gpu_layers,
+    return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=fit.n_gpu_layers,
                     parallel=sized.parallel, reason=sized.reason,
                     memory_bytes=fit.memory.total, kv_cache=fit.kv_cache)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.fit.base import size_load
-from app.fit.estimate import BITS_PER_WEIGHT, SLIDING_PATTERN, UBATCH, estimate
+from app.fit.estimate import BITS_PER_WEIGHT, SLIDING_PATTERN, estimate
+from app.fit.offload import UBATCH
 from app.hardware import HardwareProfile
 from app.registry import Arch, Variant
 from backends.base import LoadPlan, ModelFiles

@@ -32,9 +32,12 @@ def machine_lines(hw: HardwareProfile) -> list[tuple[str, str]]:
     if hw.apple_chip:
         lines.append(("Chip", f"Apple {hw.apple_chip}, unified memory"))
     for gpu in hw.gpus:
-        if gpu.vendor == "nvidia":
-            lines.append(("GPU", f"{gpu.name} · {gpu.vram_total / GB:.1f} GB VRAM "
-                                 f"({gpu.vram_free / GB:.1f} GB free)"))
+        if gpu.vendor == "apple":
+            continue  # the chip's line says it
+        memory = ("shares the system's memory" if gpu.shared_memory else
+                  f"{gpu.vram_total / GB:.1f} GB VRAM ({gpu.vram_free / GB:.1f} GB free)")
+        backend = f" · llama.cpp: {gpu.llama_backend}" if gpu.llama_backend else ""
+        lines.append(("GPU", f"{gpu.name} · {memory}{backend}"))
     if not hw.gpus and not hw.apple_chip:
         lines.append(("GPU", "none found: models run on the CPU"))
     choice = choose_backend(hw)

@@ -60,6 +60,13 @@ def llama_cpp_system_info() -> str | None:
 
 
 def llama_cpp_gpu_offload() -> bool:
+    """Whether llama.cpp can offload to a GPU here: a device its run-time-loaded backends
+    found (app.runtime.gpu_devices, asked in a child process), or a build with a GPU backend
+    compiled in (Metal on macOS, a development wheel built for CUDA)."""
+    from app.runtime.gpu_devices import gpu_devices
+
+    if gpu_devices().devices:
+        return True
     llama_cpp = _llama_cpp()
     return llama_cpp is not None and bool(llama_cpp.llama_supports_gpu_offload())
 
@@ -86,6 +93,13 @@ def _llamacpp(hw: HardwareProfile, offload: bool, why_not: str = "") -> BackendC
                "CMAKE_ARGS=-DGGML_CUDA=on to use the GPU)")
         return BackendChoice("llamacpp", f"NVIDIA {gpu.name} ({gpu.vram_total / 2**30:.0f} GB): "
                                          f"llama.cpp {how}{why_not}")
+    others = [g for g in hw.gpus if g.llama_backend and g.vendor not in ("nvidia", "apple")]
+    if others:
+        gpu = max(others, key=lambda g: g.vram_total)
+        memory = "shares the system's memory" if gpu.shared_memory else \
+            f"{gpu.vram_total / 2**30:.0f} GB"
+        return BackendChoice("llamacpp", f"{gpu.name} ({memory}): llama.cpp with "
+                                         f"{gpu.llama_backend}{why_not}")
     if hw.apple_chip:
         how = "with Metal" if offload else "on the CPU (this build has no Metal)"
         return BackendChoice("llamacpp", f"Apple {hw.apple_chip}, unified memory: llama.cpp "

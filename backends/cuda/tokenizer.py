@@ -39,6 +39,8 @@ class GGUFTokenizer:
         from llama_cpp._internals import LlamaModel
         from llama_cpp._logger import set_verbose
 
+        import backends.llamacpp  # noqa: F401  (loads llama.cpp's CPU backend first)
+
         set_verbose(False)
         llama_cpp.llama_backend_init()
         params = llama_cpp.llama_model_default_params()

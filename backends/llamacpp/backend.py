@@ -33,6 +33,7 @@ from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_llama
+from backends.llamacpp import ggml_backends
 from backends.llamacpp.engine import BatchEngine, Job
 from backends.llamacpp.speculative import DraftModel, logits_row
 from backends.logprobs import log_softmax_at
@@ -82,6 +83,7 @@ class LlamaCppBackend:
             raise BackendError(f"KV cache type {plan.kv_cache!r}: the llamacpp backend takes "
                                f"{' or '.join(KV_CACHE_TYPES)}")
         set_verbose(False)
+        ggml_backends.load_backends(gpu=True)  # a GPU backend that fails: logged, CPU goes on
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = ALL_LAYERS if plan.gpu_layers < 0 else plan.gpu_layers

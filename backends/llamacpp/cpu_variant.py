@@ -1,17 +1,14 @@
-"""Which llama.cpp CPU build a bundle loads: the portable baseline or a faster variant.
+"""Which llama.cpp CPU backend this process loads: the portable baseline or a faster variant.
 
-A bundle's llama.cpp is built for x86-64-v3 (AVX2, FMA, F16C, BMI2), which any x86 CPU since
-2013-15 runs. Faster builds of the one library that depends on the instruction set
-(libggml-cpu, with AVX-512) ship beside it as complete lib folders; at start we pick the best
-one this CPU can run and point llama-cpp-python at it with `LLAMA_CPP_LIB_PATH`, which it
-reads once, when `llama_cpp` is first imported. So this runs before that import: the package
-`backends.llamacpp` calls `apply()` in its `__init__`, ahead of every module that imports
-`llama_cpp`, and the engine's worker imports that package first (app.runtime.backend_table).
+Ember's llama.cpp is built with GGML_BACKEND_DL (packaging/llama_cpp_portable.sh): the CPU
+backend is a module of its own, `libggml-cpu.so` in llama_cpp's lib folder, built for x86-64-v3
+(AVX2, FMA, F16C, BMI2), which any x86 CPU since 2013-15 runs. Faster builds of that one
+module (AVX-512) ship beside it; at start we pick the best one this CPU can run, and
+backends.llamacpp.ggml_backends loads it in place of the baseline's, before llama.cpp starts.
 
-Where the variants are (the bundle build must put them there; packaging/llama_cpp_portable.sh
-builds them):
+Where the variants are (the bundle build must put them there):
 
-    <llama_cpp package dir>/variants/<name>/libllama.so, libggml*.so*, variant.json
+    <llama_cpp package dir>/variants/<name>/libggml-cpu.so, variant.json
     <llama_cpp package dir>/variants/baseline.json   (the baseline's own requirements)
 
 i.e. `_internal/llama_cpp/variants/` in a PyInstaller onedir bundle, beside
@@ -21,10 +18,10 @@ Ember's set-up on x86-64 Linux installs the same portable build with its variant
 (packaging/install_llama_cpp.sh), so the tests run what a bundle runs; elsewhere a
 development install has no variants folder and keeps its own (native) build.
 
-Precedence: an explicit `LLAMA_CPP_LIB_PATH` in the environment wins; then
-`EMBER_LLAMA_VARIANT=baseline|<name>` forces one (an unknown name, or a CPU without its flags,
-is a clear error); then the best variant whose flags the CPU has. Off Linux (no /proc/cpuinfo)
-the baseline is kept.
+Precedence: an explicit `LLAMA_CPP_LIB_PATH` in the environment (a llama.cpp of the user's
+own) wins and its own CPU backend is used; then `EMBER_LLAMA_VARIANT=baseline|<name>` forces
+one (an unknown name, or a CPU without its flags, is a clear error); then the best variant
+whose flags the CPU has. Off Linux (no /proc/cpuinfo) the baseline is kept.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,13 +54,21 @@ class Variant:
     name: str
     rank: int
     requires: frozenset[str]
-    path: Path | None  # the lib folder; None for the baseline (llama_cpp/lib)
+    path: Path | None  # the variant's folder; None for the baseline (llama_cpp/lib)
+
+
+CPU_MODULE = "libggml-cpu.so"
 
 
 @dataclass(frozen=True)
 class Choice:
     variant: Variant
     reason: str
+
+    @property
+    def library(self) -> Path | None:
+        """The CPU backend module to load; None: the baseline in llama_cpp's lib folder."""
+        return None if self.variant.path is None else self.variant.path / CPU_MODULE
 
 
 chosen: Choice | None = None  # what this process's import of backends.llamacpp chose
@@ -90,8 +95,7 @@ def cpu_flags() -> frozenset[str] | None:
 
 
 def variants_dir() -> Path | None:
-    """`<llama_cpp package dir>/variants`, found without importing llama_cpp (importing it
-    would load the baseline library before the choice)."""
+    """`<llama_cpp package dir>/variants`, found without importing llama_cpp."""
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -156,10 +160,10 @@ def choose(baseline: Variant, variants: Iterable[Variant], flags: frozenset[str]
     return Choice(best, f"the CPU has {' '.join(sorted(best.requires - baseline.requires))}")
 
 
-def apply(environ: MutableMapping[str, str] = os.environ,
+def apply(environ: Mapping[str, str] = os.environ,
           folder: Path | None = None, flags: frozenset[str] | None = None) -> Choice | None:
-    """Choose and set `LLAMA_CPP_LIB_PATH` (in `environ`) before llama_cpp is imported.
-    None when nothing was chosen: the user set the path, or no variants ship (a dev install).
+    """Choose the CPU backend to load (before llama.cpp starts). None when nothing was
+    chosen: the user set LLAMA_CPP_LIB_PATH, or no variants ship (a development install).
     `folder` and `flags` default to the installed variants and this CPU's flags."""
     if LIB_PATH_ENV in environ:
         log.info("llama.cpp libraries from %s=%s (set in the environment)",
@@ -169,14 +173,11 @@ def apply(environ: MutableMapping[str, str] = os.environ,
     if folder is None or not (folder / f"{BASELINE}.json").is_file():
         log.debug("no llama.cpp CPU variants shipped; using llama_cpp's own lib folder")
         return None
-    if "llama_cpp" in sys.modules:
-        log.warning("llama_cpp was imported before the CPU variant was chosen; "
-                    "it keeps the baseline build")
-        return None
     baseline, variants = load_variants(folder)
     choice = choose(baseline, variants, flags if flags is not None else cpu_flags(),
                     environ.get(FORCE_ENV) or None)
-    if choice.variant.path is not None:
-        environ[LIB_PATH_ENV] = str(choice.variant.path)
+    if choice.library is not None and not choice.library.is_file():
+        raise VariantError(f"llama.cpp variant {choice.variant.name} has no {CPU_MODULE} in "
+                           f"{choice.variant.path}")
     log.info("llama.cpp CPU build: %s (%s)", choice.variant.name, choice.reason)
     return choice

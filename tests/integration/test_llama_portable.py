@@ -1,7 +1,7 @@
 """The portable llama.cpp a bundle ships (packaging/llama_cpp_portable.sh, built here on first
-use: about 4 minutes on 2 cores, then cached): its instruction check against the native dev
-build, and the bundle layout choosing and loading a variant in a fresh process, as the
-engine's worker does."""
+use: about 6 minutes on 2 cores, then cached): its instruction check against the native dev
+build, and the bundle layout choosing and loading a variant's CPU backend module in a fresh
+process, as the engine's worker does."""
 
 from __future__ import annotations
 
@@ -55,45 +55,48 @@ def test_an_avx512_library_outside_a_variant_folder_fails(portable: Path, tmp_pa
     """Checked against x86-64-v3: a library built with known instructions (the avx512
     variant's libggml-cpu), not whatever this machine's own build holds, so it fails alike on
     AVX2-only, AVX-512 and AMX machines."""
-    shutil.copy(portable / "variants" / "avx512" / "libggml-cpu.so.0.25.3", tmp_path)
+    shutil.copy(portable / "variants" / "avx512" / "libggml-cpu.so", tmp_path)
     code, report = check(tmp_path)
     assert code == 1
-    assert set(report["violations"]["libggml-cpu.so.0.25.3"]) == {"avx512"}
-    assert report["violations"]["libggml-cpu.so.0.25.3"]["avx512"] > 10_000
+    assert set(report["violations"]["libggml-cpu.so"]) == {"avx512"}
+    assert report["violations"]["libggml-cpu.so"]["avx512"] > 10_000
 
 
 def test_the_portable_bundle_passes_with_each_variant_held_to_its_flags(site: Path):
     code, report = check(site)
     assert (code, report["violations"], report["allowlisted"]) == (0, {}, {})
     libs = by_path(report)
+    # the Vulkan backend is held to x86-64-v3 too (its GPU code is SPIR-V data)
+    assert libs["llama_cpp/lib/libggml-vulkan.so"]["found"] == {}
     baseline = libs["llama_cpp/lib/libggml-cpu.so"]
     # x86-64-v3 for real, not ggml's silent fall back to SSE: AVX2 code, nothing past it
     assert baseline["found"] == {} and baseline["ymm_instructions"] > 1000
-    avx512 = libs["llama_cpp/variants/avx512/libggml-cpu.so.0.25.3"]
+    avx512 = libs["llama_cpp/variants/avx512/libggml-cpu.so"]
     assert avx512["checked_against"] == "variant avx512"
     assert set(avx512["found"]) == {"avx512"} and avx512["found"]["avx512"] > 10_000
-    vnni = libs["llama_cpp/variants/avx512_vnni/libggml-cpu.so.0.25.3"]
+    vnni = libs["llama_cpp/variants/avx512_vnni/libggml-cpu.so"]
     assert vnni["found"]["avx512_vnni"] > 100
     assert set(vnni["found"]) <= {"avx512", "avx512_vnni", "avx512vbmi"}
 
 
 def test_a_variant_library_in_a_folder_promising_less_fails(portable: Path, tmp_path: Path):
     shutil.copy(portable / "variants" / "avx512" / "variant.json", tmp_path)
-    shutil.copy(portable / "variants" / "avx512_vnni" / "libggml-cpu.so.0.25.3", tmp_path)
+    shutil.copy(portable / "variants" / "avx512_vnni" / "libggml-cpu.so", tmp_path)
     code, report = check(tmp_path)
     assert code == 1
-    assert set(report["violations"]["libggml-cpu.so.0.25.3"]) == {"avx512_vnni", "avx512vbmi"}
+    assert set(report["violations"]["libggml-cpu.so"]) == {"avx512_vnni", "avx512vbmi"}
 
 
 PROBE = """
 import json, os, sys
 import backends.llamacpp
+from backends.llamacpp import ggml_backends
 import llama_cpp
 llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=128, verbose=False)
 llm.eval(llm.tokenize(b"def fibonacci(n):", add_bos=False))
 scores = llm.scores[llm.n_tokens - 1]
 print(json.dumps({"lib": str(llama_cpp.llama_cpp._base_path),
-                  "env": os.environ.get("LLAMA_CPP_LIB_PATH"),
+                  "cpu": ggml_backends.load_backends(gpu=False).loaded[0],
                   "system_info": llama_cpp.llama_print_system_info().decode(),
                   "top": [int(i) for i in scores.argsort()[::-1][:5]],
                   "max_logit": float(scores.max())}))
@@ -115,19 +118,20 @@ def test_a_bundle_loads_the_variant_this_cpu_runs_best_and_it_computes_the_same(
     baseline, variants = cpu_variant.load_variants(site / "llama_cpp" / "variants")
     expected = cpu_variant.choose(baseline, variants, cpu_variant.cpu_flags()).variant
 
+    lib = str(site / "llama_cpp" / "lib")
     chosen = probe(site, qwen)
-    if expected.path is None:  # a CPU without AVX-512: the wheel's own folder
-        assert chosen["env"] is None and chosen["lib"] == str(site / "llama_cpp" / "lib")
-    else:  # this machine (Zen 4): avx512_vnni
-        assert chosen["lib"] == chosen["env"] == str(site / "llama_cpp" / "variants" /
-                                                     expected.name)
+    assert chosen["lib"] == lib  # the wheel's own libllama and libggml, whatever the CPU
+    if expected.path is None:  # a CPU without AVX-512: the lib folder's CPU backend
+        assert chosen["cpu"] == "lib/libggml-cpu.so"
+    else:  # this machine (an AVX-512 Xeon or Zen 4): avx512_vnni
+        assert chosen["cpu"] == f"variants/{expected.name}/libggml-cpu.so"
         assert "AVX512 = 1" in chosen["system_info"]
 
     forced = probe(site, qwen, EMBER_LLAMA_VARIANT="baseline")
-    assert forced["env"] is None and forced["lib"] == str(site / "llama_cpp" / "lib")
+    assert forced["lib"] == lib and forced["cpu"] == "lib/libggml-cpu.so"
     assert "AVX2 = 1" in forced["system_info"] and "AVX512" not in forced["system_info"]
 
-    # the swapped libggml-cpu works with the wheel's libllama: same next-token ranking
+    # the variant's CPU module works with the wheel's libllama: same next-token ranking
     assert chosen["top"][:3] == forced["top"][:3]
     assert abs(chosen["max_logit"] - forced["max_logit"]) < 0.5
 

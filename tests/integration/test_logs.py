@@ -25,7 +25,7 @@ from app.runtime import Runtime
 from app.server.app import ServerSettings, create_app
 from backends.base import ErrorEvent, GenerationRequest, Message, SamplingParams
 from backends.errors import BackendError
-from backends.llamacpp import cpu_variant
+from backends.llamacpp import cpu_variant, ggml_backends
 from tests.support import LOOPBACK, REPO
 
 SECRET = "zanzibar-marmalade"  # in prompts: it must never reach the log
@@ -111,9 +111,14 @@ def test_load_idle_unload_and_unload_are_logged_with_the_plan(debug_log: Path, s
         """The worker's line naming the llama.cpp CPU build it loaded, where variants are
         installed (x86-64 Linux; packaging/install_llama_cpp.sh): chosen by itself, or the
         library path this process chose, which it inherits."""
-        return ([rf"backends\.llamacpp\.cpu_variant \[{pid}\] llama\.cpp (CPU build: \w+ "
-                 r"\(.+\)|libraries from LLAMA_CPP_LIB_PATH=.+)$"]
-                if cpu_variant.chosen is not None else [])
+        chosen = ([rf"backends\.llamacpp\.cpu_variant \[{pid}\] llama\.cpp (CPU build: \w+ "
+                   r"\(.+\)|libraries from LLAMA_CPP_LIB_PATH=.+)$"]
+                  if cpu_variant.chosen is not None else [])
+        # a build whose backends load at run time names them and the devices they found
+        loaded = ([rf"backends\.llamacpp\.ggml_backends \[{pid}\] llama\.cpp backends: "
+                   r".*libggml-cpu\.so.*; devices: CPU \(.+\)"]
+                  if ggml_backends.load_backends(gpu=False).dynamic else [])
+        return chosen + loaded
 
     expected = [
         rf"app\.runtime\.worker_handle \[\d+\] worker pid {first.pid} started for {ref} "

@@ -14,6 +14,8 @@ import llama_cpp
 import llama_cpp.llama_cpp
 import pytest
 
+from app.runtime import gpu_devices
+
 # every entry point llama-cpp-python has for reading a model file
 LLAMA_LOADS = ("llama_model_load_from_file", "llama_load_model_from_file",
                "llama_model_load_from_splits")
@@ -43,6 +45,10 @@ def tier_guard(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return guard
 
     monkeypatch.setattr(BaseProcess, "start", refuse("started a process"))
+    # the GPUs llama.cpp finds are asked of a child process (app.runtime.gpu_devices): none
+    # here, on any machine, unless a test sets its own report
+    monkeypatch.setattr(gpu_devices, "_report", gpu_devices.DeviceReport(
+        skipped="the unit tier asks no GPU child"))
     for name in LLAMA_LOADS:
         for module in (llama_cpp, llama_cpp.llama_cpp):
             if hasattr(module, name):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +47,8 @@ def variants(tmp_path: Path) -> Path:
     write(folder / "avx512_vnni" / "variant.json",
           {"name": "avx512_vnni", "rank": 20,
            "requires": BASELINE + V4 + ["avx512vbmi", "avx512_vnni"]})
+    for name in ("avx512", "avx512_vnni"):  # each variant is its CPU backend module
+        (folder / name / "libggml-cpu.so").write_bytes(b"\x7fELF")
     return folder
 
 
@@ -138,55 +139,43 @@ def test_a_damaged_variant_description_names_its_file(variants: Path):
         load_variants(variants)
 
 
-@pytest.fixture
-def before_import(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As in a fresh worker: llama_cpp not yet imported (this test process has it)."""
-    monkeypatch.delitem(sys.modules, "llama_cpp", raising=False)
-
-
-def test_apply_points_llama_cpp_at_the_chosen_folder_and_logs_why(
-        variants: Path, before_import: None, caplog: pytest.LogCaptureFixture):
+def test_apply_chooses_the_variant_s_cpu_module_and_logs_why(
+        variants: Path, caplog: pytest.LogCaptureFixture):
     environ: dict[str, str] = {}
     with caplog.at_level(logging.INFO, logger=cpu_variant.__name__):
         choice = apply(environ, variants, flags("cascade_lake_gold_6248"))
-    assert choice is not None and environ == {LIB_PATH_ENV: str(variants / "avx512")}
+    assert choice is not None and choice.library == variants / "avx512" / "libggml-cpu.so"
+    assert environ == {}  # llama_cpp keeps its own lib folder; only the CPU module differs
     assert ("llama.cpp CPU build: avx512 (the CPU has avx512bw avx512cd avx512dq avx512f "
             "avx512vl)") in caplog.messages
 
 
-def test_apply_leaves_the_baseline_in_place(variants: Path, before_import: None):
-    environ: dict[str, str] = {}
-    choice = apply(environ, variants, flags("haswell_i7_4770"))
+def test_apply_leaves_the_baseline_in_place(variants: Path):
+    choice = apply({}, variants, flags("haswell_i7_4770"))
     assert choice is not None and choice.variant.name == "baseline"
-    assert environ == {}  # llama_cpp then loads its own lib folder, the baseline
+    assert choice.library is None  # the lib folder's own libggml-cpu.so
 
 
-def test_an_explicit_library_path_wins(variants: Path, before_import: None):
+def test_an_explicit_library_path_wins(variants: Path):
     environ = {LIB_PATH_ENV: "/opt/my-llama/lib", FORCE_ENV: "avx512"}
     assert apply(environ, variants, flags("zen4_epyc_genoa")) is None
     assert environ[LIB_PATH_ENV] == "/opt/my-llama/lib"
 
 
-def test_forcing_through_the_environment(variants: Path, before_import: None):
-    environ = {FORCE_ENV: "avx512"}
-    apply(environ, variants, flags("sapphire_rapids_kvm"))
-    assert environ[LIB_PATH_ENV] == str(variants / "avx512")
+def test_forcing_through_the_environment(variants: Path):
+    choice = apply({FORCE_ENV: "avx512"}, variants, flags("sapphire_rapids_kvm"))
+    assert choice is not None and choice.library == variants / "avx512" / "libggml-cpu.so"
     with pytest.raises(VariantError, match="is not a llama.cpp build shipped here"):
         apply({FORCE_ENV: "avx10"}, variants, flags("sapphire_rapids_kvm"))
 
 
-def test_a_development_install_without_variants_keeps_its_own_build(tmp_path: Path,
-                                                                    before_import: None):
+def test_a_development_install_without_variants_keeps_its_own_build(tmp_path: Path):
     environ: dict[str, str] = {}
     assert apply(environ, tmp_path / "no-variants-here", flags("zen4_epyc_genoa")) is None
     assert environ == {}
 
 
-def test_too_late_once_llama_cpp_is_imported(variants: Path,
-                                             caplog: pytest.LogCaptureFixture):
-    import llama_cpp  # noqa: F401  (this process has imported it already)
-
-    environ: dict[str, str] = {}
-    assert apply(environ, variants, flags("zen4_epyc_genoa")) is None
-    assert environ == {}
-    assert any("imported before the CPU variant was chosen" in m for m in caplog.messages)
+def test_a_variant_folder_without_its_module_is_a_clear_error(variants: Path):
+    (variants / "avx512_vnni" / "libggml-cpu.so").unlink()
+    with pytest.raises(VariantError, match=r"avx512_vnni has no libggml-cpu.so in "):
+        apply({}, variants, flags("zen4_epyc_genoa"))

@@ -1,0 +1,125 @@
+"""llama.cpp's Vulkan backend, loaded at run time (GGML_BACKEND_DL), on Mesa's lavapipe: a
+real Vulkan 1.3 device that runs on the CPU, so this machine without a GPU runs the same GPU
+code path a Radeon, an Arc or a GeForce would (packaging/system_packages.sh installs it,
+packaging/llama_cpp_portable.sh builds the backend).
+
+ggml leaves CPU-type Vulkan devices out unless they are named, so the tests name lavapipe with
+GGML_VK_VISIBLE_DEVICES=0; a user's machine never offloads to it by itself. Everything that
+loads the Vulkan backend runs in a child process (the engine's worker, or `python -m`), as in
+the app.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.runtime import Runtime, gpu_devices
+from app.runtime.gpu_devices import GgmlDevice, ask, why_skip
+from backends.base import GenerationRequest, Message, SamplingParams
+from backends.llamacpp.ggml_backends import lib_dir
+from tests.support import REPO
+
+LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0"}
+# Real text for the teacher-forced comparison: about 250 tokens of this repository's code
+# (lavapipe takes about a minute per hundred-odd tokens and layer count on 2 cores).
+TEXT = (REPO / "backends" / "text.py").read_text()[:900]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GGML_VK_VISIBLE_DEVICES", "VK_ICD_FILENAMES", "EMBER_GPU")}
+    env.update(extra)
+    return env
+
+
+def device_report(**extra: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "backends.llamacpp.device_report"],
+                         env=child_env(**extra), cwd=REPO, capture_output=True, text=True,
+                         timeout=300, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_build_loads_its_backends_at_run_time_with_vulkan_among_them():
+    assert (lib_dir() / "libggml-vulkan.so").is_file(), "the set-up built no Vulkan backend"
+    report = device_report(**LAVAPIPE)
+    assert report["dynamic"] and report["failed"] == []
+    assert "lib/libggml-vulkan.so" in report["loaded"]
+    assert any(name.endswith("libggml-cpu.so") for name in report["loaded"])
+    vulkan = [d for d in report["devices"] if d["backend"] == "Vulkan"]
+    assert len(vulkan) == 1 and vulkan[0]["name"] == "Vulkan0"
+    assert "llvmpipe" in vulkan[0]["description"] and vulkan[0]["memory_total"] > 1 << 30
+
+
+def test_without_a_gpu_or_with_ember_gpu_off_the_cpu_runs_alone():
+    # lavapipe not named: ggml's Vulkan backend loads and finds no device of its own
+    report = device_report()
+    assert [d["backend"] for d in report["devices"]] == ["CPU"] and report["failed"] == []
+    off = device_report(EMBER_GPU="off", **LAVAPIPE)
+    assert off["gpu_off"] and not any("vulkan" in name for name in off["loaded"])
+    assert [d["backend"] for d in off["devices"]] == ["CPU"]
+
+
+def test_a_broken_vulkan_driver_is_one_line_and_the_cpu_carries_on(tmp_path: Path):
+    report = device_report(VK_ICD_FILENAMES=str(tmp_path / "no-such-driver.json"), **LAVAPIPE)
+    assert [d["backend"] for d in report["devices"]] == ["CPU"]
+    assert report["failed"] == ["libggml-vulkan.so: ggml could not register it (its device "
+                                "failed to start)"]
+
+
+def test_the_app_asks_a_child_and_finds_lavapipe(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
+    assert why_skip() is None
+    report = ask()
+    assert report.error is None and len(report.devices) == 1
+    device = report.devices[0]
+    assert isinstance(device, GgmlDevice) and device.vendor == "lavapipe"
+    assert device.backend == "Vulkan" and device.type == "gpu"
+    monkeypatch.delenv("GGML_VK_VISIBLE_DEVICES")
+    if not any(Path("/dev").glob("dri/renderD*")):
+        assert why_skip() == "no GPU device on this system (/dev/dri, /dev/nvidia*)"
+    monkeypatch.setenv("EMBER_GPU", "off")
+    assert why_skip() == "EMBER_GPU=off"
+
+
+def test_the_0_5b_on_vulkan_agrees_with_the_cpu_all_layers_and_half(qwen, tmp_path: Path):
+    """Teacher-forced: each position's top token over a few hundred tokens of real code, with
+    all 24 layers on lavapipe and with 12, against the CPU, all in one batch each."""
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "tests.support.offload_agreement",
+                          str(qwen.path), str(text), "0", "-1", "12"],
+                         env=child_env(**LAVAPIPE), cwd=REPO, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["devices"] == ["CPU", "Vulkan0"] and report["failed"] == []
+    cpu = report["top"]["0"]
+    assert len(cpu) >= 200
+    for count in ("-1", "12"):
+        same = sum(a == b for a, b in zip(cpu, report["top"][count], strict=True)) / len(cpu)
+        print(f"{count} layers on Vulkan: top-1 agreement {same:.2%} of {len(cpu)} tokens")
+        assert same >= 0.99, f"{count} layers on Vulkan: top-1 agreement {same:.1%}"
+
+
+def test_ember_offloads_to_vulkan_and_answers_as_on_the_cpu(store, qwen,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """Through the Runtime's worker, as `ember serve` runs it: every layer on lavapipe (the
+    worker loads the GPU backends itself), and the greedy answer is the CPU's."""
+    monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")  # the workers inherit it
+    monkeypatch.setattr(gpu_devices, "_report", None)  # asked afresh here, restored after
+    request = GenerationRequest(
+        messages=(Message("user", "Write a Python function that adds two numbers."),),
+        sampling=SamplingParams(temperature=0, max_tokens=8), speculative=None)
+    answers = {}
+    with Runtime(store=store) as rt:
+        for layers in (0, -1):
+            loaded = rt.load(qwen.ref, context=512, gpu_layers=layers)
+            assert loaded.plan.gpu_layers == layers
+            answers[layers] = rt.generate(qwen.ref, request).result()[0]
+    assert answers[-1] == answers[0], answers
