@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from backends.base import Capabilities, Event, GenerationRequest
+from backends.base import Capabilities, Event, GenerationRequest, LoadPlan
 
 T = TypeVar("T")
 
@@ -66,6 +66,7 @@ class Loaded:
     backend: str
     context: int
     capabilities: Capabilities  # what the loaded backend says it can do
+    plan: LoadPlan | None = None  # the plan it loaded with, where the backend changed it
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ class Runtime:
         def as_asked(w: Worker) -> bool:
             return w.backend == backend and (
                 context is None or w.plan.context == context) and (
-                gpu_layers is None or w.plan.gpu_layers == gpu_layers) and (
+                gpu_layers is None or w.asked_gpu_layers == gpu_layers) and (
                 kv_cache is None or w.plan.kv_cache == kv_cache) and w.plan.quant == quant
 
         with self._lock:
@@ -225,7 +225,7 @@ class Runtime:
             finally:
                 del self._loading[model.ref]
             self._workers[model.ref] = worker
-            return LoadedModel(model, plan, worker.backend, worker.pid)
+            return LoadedModel(model, worker.plan, worker.backend, worker.pid)
 
     def fit_context(self, name: str, request: GenerationRequest, backend: str | None = None,
                     context: int | None = None) -> int:

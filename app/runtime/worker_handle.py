@@ -61,6 +61,9 @@ class Worker:
 
     def __init__(self, model: InstalledModel, plan: LoadPlan, backend: str) -> None:
         self.model, self.plan, self.backend = model, plan, backend
+        # the GPU layers asked for: the plan loaded may have fewer (the GPU could not hold
+        # them, or is gone), and asking again for the same must not reload it each time
+        self.asked_gpu_layers = plan.gpu_layers
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self.process = ctx.Process(target=worker_main,
@@ -83,9 +86,10 @@ class Worker:
         self._wait_loaded()
         log.info("loaded %s on %s in %.2f s: context %d, %d threads, %d GPU layers, "
                  "parallel %d%s, %.2f GB planned (worker pid %s)", model.ref, backend,
-                 time.monotonic() - started, plan.context, plan.threads, plan.gpu_layers,
-                 plan.parallel, f", weights packed {plan.quant}" if plan.quant else "",
-                 plan.memory_bytes / 1e9, self.pid)
+                 time.monotonic() - started, self.plan.context, self.plan.threads,
+                 self.plan.gpu_layers, self.plan.parallel,
+                 f", weights packed {plan.quant}" if plan.quant else "",
+                 self.plan.memory_bytes / 1e9, self.pid)
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"ember-runtime-{model.id}")
         self._reader.start()
@@ -122,6 +126,8 @@ class Worker:
                     logs.handle_forwarded(msg.record)
                 elif isinstance(msg, Loaded):
                     self.capabilities = msg.capabilities
+                    if msg.plan is not None:  # e.g. fewer GPU layers: its reason says why
+                        self.plan = msg.plan
                     self.alive = True
                     return
                 elif isinstance(msg, LoadFailed):

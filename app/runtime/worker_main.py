@@ -68,7 +68,7 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     started = time.monotonic()
     try:
         backend = make_backend(backend_name)
-        backend.load(model, plan)
+        changed = backend.load(model, plan)
     except Exception as e:  # any load failure is reported, never raised into the void
         if not isinstance(e, EmberError):  # a bug, not a bad file: keep its traceback
             log.exception("loading %s into %s failed", model.ref, backend_name)
@@ -76,7 +76,7 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
         return
     log.debug("%s loaded into %s in %.2f s", model.ref, backend_name, time.monotonic() - started)
     send(Loaded(pid=os.getpid(), backend=backend.name, context=plan.context,
-                capabilities=backend.capabilities()))
+                capabilities=backend.capabilities(), plan=changed))
 
     def answer(call: Tokenize | CountPromptTokens | Detokenize | Embed) -> None:
         try:

@@ -8,9 +8,11 @@ stop strings and UTF-8-safe streaming (text.TextStream), and stats.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 
 import llama_cpp
 import numpy as np
@@ -42,8 +44,74 @@ from backends.speculation.policy import Speculation
 from backends.text import TextStream
 
 ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers meaning "every layer"
+GPU_TYPES = ("gpu", "igpu")  # ggml device types that take offloaded layers
 PENALTY_LAST_N = 64  # llama.cpp's default repeat-penalty window
 KV_CACHE_TYPES = ("f16", "q8_0")
+
+
+log = logging.getLogger(__name__)
+
+
+def context_params(plan: LoadPlan) -> llama_cpp.llama_context_params:
+    """llama.cpp's context parameters for a load `plan`."""
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = plan.context * plan.parallel  # each sequence gets `context` cells
+    cparams.n_batch = cparams.n_ubatch = plan.batch
+    cparams.n_seq_max = plan.parallel
+    # A KV stream per sequence, as llama-server's -np: attention reads only the sequence's
+    # own cells. In one buffer for all (kv_unified) every row also scans the other
+    # conversations' cached cells, masked: 13% slower prefill with 3,000 of them
+    # (docs/notes/llamacpp-engine.md). A batch of separate streams is cut at every gap in the
+    # sequence ids, a pass over the weights each, so the engine keeps running sequences on
+    # consecutive ids (engine.place).
+    cparams.kv_unified = False
+    cparams.n_threads = cparams.n_threads_batch = plan.threads
+    cparams.swa_full = False  # sliding-window layers keep only their window
+    if plan.kv_cache == "q8_0":
+        # llama.cpp runs a quantized V cache only inside flash attention: ask for it rather
+        # than leave it to "auto", which would fail the load where it says no.
+        cparams.type_k = cparams.type_v = llama_cpp.GGML_TYPE_Q8_0
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    return cparams
+
+
+def fewer_gpu_layers(n_gpu_layers: int, n_layer: int) -> list[int]:
+    """The n_gpu_layers values to try, in order, after a load with `n_gpu_layers` (-1: all)
+    failed on the GPU: half the repeating layers each time, then the CPU alone (0). The
+    first entry is the one that failed. With n >= 1 llama.cpp puts the output layer and the
+    last n - 1 repeating layers on the GPU (app.fit.offload)."""
+    first = n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n_layer + 1)
+    steps = [n_gpu_layers]
+    repeating = first - 1
+    while repeating > 0:
+        repeating //= 2
+        steps.append(repeating + 1 if repeating else 0)
+    if steps[-1] != 0:
+        steps.append(0)
+    return steps
+
+
+def _and(reason: str, more: str) -> str:
+    return f"{reason}; {more}" if reason else more
+
+
+def _layers_text(n_gpu_layers: int) -> str:
+    if n_gpu_layers < 0:
+        return "every layer on the GPU"
+    if n_gpu_layers == 0:
+        return "on the CPU alone"
+    return f"n_gpu_layers={n_gpu_layers} ({n_gpu_layers - 1} layers and the output on the GPU)"
+
+
+def no_gpu_now(loaded: ggml_backends.Loaded) -> str:
+    """Why a plan with GPU layers runs on the CPU: llama.cpp finds no GPU at load."""
+    if loaded.gpu_off:
+        why = "EMBER_GPU=off"
+    elif loaded.failed:
+        why = "its GPU backend did not load: " + "; ".join(loaded.failed)
+    else:
+        why = "no GPU device answers now"
+    return f"the plan had GPU layers, but llama.cpp finds no GPU ({why}): the CPU runs it"
 
 
 class LlamaCppBackend:
@@ -78,44 +146,48 @@ class LlamaCppBackend:
                             embeddings=True, grammar=True, logprobs=True)
 
     # -- loading ---------------------------------------------------------------------------
-    def load(self, model: ModelFiles, plan: LoadPlan) -> None:
+    def load(self, model: ModelFiles, plan: LoadPlan) -> LoadPlan | None:
         if plan.kv_cache not in KV_CACHE_TYPES:
             raise BackendError(f"KV cache type {plan.kv_cache!r}: the llamacpp backend takes "
                                f"{' or '.join(KV_CACHE_TYPES)}")
         set_verbose(False)
-        ggml_backends.load_backends(gpu=True)  # a GPU backend that fails: logged, CPU goes on
+        loaded = ggml_backends.load_backends(gpu=True)  # a GPU backend that fails: logged
         llama_cpp.llama_backend_init()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = ALL_LAYERS if plan.gpu_layers < 0 else plan.gpu_layers
-        try:
-            self._model = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
-            cparams = llama_cpp.llama_context_default_params()
-            cparams.n_ctx = plan.context * plan.parallel  # each sequence gets `context` cells
-            cparams.n_batch = cparams.n_ubatch = plan.batch
-            cparams.n_seq_max = plan.parallel
-            # A KV stream per sequence, as llama-server's -np: attention reads only the
-            # sequence's own cells. In one buffer for all (kv_unified) every row also scans
-            # the other conversations' cached cells, masked: 13% slower prefill with 3,000
-            # of them (docs/notes/llamacpp-engine.md). A batch of separate streams is cut at
-            # every gap in the sequence ids, a pass over the weights each, so the engine
-            # keeps running sequences on consecutive ids (engine.place).
-            cparams.kv_unified = False
-            cparams.n_threads = cparams.n_threads_batch = plan.threads
-            cparams.swa_full = False  # sliding-window layers keep only their window
-            if plan.kv_cache == "q8_0":
-                # llama.cpp runs a quantized V cache only inside flash attention: ask for it
-                # rather than leave it to "auto", which would fail the load where it says no.
-                cparams.type_k = cparams.type_v = llama_cpp.GGML_TYPE_Q8_0
-                cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
-        except (ValueError, RuntimeError) as e:
-            self.unload()
-            raise ModelFileError(f"{model.path}: llama.cpp could not load it ({e})") from e
+        used = plan
+        if plan.gpu_layers != 0 and not any(d.type in GPU_TYPES for d in loaded.devices):
+            used = replace(plan, gpu_layers=0, reason=_and(plan.reason, no_gpu_now(loaded)))
+            log.warning("%s: %s", model.ref, no_gpu_now(loaded))
+        steps = [used.gpu_layers]
+        failures: list[str] = []
+        while True:
+            try:
+                self._model, self._ctx = self._open(model, used, steps[0])
+                break
+            except (ValueError, RuntimeError) as e:
+                self.unload()
+                if steps[0] == 0:
+                    raise ModelFileError(f"{model.path}: llama.cpp could not load it ({e})"
+                                         + (f" (first on the GPU: {'; '.join(failures)})"
+                                            if failures else "")) from e
+                if len(steps) == 1:  # the first failure: plan the steps down
+                    try:
+                        steps = fewer_gpu_layers(steps[0], self._layer_count(model))
+                    except (ValueError, RuntimeError):  # not the GPU: the file itself
+                        raise ModelFileError(f"{model.path}: llama.cpp could not load it "
+                                             f"({e})") from e
+                failures.append(f"{_layers_text(steps[0])} failed ({e})")
+                log.warning("%s: llama.cpp could not load %s on the GPU (%s); trying %s",
+                            model.ref, _layers_text(steps[0]), e, _layers_text(steps[1]))
+                steps = steps[1:]
+        if failures:
+            used = replace(used, gpu_layers=steps[0], reason=_and(
+                used.reason, f"the GPU could not hold the plan ({failures[0]}), so llama.cpp "
+                             f"runs {_layers_text(steps[0])}"))
         self._installed = model
-        self._n_ctx_seq = plan.context
-        self._threads = plan.threads
-        self._batch = plan.batch
-        self._parallel = plan.parallel
+        self._n_ctx_seq = used.context
+        self._threads = used.threads
+        self._batch = used.batch
+        self._parallel = used.parallel
         meta = self._model.metadata()
         self._sliding_window = any(k.endswith(".attention.sliding_window") for k in meta)
         # An encoder (BERT and kin) sees the whole text at once: it has no next token to give
@@ -126,8 +198,34 @@ class LlamaCppBackend:
                                  _token_text(self._model, self._model.token_eos()), model.ref)
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") == "true"
         self._markers = marker_pieces(self.chat.fmt.special_markers, self.tokenize_special)
-        self.engine = BatchEngine(self._ctx, plan.parallel, plan.context, plan.batch,
+        self.engine = BatchEngine(self._ctx, used.parallel, used.context, used.batch,
                                   self._piece, self._is_eog, self._token_bytes)
+        return used if used != plan else None
+
+    def _open(self, model: ModelFiles, plan: LoadPlan,
+              gpu_layers: int) -> tuple[LlamaModel, LlamaContext]:
+        """The model and its context with `gpu_layers` (llama.cpp's n_gpu_layers, -1: all)."""
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = ALL_LAYERS if gpu_layers < 0 else gpu_layers
+        llama_model = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
+        try:
+            return llama_model, LlamaContext(model=llama_model, params=context_params(plan),
+                                             verbose=False)
+        except BaseException:
+            llama_model.close()
+            raise
+
+    @staticmethod
+    def _layer_count(model: ModelFiles) -> int:
+        """The model's repeating layers, from its header alone (llama.cpp's vocab-only load
+        reads no weights)."""
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.vocab_only = True
+        header = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
+        try:
+            return int(llama_cpp.llama_model_n_layer(header.model))
+        finally:
+            header.close()
 
     def unload(self) -> None:
         if self.engine is not None:

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from app.fit.estimate import file_estimate
+from app.gguf_file import read_gguf
+from app.hardware import GPU, MAX_STORAGE_BUFFER
 from app.runtime import Runtime, gpu_devices
 from app.runtime.gpu_devices import GgmlDevice, ask, why_skip
 from backends.base import GenerationRequest, LoadPlan, Message, SamplingParams
@@ -26,6 +29,10 @@ from backends.llamacpp.backend import LlamaCppBackend
 from backends.llamacpp.ggml_backends import lib_dir
 from tests.support import REPO
 from tests.support.agreement import forced_through
+from tests.support.machines import profile
+from tests.support.offload_agreement import CONTEXT
+
+GiB = 2**30
 
 LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0"}
 # Real text for the teacher-forced comparison: about 250 tokens of this repository's code
@@ -107,6 +114,20 @@ def test_the_0_5b_on_vulkan_agrees_with_the_cpu_all_layers_and_half(qwen, tmp_pa
         same = sum(a == b for a, b in zip(cpu, report["top"][count], strict=True)) / len(cpu)
         print(f"{count} layers on Vulkan: top-1 agreement {same:.2%} of {len(cpu)} tokens")
         assert same >= 0.99, f"{count} layers on Vulkan: top-1 agreement {same:.1%}"
+    # The memory llama.cpp put on the device (its logged model, KV and compute buffers) is
+    # within 10% of the fit model's plan for the same load: n_gpu_layers 12 is 11 repeating
+    # layers and the output (app.fit.offload).
+    info = read_gguf(qwen.path)
+    hw = profile(32 * GiB, 24e9, 2, 30, (GPU("llvmpipe (LLVM 15.0.6, 256 bits)", "lavapipe",
+                                             2 * GiB, 2 * GiB, None, 30, max_tensor_bytes=(
+                                                 MAX_STORAGE_BUFFER["lavapipe"])),))
+    for count, repeating in (("-1", 24), ("12", 11)):
+        device = report["buffers"][count]["Vulkan0"]
+        measured = sum(device.values()) * 2**20
+        planned = file_estimate(info, hw, CONTEXT, gpu_layers=repeating).gpu_bytes
+        print(f"{count}: Vulkan0 {device} = {measured / 2**20:.1f} MiB, "
+              f"planned {planned / 2**20:.1f} MiB")
+        assert abs(planned - measured) <= 0.10 * measured, (count, device, planned)
 
 
 def test_ember_offloads_to_vulkan_and_answers_as_on_the_cpu(store, qwen,
@@ -127,6 +148,72 @@ def test_ember_offloads_to_vulkan_and_answers_as_on_the_cpu(store, qwen,
         answer = rt.generate(qwen.ref, request).result()[0]
     assert answer
     monkeypatch.delenv("GGML_VK_VISIBLE_DEVICES")  # the CPU backend in this process
+    cpu = LlamaCppBackend()
+    cpu.load(qwen, LoadPlan(context=512, threads=2))
+    try:
+        prompt, _, _ = cpu.prompt_tokens(request)
+        forced_through(cpu, prompt + cpu.tokenize(answer), len(prompt)).check()
+    finally:
+        cpu.unload()
+
+
+def test_a_plan_for_the_gpu_runs_on_the_cpu_and_says_so_when_the_gpu_is_gone(
+        store, qwen, monkeypatch: pytest.MonkeyPatch):
+    """The plan put every layer on the GPU, but the worker finds none (here EMBER_GPU=off
+    reaches it, as a driver that went away would): the model loads on the CPU, the plan it
+    runs says so, and it answers."""
+    monkeypatch.setenv("EMBER_GPU", "off")  # the worker inherits it
+    request = GenerationRequest(messages=(Message("user", "Say hi."),),
+                                sampling=SamplingParams(temperature=0, max_tokens=4),
+                                speculative=None)
+    with Runtime(store=store) as rt:
+        loaded = rt.load(qwen.ref, context=512, gpu_layers=-1)
+        assert loaded.plan.gpu_layers == 0
+        assert "llama.cpp finds no GPU (EMBER_GPU=off): the CPU runs it" in loaded.plan.reason
+        assert [lm.plan.gpu_layers for lm in rt.loaded()] == [0]
+        assert rt.generate(qwen.ref, request).result()[0]
+        # asking again for the same is not a reload (the plan asked for is remembered)
+        assert rt.load(qwen.ref, context=512, gpu_layers=-1).pid == loaded.pid
+
+
+def two_lavapipes(tmp_path: Path) -> dict[str, str]:
+    """Two Vulkan devices on this machine: lavapipe's driver listed twice, which the Vulkan
+    loader takes as two GPUs (a user's two cards look the same to llama.cpp)."""
+    icd = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
+    copy = tmp_path / "lvp_icd_second.json"
+    copy.write_text(icd.read_text())
+    return {"VK_ICD_FILENAMES": f"{icd}:{copy}", "GGML_VK_VISIBLE_DEVICES": "0,1"}
+
+
+def test_two_gpus_split_the_layers_and_answer_as_the_cpu(store, qwen, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    """llama.cpp's layer split (its default with several devices): every layer offloaded
+    lands on the two devices, weights and KV cache on both, and Ember's worker answers
+    as the CPU does (tests/support/agreement.py's tolerance)."""
+    env = two_lavapipes(tmp_path)
+    assert [d["name"] for d in device_report(**env)["devices"]] == ["CPU", "Vulkan0", "Vulkan1"]
+    out = subprocess.run(
+        [sys.executable, "-c", "import backends.llamacpp, json, sys\n"
+         "from backends.llamacpp.ggml_backends import load_backends\n"
+         "from tests.support.offload_agreement import device_buffers\n"
+         "load_backends(gpu=True)\n"
+         "print(json.dumps(device_buffers(sys.argv[1], -1)))", str(qwen.path)],
+        env=child_env(**env), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    buffers = json.loads(out.stdout.splitlines()[-1])
+    print(buffers)
+    for device in ("Vulkan0", "Vulkan1"):
+        assert buffers[device]["model"] > 50 and buffers[device]["KV"] > 0, buffers
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)  # the worker inherits them
+    request = GenerationRequest(
+        messages=(Message("user", "Write a Python function that adds two numbers."),),
+        sampling=SamplingParams(temperature=0, max_tokens=8), speculative=None)
+    with Runtime(store=store) as rt:
+        assert rt.load(qwen.ref, context=512, gpu_layers=-1).plan.gpu_layers == -1
+        answer = rt.generate(qwen.ref, request).result()[0]
+    for key in env:
+        monkeypatch.delenv(key)
     cpu = LlamaCppBackend()
     cpu.load(qwen, LoadPlan(context=512, threads=2))
     try:

@@ -1,6 +1,8 @@
 """Teacher-forced next-token agreement of a GGUF model with N layers offloaded, against the
 CPU: one process loads the model once per layer count, evaluates the same text in one batch
-with every position's logits, and prints each position's top token per count as JSON.
+with every position's logits, and prints each position's top token per count as JSON, with
+the bytes llama.cpp put on each device for a load as Ember makes it (context 1024, the
+backend's own context parameters): its logged model, KV and compute buffers.
 
     python -m tests.support.offload_agreement MODEL.gguf TEXT_FILE 0 -1 12
 
@@ -11,11 +13,49 @@ puts Mesa's lavapipe in front of llama.cpp).
 
 from __future__ import annotations
 
+import ctypes
 import json
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
+
+BUFFER_LINE = re.compile(r"(\S+) (model|KV|compute) buffer size = +([\d.]+) MiB")
+CONTEXT = 1024
+
+
+def device_buffers(model: str, gpu_layers: int) -> dict[str, dict[str, float]]:
+    """MiB by device and kind ("Vulkan0": {"model": .., "KV": .., "compute": ..}) that
+    llama.cpp logs while it loads `model` as Ember's backend does."""
+    import llama_cpp
+    from llama_cpp._internals import LlamaContext, LlamaModel
+
+    from backends.base import LoadPlan
+    from backends.llamacpp.backend import ALL_LAYERS, context_params
+
+    lines: list[str] = []
+
+    @llama_cpp.llama_log_callback
+    def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        lines.append(text.decode(errors="replace"))
+
+    llama_cpp.llama_log_set(keep, ctypes.c_void_p(0))
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = ALL_LAYERS if gpu_layers < 0 else gpu_layers
+    llama_model = LlamaModel(path_model=model, params=params, verbose=False)
+    ctx = LlamaContext(model=llama_model, params=context_params(LoadPlan(CONTEXT, 2)),
+                       verbose=False)
+    ctx.close()
+    llama_model.close()
+    from llama_cpp._logger import llama_log_callback
+
+    llama_cpp.llama_log_set(llama_log_callback, ctypes.c_void_p(0))
+    out: dict[str, dict[str, float]] = {}
+    for m in BUFFER_LINE.finditer("".join(lines)):
+        device = out.setdefault(m.group(1), {})
+        device[m.group(2)] = device.get(m.group(2), 0.0) + float(m.group(3))
+    return out
 
 
 def top_tokens(model: str, text: str, gpu_layers: int) -> list[int]:
@@ -38,9 +78,10 @@ def main(argv: list[str]) -> None:
     loaded = ggml_backends.load_backends(gpu=True)
     text = Path(text_file).read_text(encoding="utf-8")
     out: dict = {"devices": [d.name for d in loaded.devices], "failed": list(loaded.failed),
-                 "top": {}}
+                 "top": {}, "buffers": {}}
     for count in counts:
         out["top"][count] = top_tokens(model, text, int(count))
+        out["buffers"][count] = device_buffers(model, int(count))
     print(json.dumps(out))
 
 
