@@ -114,11 +114,23 @@ def shares_ram(gpu: GPU) -> bool:
     return gpu.vendor == "apple" or gpu.shared_memory
 
 
+def offload_gpus(hw: HardwareProfile) -> tuple[GPU, ...]:
+    """The discrete GPUs llama.cpp offloads to (NVIDIA, AMD, Intel or any other Vulkan
+    device), the one with the most free memory first. With several, llama.cpp splits the
+    offloaded layers across them in proportion to their free memory (its default layer
+    split), so their budgets add up."""
+    return tuple(sorted((g for g in hw.gpus if not shares_ram(g)),
+                        key=lambda g: g.vram_free, reverse=True))
+
+
 def offload_gpu(hw: HardwareProfile) -> GPU | None:
-    """The discrete GPU llama.cpp offloads to (NVIDIA, AMD, Intel or any other Vulkan
-    device): the one with the most free memory."""
-    discrete = [g for g in hw.gpus if not shares_ram(g)]
-    return max(discrete, key=lambda g: g.vram_free) if discrete else None
+    """The first of offload_gpus (its vendor, bandwidth and buffer limit stand for all)."""
+    gpus = offload_gpus(hw)
+    return gpus[0] if gpus else None
+
+
+def gpu_budget(g: GPU) -> int:
+    return max(0, int(g.vram_free * GPU_SHARE) - GPU_CONTEXT_BYTES)
 
 
 def is_discrete(kind: str | None) -> bool:
@@ -130,9 +142,9 @@ def budgets(hw: HardwareProfile) -> tuple[int, int, str | None]:
     """(GPU bytes, RAM bytes, GPU kind) that a model may use. The kind is a discrete GPU's
     vendor ("nvidia", "amd", "intel", or another Vulkan device's), "apple", UNIFIED, or None."""
     ram = int(hw.ram_available * RAM_SHARE)
-    g = offload_gpu(hw)
-    if g is not None:
-        return max(0, int(g.vram_free * GPU_SHARE) - GPU_CONTEXT_BYTES), ram, g.vendor
+    gpus = offload_gpus(hw)
+    if gpus:
+        return sum(gpu_budget(g) for g in gpus), ram, gpus[0].vendor
     apple = [g for g in hw.gpus if g.vendor == "apple"]
     if apple:
         # Unified memory: the GPU's share and the CPU's come out of the same RAM.

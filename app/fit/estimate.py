@@ -19,7 +19,7 @@ from app.fit.base import (
     budgets,
     gpu_bandwidth,
     is_discrete,
-    offload_gpu,
+    offload_gpus,
     size_load,
 )
 from app.fit.offload import (
@@ -133,14 +133,18 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     split = parts(arch, params, weights, embedding, output, output_bits(variant))
 
     gpu_bytes = 0
-    device = offload_gpu(hw)
-    out_gpu = output_fits(split, arch, device.max_tensor_bytes if device else None)
+    devices = offload_gpus(hw)
+    limits = [g.max_tensor_bytes for g in devices if g.max_tensor_bytes]
+    out_gpu = output_fits(split, arch, min(limits) if limits else None)
     if is_discrete(kind):  # the compute buffer measured on a Vulkan device
         on_gpu_mem = replace(on_gpu_mem, buffers=gpu_buffer_bytes(arch, context, out_gpu)
                              + (0 if out_gpu else logits_buffer_bytes(arch)))
+        # each further GPU of a layer split holds a compute buffer of its own
+        more = (len(devices) - 1) * gpu_buffer_bytes(arch, context, output_on_gpu=False)
         placement, gpu_layers, gpu_bytes = offload_plan(arch, split, context, parallel, kv,
-                                                        gpu_budget, ram_budget, cpu_mem,
-                                                        gpu_layers, out_gpu)
+                                                        gpu_budget - more, ram_budget,
+                                                        cpu_mem, gpu_layers, out_gpu)
+        gpu_bytes += more if gpu_bytes else 0
     elif kind and on_gpu_mem.total <= gpu_budget:  # unified memory: all or nothing
         placement, gpu_layers, gpu_bytes = "full_gpu", layers, on_gpu_mem.total
     else:

@@ -33,6 +33,9 @@ from tests.support.machines import profile
 from tests.support.offload_agreement import CONTEXT
 
 GiB = 2**30
+# lavapipe as app.hardware lists it (2 GiB heap, 128 MiB storage buffer range)
+LAVAPIPE_GPU = GPU("llvmpipe (LLVM 15.0.6, 256 bits)", "lavapipe", 2 * GiB, 2 * GiB, None, 30,
+                   max_tensor_bytes=MAX_STORAGE_BUFFER["lavapipe"])
 
 LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0"}
 # Real text for the teacher-forced comparison: about 250 tokens of this repository's code
@@ -118,9 +121,7 @@ def test_the_0_5b_on_vulkan_agrees_with_the_cpu_all_layers_and_half(qwen, tmp_pa
     # within 10% of the fit model's plan for the same load: n_gpu_layers 12 is 11 repeating
     # layers and the output (app.fit.offload).
     info = read_gguf(qwen.path)
-    hw = profile(32 * GiB, 24e9, 2, 30, (GPU("llvmpipe (LLVM 15.0.6, 256 bits)", "lavapipe",
-                                             2 * GiB, 2 * GiB, None, 30, max_tensor_bytes=(
-                                                 MAX_STORAGE_BUFFER["lavapipe"])),))
+    hw = profile(32 * GiB, 24e9, 2, 30, (LAVAPIPE_GPU,))
     for count, repeating in (("-1", 24), ("12", 11)):
         device = report["buffers"][count]["Vulkan0"]
         measured = sum(device.values()) * 2**20
@@ -204,6 +205,12 @@ def test_two_gpus_split_the_layers_and_answer_as_the_cpu(store, qwen, tmp_path: 
     print(buffers)
     for device in ("Vulkan0", "Vulkan1"):
         assert buffers[device]["model"] > 50 and buffers[device]["KV"] > 0, buffers
+    # and the two hold, together, what the fit model plans for two such devices (±10%)
+    measured = sum(sum(buffers[d].values()) for d in ("Vulkan0", "Vulkan1")) * 2**20
+    planned = file_estimate(read_gguf(qwen.path), profile(32 * GiB, 24e9, 2, 30, (
+        LAVAPIPE_GPU, LAVAPIPE_GPU)), CONTEXT, gpu_layers=24).gpu_bytes
+    print(f"two devices: {measured / 2**20:.1f} MiB, planned {planned / 2**20:.1f} MiB")
+    assert abs(planned - measured) <= 0.10 * measured
     for key, value in env.items():
         monkeypatch.setenv(key, value)  # the worker inherits them
     request = GenerationRequest(

@@ -331,3 +331,21 @@ def test_an_output_layer_over_a_vulkan_devices_buffer_range_stays_on_the_cpu():
     # the buffers: the GPU's and, in RAM (pinned by the GPU backend), the output's logits
     # 512 x (151,936 + 3,072) x 4 (measured: 60.51 and 302.75 MiB at 2k context)
     assert f.memory.buffers == 65_536_000 + 317_456_384
+
+
+def test_two_cards_split_the_layers_and_their_budgets_add_up():
+    # llama.cpp's default layer split puts the offloaded layers on every GPU in proportion to
+    # its free memory: two 8 GB Arcs hold the 8B at Q8_0 that one holds 25 of 32 layers of
+    arc = ARC_8GB.gpus[0]
+    two = profile(32 * GiB, 24e9, 8, 50, (arc, arc))
+    assert budgets(two)[::2] == (2 * 7_180_569_600, "intel")
+    f = fit("llama-3.1-8b-instruct", "Q8_0", two)
+    # one card's full plan (8,794,350,590) and the second card's compute buffer: a ubatch of
+    # activations 512 x (3 x 14,336 + 2 x 4,096) x 4 = 104,857,600 + the mask 512 x 2 x 4,096
+    assert (f.placement, f.n_gpu_layers, f.gpu_bytes) == ("full_gpu", -1,
+                                                          8_794_350_590 + 109_051_904)
+    # a busy second card adds what it has free
+    busy = profile(32 * GiB, 24e9, 8, 50, (arc, BUSY_8GB.gpus[0]))
+    assert budgets(busy)[0] == 7_180_569_600 + 530_569_600
+    partial = fit("llama-3.1-8b-instruct", "Q8_0", busy)
+    assert partial.placement == "partial" and partial.gpu_bytes <= budgets(busy)[0]
