@@ -397,6 +397,7 @@ class LoadPlan:
     parallel: int = 1
     reason: str = ""
     memory_bytes: int = 0  # what the fit model says this load needs (for eviction)
+    gpu_memory_bytes: int = 0  # of it, what is in GPU memory (all of it on unified memory)
     # weight-only quantization at load: "int8" or "int4" (the cuda backend's kernels/);
     # None keeps the weights in the backend's float dtype
     quant: str | None = None

@@ -15,10 +15,10 @@ prefill from FLOP/s. Its parts:
 The formula term by term and where each constant comes from: docs/notes/fit-model.md.
 """
 
-from app.fit.base import GB, Fit, Memory, memory_budget
+from app.fit.base import GB, Fit, Memory
 from app.fit.estimate import estimate, plan_load
 from app.fit.plan import plan_for
 from app.fit.recommend import fits_for, recommend
 
-__all__ = ["GB", "Fit", "Memory", "estimate", "fits_for", "memory_budget", "plan_for",
+__all__ = ["GB", "Fit", "Memory", "estimate", "fits_for", "plan_for",
            "plan_load", "recommend"]

@@ -166,12 +166,6 @@ def gpu_bandwidth(hw: HardwareProfile, kind: str | None) -> float:
     return hw.cpu_bandwidth_gbps
 
 
-def memory_budget(hw: HardwareProfile) -> int:
-    """Bytes the loaded models may use together (GPU memory when there is a GPU)."""
-    gpu, ram, kind = budgets(hw)
-    return gpu if is_discrete(kind) and gpu > 0 else ram
-
-
 FitAt = Callable[[int, int, str], Fit]  # (context, parallel, KV cache type) -> Fit
 
 

@@ -158,7 +158,8 @@ def plan_cuda_load(name: str, arch: Arch, params: int, variant: Variant, hw: Har
     return LoadPlan(context=sized.context, threads=sized.threads,
                     gpu_layers=-1 if on_gpu(hw) else 0, batch=MAX_TOKENS,
                     parallel=sized.parallel, reason=reason,
-                    memory_bytes=sized.fit.memory.total)
+                    memory_bytes=sized.fit.memory.total,
+                    gpu_memory_bytes=sized.fit.memory.total if on_gpu(hw) else 0)
 
 
 def plan_cuda_gguf(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,

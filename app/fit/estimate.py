@@ -242,4 +242,18 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
     fit = sized.fit
     return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=fit.n_gpu_layers,
                     parallel=sized.parallel, reason=sized.reason,
-                    memory_bytes=fit.memory.total, kv_cache=fit.kv_cache)
+                    memory_bytes=fit.memory.total, kv_cache=fit.kv_cache,
+                    gpu_memory_bytes=fit.gpu_bytes)
+
+
+def gpu_bytes_with(info: GGUFInfo, hw: HardwareProfile, plan: LoadPlan,
+                   n_gpu_layers: int) -> int:
+    """GPU memory of `plan` run with llama.cpp's `n_gpu_layers` (-1: all; n >= 1: the
+    output layer and n - 1 repeating layers) in place of its own: a user's setting, or fewer
+    layers where the GPU could not hold the plan."""
+    if n_gpu_layers == 0:
+        return 0
+    layers = arch_from_gguf(info).layers
+    repeating = layers if n_gpu_layers < 0 else min(n_gpu_layers - 1, layers)
+    return file_estimate(info, hw, plan.context, plan.parallel, plan.kv_cache,
+                         max(repeating, 0)).gpu_bytes

@@ -66,4 +66,5 @@ def plan_mlx_load(config: dict, model: ModelFiles, hw: HardwareProfile,
     return LoadPlan(context=sized.context, threads=sized.threads,
                     gpu_layers=-1 if hw.apple_chip else 0, batch=batch,
                     parallel=sized.parallel, reason=sized.reason,
-                    memory_bytes=sized.fit.memory.total)
+                    memory_bytes=sized.fit.memory.total,
+                    gpu_memory_bytes=sized.fit.memory.total if hw.apple_chip else 0)

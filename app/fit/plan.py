@@ -4,8 +4,10 @@ follows the one rule in app.fit.base.size_load."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.fit.cuda import plan_cuda_gguf
-from app.fit.estimate import plan_load
+from app.fit.estimate import gpu_bytes_with, plan_load
 from app.fit.mlx import plan_mlx_load
 from app.gguf_file import read_gguf
 from app.hardware import HardwareProfile
@@ -24,3 +26,13 @@ def plan_for(model: ModelFiles, backend: str, hw: HardwareProfile, context: int 
     if backend == "cuda":
         return plan_cuda_gguf(info, hw, context, parallel, quant)
     return plan_load(info, hw, context, parallel, kv_cache)
+
+
+def with_gpu_layers(model: ModelFiles, backend: str, hw: HardwareProfile, plan: LoadPlan,
+                    gpu_layers: int) -> LoadPlan:
+    """`plan` with llama.cpp's n_gpu_layers `gpu_layers` and the GPU memory that takes
+    (the other engines put all or nothing on the GPU: their plan's GPU memory stays)."""
+    if backend != "llamacpp" or model.format != "gguf":
+        return replace(plan, gpu_layers=gpu_layers)
+    return replace(plan, gpu_layers=gpu_layers, gpu_memory_bytes=gpu_bytes_with(
+        read_gguf(model.path), hw, plan, gpu_layers))

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, replace
 
 from app.errors import ModelBusyError
-from app.fit import memory_budget, plan_for
+from app.fit import plan_for
+from app.fit.plan import with_gpu_layers
 from app.hardware import HardwareProfile, detect
 from app.runtime import endpoints
 from app.runtime.backend_choice import (
@@ -32,6 +33,7 @@ from app.runtime.backend_choice import (
 )
 from app.runtime.backend_table import capabilities, check_backend
 from app.runtime.generation import Generation
+from app.runtime.memory_pools import Pools, Use, total
 from app.runtime.protocol import CountPromptTokens, Detokenize, Embed, Tokenize
 from app.runtime.remote_streams import Remotes
 from app.runtime.thinking import ThinkingSupport, local_support
@@ -216,14 +218,17 @@ class Runtime:
                 del self._workers[model.ref]
             plan = self._plan(model, context, backend, quant, kv_cache)
             if gpu_layers is not None:
-                plan = replace(plan, gpu_layers=gpu_layers,
+                plan = replace(with_gpu_layers(model, backend, self.hardware, plan, gpu_layers),
                                reason=f"{plan.reason}; GPU layers set to {gpu_layers} by the user")
-            self._make_room(plan.memory_bytes, model.ref)
+            self._make_room(plan, model.ref)
             self._loading[model.ref] = backend
             try:
                 worker = Worker(model, plan, backend)
             finally:
                 del self._loading[model.ref]
+            if worker.plan.gpu_layers != plan.gpu_layers:  # fewer: the GPU could not hold it
+                worker.plan = with_gpu_layers(model, backend, self.hardware, worker.plan,
+                                              worker.plan.gpu_layers)
             self._workers[model.ref] = worker
             return LoadedModel(model, worker.plan, worker.backend, worker.pid)
 
@@ -277,27 +282,37 @@ class Runtime:
               kv_cache: str | None = None) -> LoadPlan:
         return plan_for(model, backend, self.hardware, context, self.parallel, quant, kv_cache)
 
-    def _make_room(self, needed: int, for_ref: str) -> None:
-        """Unload idle models, least recently used first, until `needed` fits beside the rest
-        in the fit model's budget. Called with the lock held. Busy models are never evicted."""
-        budget = memory_budget(self.hardware)
-        in_use = sum(w.memory_bytes for w in self._workers.values())
+    def _in_use(self, pools: Pools) -> Use:
+        return total([pools.use(w.plan, sum(w.drafts.values()))
+                      for w in self._workers.values()])
+
+    def _make_room(self, plan: LoadPlan, for_ref: str) -> None:
+        """Unload idle models, least recently used first, until `plan` fits beside the rest
+        in the fit model's budgets (GPU memory and RAM where the GPU has its own: a model on
+        the CPU does not make room on the GPU's account, nor the reverse). Called with the
+        lock held. Busy models are never evicted."""
+        pools = Pools.of(self.hardware)
+        needed = pools.use(plan)
         for ref, w in sorted(self._workers.items(), key=lambda kv: kv[1].last_used):
-            if in_use + needed <= budget:
+            short = pools.short(self._in_use(pools), needed)
+            if short is None:
                 return
             if w.busy:
                 continue
+            name, in_use, budget = short
             log.info("evicting %s (idle %.0f s, %.2f GB): %s needs %.2f GB and %.2f GB of the "
-                     "%.2f GB budget are in use", ref, time.monotonic() - w.last_used,
-                     w.memory_bytes / 1e9, for_ref, needed / 1e9, in_use / 1e9,
-                     budget / 1e9)
+                     "%.2f GB %sbudget are in use", ref, time.monotonic() - w.last_used,
+                     w.memory_bytes / 1e9, for_ref, needed[0 if name == "GPU" else 1] / 1e9,
+                     in_use / 1e9, budget / 1e9, f"{name} " if name else "")
             w.stop()
             del self._workers[ref]
-            in_use -= w.memory_bytes
-        if in_use + needed > budget:
-            log.warning("loading %s (%.2f GB) beyond the %.2f GB budget: %.2f GB are in use by "
-                        "busy models, which are never evicted", for_ref, needed / 1e9,
-                        budget / 1e9, in_use / 1e9)
+        short = pools.short(self._in_use(pools), needed)
+        if short is not None:
+            name, in_use, budget = short
+            log.warning("loading %s (%.2f GB) beyond the %.2f GB %sbudget: %.2f GB are in use "
+                        "by busy models, which are never evicted", for_ref,
+                        needed[0 if name == "GPU" else 1] / 1e9, budget / 1e9,
+                        f"{name} " if name else "", in_use / 1e9)
 
     def _worker(self, name: str, backend: str | None = None) -> Worker:
         if self.is_remote(name):
@@ -366,13 +381,19 @@ class Runtime:
                         f"{model.ref} keeps {', '.join(worker.drafts)} as draft models while "
                         f"loaded, at most {MAX_DRAFTS}: draft with one of them, or unload "
                         f"{model.ref} first", "speculative.draft_model")
-                budget = memory_budget(self.hardware)
-                in_use = sum(w.memory_bytes for w in self._workers.values())
-                if in_use + draft.size_bytes > budget:
+                pools = Pools.of(self.hardware)
+                worker_use = pools.use(worker.plan)
+                needed = pools.use(replace(worker.plan, memory_bytes=draft.size_bytes,
+                                           gpu_memory_bytes=draft.size_bytes
+                                           if worker_use[0] > worker_use[1] else 0))
+                short = pools.short(self._in_use(pools), needed)
+                if short is not None:
+                    name, in_use, budget = short
                     raise InvalidRequestError(
                         f"no memory for the draft model {draft.ref} "
                         f"({draft.size_bytes / 1e9:.2f} GB): {in_use / 1e9:.2f} GB of the "
-                        f"{budget / 1e9:.2f} GB budget are in use", "speculative.draft_model")
+                        f"{budget / 1e9:.2f} GB {name + ' ' if name else ''}budget are in use",
+                        "speculative.draft_model")
                 worker.drafts[draft.ref] = draft.size_bytes
         return replace(request, speculative=replace(spec, draft_path=str(draft.path)))
 

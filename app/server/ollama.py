@@ -17,6 +17,7 @@ from app import __version__
 from app.pull.install import pull as download
 from app.pull.progress import Progress
 from app.registry import load_registry
+from app.runtime.memory_pools import devices_of
 from app.runtime.model_traits import model_traits
 from app.runtime.remote_streams import RemoteModel
 from app.server import ollama_wire, openai_wire
@@ -137,9 +138,18 @@ def show(body: OllamaModelRequest, request: Request) -> dict:
 
 @router.get("/ps")
 def ps(request: Request) -> dict:
+    """Ollama's fields (`size`: the memory the load plan holds; `size_vram`: of it, on the
+    GPU), and Ember's own: the backend, llama.cpp's GPU layers and each GPU the model runs on,
+    with its vendor, memory and the llama.cpp backend that drives it."""
     runtime = request.app.state.runtime
-    return {"models": [{**_tag(lm.model), "expires_at": None, "size_vram": 0,
-                        "context_length": lm.plan.context} for lm in runtime.loaded()]}
+    return {"models": [
+        {**_tag(lm.model), "expires_at": None, "size": lm.plan.memory_bytes,
+         "size_vram": lm.plan.gpu_memory_bytes, "context_length": lm.plan.context,
+         "backend": lm.backend, "gpu_layers": lm.plan.gpu_layers,
+         "gpus": [{"name": g.name, "vendor": g.vendor, "memory_total": g.vram_total,
+                   "backend": g.llama_backend if lm.backend == "llamacpp" else lm.backend}
+                  for g in devices_of(runtime.hardware, lm.plan, lm.backend)]}
+        for lm in runtime.loaded()]}
 
 
 @router.delete("/delete", responses=errors(400, 404))

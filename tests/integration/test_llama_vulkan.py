@@ -18,16 +18,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from app.fit.estimate import file_estimate
 from app.gguf_file import read_gguf
 from app.hardware import GPU, MAX_STORAGE_BUFFER
 from app.runtime import Runtime, gpu_devices
 from app.runtime.gpu_devices import GgmlDevice, ask, why_skip
+from app.server.app import create_app
 from backends.base import GenerationRequest, LoadPlan, Message, SamplingParams
 from backends.llamacpp.backend import LlamaCppBackend
 from backends.llamacpp.ggml_backends import lib_dir
-from tests.support import REPO
+from tests.support import LOOPBACK, REPO
 from tests.support.agreement import forced_through
 from tests.support.machines import profile
 from tests.support.offload_agreement import CONTEXT
@@ -143,11 +145,18 @@ def test_ember_offloads_to_vulkan_and_answers_as_on_the_cpu(store, qwen,
     request = GenerationRequest(
         messages=(Message("user", "Write a Python function that adds two numbers."),),
         sampling=SamplingParams(temperature=0, max_tokens=8), speculative=None)
-    with Runtime(store=store) as rt:
+    with Runtime(store=store) as rt, \
+            TestClient(create_app(rt), base_url=LOOPBACK) as client:
         loaded = rt.load(qwen.ref, context=512, gpu_layers=-1)
         assert loaded.plan.gpu_layers == -1
         answer = rt.generate(qwen.ref, request).result()[0]
+        # /api/ps: Ollama's size and size_vram (all but the token embedding on the GPU),
+        # and the GPU with its vendor and the llama.cpp backend that drives it
+        ps = client.get("/api/ps").json()["models"]
     assert answer
+    assert len(ps) == 1 and 0 < ps[0]["size_vram"] < ps[0]["size"], ps
+    assert ps[0]["gpu_layers"] == -1 and ps[0]["backend"] == "llamacpp"
+    assert [(g["vendor"], g["backend"]) for g in ps[0]["gpus"]] == [("lavapipe", "Vulkan")]
     monkeypatch.delenv("GGML_VK_VISIBLE_DEVICES")  # the CPU backend in this process
     cpu = LlamaCppBackend()
     cpu.load(qwen, LoadPlan(context=512, threads=2))
