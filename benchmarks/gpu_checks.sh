@@ -6,9 +6,14 @@
 # on the same random Llama-3-8B shape. Each step has its own time limit, so one that hangs
 # leaves the others their time; everything goes to $OUT/log (default build/gpu-checks).
 #
-#     bash benchmarks/gpu_checks.sh [step ...]   # steps: tests graphs bf16 int4 int8 gemv spec peer peer-eager
+#     bash benchmarks/gpu_checks.sh [step ...]   # steps: tests graphs bf16 int4 int8 gemv spec peer peer-eager llama
 #
 # Python packages the machine lacks travel as wheels in .whl/ (see docs/notes/gpu-checks.md).
+# The llama step (llama.cpp's GPU backends on a random Llama-3-8B-shaped Q4_0 GGUF, by layers
+# offloaded: benchmarks/gpu_offload.py) needs the portable llama-cpp-python wheel in .whl/ and,
+# for CUDA, .whl/libggml-cuda.so (packaging/llama_cpp_cuda.sh), which is put in its lib folder;
+# it links the cuBLAS and CUDA runtime of torch's nvidia/cu13 wheels. LLAMA_SHAPE,
+# LLAMA_LAYERS and LLAMA_TOKENS shrink it for a rehearsal on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu-checks}
@@ -20,6 +25,9 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/ember-site .whl/*.whl || exit 1
     export PYTHONPATH="$PWD:/tmp/ember-site"
+    if [ -f .whl/libggml-cuda.so ] && [ -d /tmp/ember-site/llama_cpp/lib ]; then
+        cp .whl/libggml-cuda.so /tmp/ember-site/llama_cpp/lib/
+    fi
 else
     export PYTHONPATH="$PWD"
 fi
@@ -62,6 +70,14 @@ for step in "${STEPS[@]}"; do
         peer) run peer 220 python3 benchmarks/peer_decode.py --random llama3-8b --tokens 16,80 ;;
         peer-eager) run peer-eager 100 python3 benchmarks/peer_decode.py --random llama3-8b \
                         --tokens 16,80 --no-compile ;;
+        llama) nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \
+'cu13', 'lib'))" 2>/dev/null)
+               LD_LIBRARY_PATH="$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run llama 300 \
+                   python3 -m backends.llamacpp.device_report
+               LD_LIBRARY_PATH="$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run llama 300 \
+                   python3 benchmarks/gpu_offload.py --random "${LLAMA_SHAPE:-llama3-8b}" \
+                   --layers "${LLAMA_LAYERS:--1,16,0}" --prompt 512 \
+                   --tokens "${LLAMA_TOKENS:-64}" --repeat 2 ;;
         *) echo "unknown step $step" | tee -a "$LOG" ;;
     esac
 done
