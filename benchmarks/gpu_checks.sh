@@ -11,8 +11,12 @@
 # Python packages the machine lacks travel as wheels in .whl/ (see docs/notes/gpu-checks.md).
 # The llama step (llama.cpp's GPU backends on a random Llama-3-8B-shaped Q4_0 GGUF, by layers
 # offloaded: benchmarks/gpu_offload.py) needs the portable llama-cpp-python wheel in .whl/ and,
-# for CUDA, .whl/libggml-cuda.so (packaging/llama_cpp_cuda.sh), which is put in its lib folder;
-# it links the cuBLAS and CUDA runtime of torch's nvidia/cu13 wheels. LLAMA_SHAPE,
+# for CUDA, .whl/libggml-cuda.so.gz (packaging/llama_cpp_cuda.sh, gzipped: 40.6 MB for sm_90
+# is 20.9 MB, and the wheel's 30 MB share the 64 MiB carried), put in its lib folder;
+# it links the cuBLAS and CUDA runtime of torch's nvidia/cu13 wheels. llama.cpp's own
+# llama-bench goes along as .whl/llama-bench.tgz (benchmarks/build_llama_bench.sh: the binary,
+# libllama-bench-impl.so and libllama-common.so.0; 2 MB), and the vocabulary the random model
+# gets as .whl/ggml-vocab-llama-bpe.gguf (from the sdist's models/). LLAMA_SHAPE,
 # LLAMA_LAYERS and LLAMA_TOKENS shrink it for a rehearsal on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,12 +29,16 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/ember-site .whl/*.whl || exit 1
     export PYTHONPATH="$PWD:/tmp/ember-site"
-    if [ -f .whl/libggml-cuda.so ] && [ -d /tmp/ember-site/llama_cpp/lib ]; then
-        cp .whl/libggml-cuda.so /tmp/ember-site/llama_cpp/lib/
+    if [ -f .whl/libggml-cuda.so.gz ] && [ -d /tmp/ember-site/llama_cpp/lib ]; then
+        gunzip -c .whl/libggml-cuda.so.gz > /tmp/ember-site/llama_cpp/lib/libggml-cuda.so
+    fi
+    if [ -f .whl/llama-bench.tgz ]; then  # llama-bench, libllama-bench-impl.so, libllama-common.so.0
+        mkdir -p /tmp/llama-bench && tar -xzf .whl/llama-bench.tgz -C /tmp/llama-bench
     fi
 else
     export PYTHONPATH="$PWD"
 fi
+[ -x /tmp/llama-bench/llama-bench ] && LLAMA_BENCH=${LLAMA_BENCH:-/tmp/llama-bench}
 XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")  # compile kernels in parallel
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(tests graphs int4 gemv spec int8 peer)
@@ -72,12 +80,14 @@ for step in "${STEPS[@]}"; do
                         --tokens 16,80 --no-compile ;;
         llama) nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \
 'cu13', 'lib'))" 2>/dev/null)
-               LD_LIBRARY_PATH="$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run llama 300 \
+               LD_LIBRARY_PATH="$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run llama 60 \
                    python3 -m backends.llamacpp.device_report
-               LD_LIBRARY_PATH="$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run llama 300 \
+               LD_LIBRARY_PATH="$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run llama 400 \
                    python3 benchmarks/gpu_offload.py --random "${LLAMA_SHAPE:-llama3-8b}" \
-                   --layers "${LLAMA_LAYERS:--1,16,0}" --prompt 512 \
-                   --tokens "${LLAMA_TOKENS:-64}" --repeat 2 ;;
+                   --layers="${LLAMA_LAYERS:--1,16,0}" --prompt 512 \
+                   --tokens "${LLAMA_TOKENS:-64}" --repeat 2 \
+                   ${LLAMA_BENCH:+--llama-bench "$LLAMA_BENCH"} \
+                   $( [ -f .whl/ggml-vocab-llama-bpe.gguf ] && echo --vocab .whl/ggml-vocab-llama-bpe.gguf) ;;
         *) echo "unknown step $step" | tee -a "$LOG" ;;
     esac
 done
