@@ -17,10 +17,11 @@ Prints JSON.
   llama_cpp/lib libraries and the CPU module Ember chose, so both sides run the same engine
   and backends. Without one, Ember's side alone.
 
-Each side and layer count is a fresh process. Ember: a prompt of `--prompt` tokens (a fresh
-start each repeat, so the prefix cache cannot help), then `--tokens` greedy tokens; prompt
-tokens/s = prompt tokens / time to the first token, decode tokens/s from the backend's own
-Stats. llama-bench: `-p PROMPT -n TOKENS -r REPEAT -b 512 -ub 512` with the same threads.
+Each side and layer count is a fresh process. Ember, as llama-bench's pp and tg tests: a
+prompt of `--prompt` tokens and one token (prompt tokens/s = prompt tokens / time to the first
+token), then `--tokens` greedy tokens after a short prompt (decode tokens/s from the backend's
+own Stats); each repeat starts differently, so the prefix cache cannot help.
+llama-bench: `-p PROMPT -n TOKENS -r REPEAT -b 512 -ub 512` with the same threads.
 The report gives medians and Ember / llama-bench per layer count. Goal (issue 39): >= 0.97x
 at every split.
 
@@ -133,17 +134,23 @@ def ember_child(model: str, gpu_layers: int, prompt: int, tokens: int, repeat: i
     if changed is not None:
         raise SystemExit(f"the backend changed the plan: {changed.reason}")
     ids = backend.tokenize(TEXT * (prompt // 8 + 2))
+
+    def run(text: str, max_tokens: int):
+        request = GenerationRequest(prompt=text, sampling=SamplingParams(
+            temperature=0, max_tokens=max_tokens), speculative=None)
+        return next(e.stats for e in backend.generate(request) if isinstance(e, DoneEvent))
+
     runs = []
     for r in range(repeat + 1):  # the first is a warm-up (pages, buffers, shader pipelines)
-        text = f"{r} " + backend.detokenize(ids[: prompt - 2])
-        request = GenerationRequest(prompt=text, sampling=SamplingParams(
-            temperature=0, max_tokens=tokens), speculative=None)
-        stats = next(e.stats for e in backend.generate(request) if isinstance(e, DoneEvent))
+        # as llama-bench's pp and tg tests: a long prompt alone, then tokens after a short one
+        # (tg starts from an empty cache: after a long prompt each token would read its cells)
+        long = run(f"{r} " + backend.detokenize(ids[: prompt - 2]), 1)
+        short = run(f"{r} " + backend.detokenize(ids[:6]), tokens)
         if r:
-            runs.append({"prompt_tokens": stats.prompt_tokens,
-                         "completion_tokens": stats.completion_tokens,
-                         "prompt_tps": stats.prompt_tokens / stats.ttft_s,
-                         "decode_tps": stats.decode_tokens_per_s})
+            runs.append({"prompt_tokens": long.prompt_tokens,
+                         "completion_tokens": short.completion_tokens,
+                         "prompt_tps": long.prompt_tokens / long.ttft_s,
+                         "decode_tps": short.decode_tokens_per_s})
     backend.unload()
     return {"runs": runs, "prompt_tps": statistics.median(r["prompt_tps"] for r in runs),
             "decode_tps": statistics.median(r["decode_tps"] for r in runs)}
