@@ -276,12 +276,14 @@ class MainWindow(QMainWindow):
 
     # models
 
-    def _backend_of(self, model: InstalledModel) -> str:
+    def _backend_of(self, model: InstalledModel) -> tuple[str, str]:
+        """The backend that runs `model` here, and why."""
         requested = None if self.settings.backend == "auto" else self.settings.backend
         try:
-            return self.runtime.choose(model, requested).name
+            choice = self.runtime.choose(model, requested)
+            return choice.name, choice.reason
         except EmberError as e:  # e.g. a bad backend for this model in config.toml
-            return f"error: {e}"
+            return f"error: {e}", ""
 
     def refresh_remote_models(self) -> None:
         """Ask the remote endpoints for their models; the picker lists them when they answer."""
@@ -303,7 +305,7 @@ class MainWindow(QMainWindow):
         self.model_picker.blockSignals(True)
         self.model_picker.clear()
         hardware = self.runtime.hardware
-        self.choices = [local_choice(m, self._backend_of(m), hardware)
+        self.choices = [local_choice(m, *self._backend_of(m), hardware=hardware)
                         for m in self.runtime.store.list() if m.chat]
         self.choices += [remote_choice(rm.ref) for rm in self.remote_models]
         for i, choice in enumerate(self.choices):

@@ -37,11 +37,16 @@ def installed_fit(model: InstalledModel, hardware: HardwareProfile) -> Fit | Non
                  if f.quant == model.quant and f.format == model.format), None)
 
 
-def local_choice(model: InstalledModel, where: str, hardware: HardwareProfile) -> ModelChoice:
+def local_choice(model: InstalledModel, where: str, why: str = "", *,
+                 hardware: HardwareProfile) -> ModelChoice:
+    """`where`: the backend that runs it here; `why`: the backend choice's reason, shown with
+    the fit in the picker's tooltip."""
     fit = installed_fit(model, hardware)
+    reason = f"{where}: {why}" if why else ""
     if fit is None:
-        return ModelChoice(model.ref, where)
-    return ModelChoice(model.ref, where, fit.label, BADGE_COLOR[fit.placement], fit.explain())
+        return ModelChoice(model.ref, where, detail=reason)
+    return ModelChoice(model.ref, where, fit.label, BADGE_COLOR[fit.placement],
+                       "\n".join(part for part in (fit.explain(), reason) if part))
 
 
 def remote_choice(ref: str) -> ModelChoice:

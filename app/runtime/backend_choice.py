@@ -1,9 +1,12 @@
 """Which backend runs a model on this machine, and why (shown by `ember hw` and the GUI).
 
-The rule: an NVIDIA GPU with a working torch CUDA runs Ember's CUDA engine (it loads GGUF and
-safetensors); Apple Silicon runs MLX for a model in MLX format; everything else runs
-llama.cpp. The user overrides it per request (`--backend`, a request's `backend` option) or
-per model in config.toml:
+The rule: a GGUF model runs on llama.cpp, on the GPU where llama.cpp has a backend for it
+(Vulkan, CUDA, Metal); on an NVIDIA GPU with a working torch CUDA, Ember's CUDA engine runs a
+GGUF model only where it was measured faster for that GPU, architecture and quantization
+(app.runtime.backend_speeds), or where llama.cpp has no backend for the GPU, and it runs
+safetensors models (llama.cpp cannot load them). Apple Silicon runs MLX for a model in MLX
+format; everything else runs llama.cpp. The user overrides it per request (`--backend`, a
+request's `backend` option) or per model in config.toml:
 
     [models."qwen2.5-coder-0.5b-instruct"]
     backend = "llamacpp"
@@ -19,6 +22,7 @@ from app import config
 from app.errors import ConfigError
 from app.hardware import HardwareProfile
 from app.install_hint import NOT_IN_BUILD, install_command
+from app.runtime.backend_speeds import cuda_faster
 from app.runtime.backend_table import BACKENDS, NAMES, check_backend
 
 CUDA_FORMATS = BACKENDS["cuda"].capabilities.formats
@@ -91,7 +95,8 @@ def _llamacpp(hw: HardwareProfile, offload: bool, why_not: str = "") -> BackendC
         how = ("with GPU offload" if offload else
                "on the CPU: this llama-cpp-python build has no GPU offload (rebuild it with "
                "CMAKE_ARGS=-DGGML_CUDA=on to use the GPU)")
-        return BackendChoice("llamacpp", f"NVIDIA {gpu.name} ({gpu.vram_total / 2**30:.0f} GB): "
+        return BackendChoice("llamacpp", f"{_nvidia_name(gpu.name)} "
+                                         f"({gpu.vram_total / 2**30:.0f} GB): "
                                          f"llama.cpp {how}{why_not}")
     others = [g for g in hw.gpus if g.llama_backend and g.vendor not in ("nvidia", "apple")]
     if others:
@@ -108,21 +113,64 @@ def _llamacpp(hw: HardwareProfile, offload: bool, why_not: str = "") -> BackendC
                                      f"cores, {simd}, {hw.cpu_bandwidth_gbps:.0f} GB/s)")
 
 
+def _cuda_choice(hw: HardwareProfile, gpu_offload: bool | None,
+                 formats: tuple[str, ...] | None,
+                 model: tuple[str, str] | None) -> BackendChoice | None:
+    """Ember's cuda engine where it should run on this NVIDIA GPU with torch CUDA, else None
+    (llama.cpp): a model llama.cpp cannot load, a GPU llama.cpp has no backend for, or a
+    GGUF model it was measured faster for."""
+    gpu = max((g for g in hw.gpus if g.vendor == "nvidia"), key=lambda g: g.vram_total)
+    where = (f"{_nvidia_name(gpu.name)} ({gpu.vram_total / 2**30:.0f} GB) with torch "
+             f"{hw.torch_cuda} CUDA")
+    if formats is not None and "gguf" not in formats:
+        return BackendChoice("cuda", f"{where}: Ember's CUDA engine (llama.cpp does not load "
+                                     f"{' or '.join(formats)})")
+    offload = llama_cpp_sees_nvidia() if gpu_offload is None else gpu_offload
+    if not offload:
+        return BackendChoice("cuda", f"{where}: Ember's CUDA engine (llama.cpp has no backend "
+                                     "for this GPU here and would run on the CPU)")
+    architecture, quant = model if model is not None else (None, None)
+    row = cuda_faster(gpu.name, architecture, quant)
+    if row is None:
+        return None
+    return BackendChoice("cuda", f"{where}: Ember's CUDA engine, measured faster for "
+                                 f"{architecture} {quant} on {row.gpu} ({row.cuda_tps:g} against "
+                                 f"llama.cpp's {row.llamacpp_tps:g} tokens/s with "
+                                 f"{row.llamacpp_backend}; {row.measured})")
+
+
+def _nvidia_name(name: str) -> str:
+    """nvidia-smi's names mostly start with the vendor already ("NVIDIA GeForce RTX 4090")."""
+    return name if name.upper().startswith("NVIDIA") else f"NVIDIA {name}"
+
+
+def llama_cpp_sees_nvidia() -> bool:
+    """Whether llama.cpp has a GPU backend for an NVIDIA GPU here: a device of its run-time
+    loaded backends (Vulkan or CUDA) from NVIDIA, or a build with CUDA compiled in."""
+    from app.runtime.gpu_devices import gpu_devices
+
+    if any(d.vendor == "nvidia" for d in gpu_devices().devices):
+        return True
+    llama_cpp = _llama_cpp()
+    return llama_cpp is not None and bool(llama_cpp.llama_supports_gpu_offload())
+
+
 def choose_backend(hw: HardwareProfile, gpu_offload: bool | None = None,
                    formats: tuple[str, ...] | None = None, requested: str | None = None,
-                   configured: str | None = None) -> BackendChoice:
-    """The backend for a model available in `formats` (None: any model, as `ember hw` asks).
-    `requested` (this request) wins over `configured` (config.toml), which wins over the
-    hardware rule."""
+                   configured: str | None = None,
+                   model: tuple[str, str] | None = None) -> BackendChoice:
+    """The backend for a model available in `formats` (None: any model, as `ember hw` asks),
+    `model` its (architecture, quantization) where known. `requested` (this request) wins
+    over `configured` (config.toml), which wins over the hardware rule."""
     if requested is not None:
         return BackendChoice(check_backend(requested), "asked for in this request")
     if configured is not None:
         return BackendChoice(check_backend(configured), "set for this model in config.toml")
     cuda_loads = formats is None or any(f in CUDA_FORMATS for f in formats)
     if hw.has_nvidia and hw.torch_cuda and cuda_loads:
-        gpu = max((g for g in hw.gpus if g.vendor == "nvidia"), key=lambda g: g.vram_total)
-        return BackendChoice("cuda", f"NVIDIA {gpu.name} ({gpu.vram_total / 2**30:.0f} GB) "
-                                     f"with torch {hw.torch_cuda} CUDA: Ember's CUDA engine")
+        cuda = _cuda_choice(hw, gpu_offload, formats, model)
+        if cuda is not None:
+            return cuda
     offload = llama_cpp_gpu_offload() if gpu_offload is None else gpu_offload
     if formats is not None and "mlx" in formats and "gguf" not in formats:
         return BackendChoice("mlx", "the model is in MLX format, which only MLX loads")
@@ -134,6 +182,12 @@ def choose_backend(hw: HardwareProfile, gpu_offload: bool | None = None,
         command = install_command("cuda")
         why_not = ("; the cuda backend needs torch with CUDA" +
                    (f" ({command})" if command else f", which is {NOT_IN_BUILD}"))
+    elif hw.has_nvidia and formats is not None and "gguf" in formats:
+        why_not = ("; Ember's CUDA engine runs a GGUF model only where it was measured faster "
+                   "(none measured for this one: docs/notes/backend-choice.md)")
+    elif hw.has_nvidia and formats is None:
+        why_not = ("; Ember's CUDA engine runs safetensors models, and GGUF ones where it was "
+                   "measured faster (docs/notes/backend-choice.md)")
     elif hw.has_nvidia:
         why_not = f"; the cuda backend loads {' or '.join(CUDA_FORMATS)}, not {formats}"
     elif hw.apple_chip:

@@ -140,7 +140,8 @@ class Runtime:
         if requested is None and self.backend is not None:
             return BackendChoice(check_backend(self.backend), "set for this Runtime")
         return choose_backend(self.hardware, formats=(model.format,), requested=requested,
-                              configured=configured_backend(model.id, self.store.paths))
+                              configured=configured_backend(model.id, self.store.paths),
+                              model=(model.architecture, model.quant))
 
     def serving(self, name: str, backend: str | None = None,
                 context: int | None = None) -> Serving:

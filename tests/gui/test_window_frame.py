@@ -123,7 +123,10 @@ def test_ctrl_k_filters_the_models_with_their_fit_badges_and_picks_one(
     index = window.model_picker.findData(qwen15.ref)
     assert window.model_picker.itemText(index).endswith(fit.label)  # the fit badge
     assert not window.model_picker.itemIcon(index).isNull()
-    assert window.model_picker.itemData(index, Qt.ItemDataRole.ToolTipRole) == fit.explain()
+    # the fit's explanation, then the backend that runs it and why
+    choice = window.runtime.choose(qwen15)
+    assert window.model_picker.itemData(index, Qt.ItemDataRole.ToolTipRole) == (
+        f"{fit.explain()}\n{choice.name}: {choice.reason}")
 
     qtbot.keyClick(window.chat.composer, Qt.Key.Key_K, CTRL)
     switcher = window.switcher

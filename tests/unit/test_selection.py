@@ -24,12 +24,60 @@ MAC = desktop(machine="arm64", isa=("neon",), gpus=(APPLE,), apple_chip="M3 Max"
 CPU = desktop(isa=("avx2",), cpu_bandwidth_gbps=20)
 
 
-def test_nvidia_gpu_with_working_torch_cuda_runs_gguf_and_safetensors_on_cuda():
-    for formats in (("gguf",), ("safetensors",), None):
+WITH_TORCH = "NVIDIA GeForce RTX 4090 (24 GB) with torch 2.13.0+cu128 CUDA"
+
+
+def test_nvidia_with_torch_runs_gguf_on_llamacpp_where_it_has_a_backend_for_the_gpu():
+    # llama.cpp on the GPU is the default for GGUF: no measurement says the cuda engine is
+    # faster for this model (app.runtime.backend_speeds)
+    choice = choose_backend(NVIDIA_TORCH, gpu_offload=True, formats=("gguf",),
+                            model=("llama", "Q4_K_M"))
+    assert choice.name == "llamacpp"
+    assert choice.reason == (
+        "NVIDIA GeForce RTX 4090 (24 GB): llama.cpp with GPU offload; Ember's CUDA engine runs "
+        "a GGUF model only where it was measured faster (none measured for this one: "
+        "docs/notes/backend-choice.md)")
+    assert choose_backend(NVIDIA_TORCH, gpu_offload=True).name == "llamacpp"  # `ember hw`
+
+
+def test_nvidia_with_torch_runs_cuda_where_llamacpp_cannot():
+    # safetensors: llama.cpp does not load them
+    choice = choose_backend(NVIDIA_TORCH, gpu_offload=True, formats=("safetensors",))
+    assert (choice.name, choice.reason) == (
+        "cuda", f"{WITH_TORCH}: Ember's CUDA engine (llama.cpp does not load safetensors)")
+    # a GPU llama.cpp has no backend for (no Vulkan driver, no CUDA module)
+    for formats in (("gguf",), None):
         choice = choose_backend(NVIDIA_TORCH, gpu_offload=False, formats=formats)
-        assert choice.name == "cuda"
-        assert choice.reason == ("NVIDIA NVIDIA GeForce RTX 4090 (24 GB) with torch "
-                                 "2.13.0+cu128 CUDA: Ember's CUDA engine")
+        assert (choice.name, choice.reason) == (
+            "cuda", f"{WITH_TORCH}: Ember's CUDA engine (llama.cpp has no backend for this GPU "
+                    "here and would run on the CPU)")
+
+
+def test_a_measured_row_sends_a_gguf_model_to_the_cuda_engine_where_it_is_faster(monkeypatch):
+    from app.runtime import backend_choice, backend_speeds
+
+    rows = (backend_speeds.Measured("RTX 4090", "llama", "Q8_0", 95.0, "CUDA", 120.0,
+                                    "2026-11-28, benchmarks/gpu_checks.sh llama"),
+            backend_speeds.Measured("RTX 4090", "llama", "Q4_K_M", 150.0, "CUDA", 110.0,
+                                    "2026-11-28, benchmarks/gpu_checks.sh llama"))
+    monkeypatch.setattr(backend_choice, "cuda_faster",
+                        lambda gpu, arch, quant: backend_speeds.cuda_faster(gpu, arch, quant,
+                                                                            rows))
+    faster = choose_backend(NVIDIA_TORCH, gpu_offload=True, formats=("gguf",),
+                            model=("llama", "q8_0"))
+    assert faster.name == "cuda"
+    assert faster.reason == (
+        f"{WITH_TORCH}: Ember's CUDA engine, measured faster for llama q8_0 on RTX 4090 (120 "
+        "against llama.cpp's 95 tokens/s with CUDA; 2026-11-28, benchmarks/gpu_checks.sh llama)")
+    # llama.cpp measured faster, another architecture, or no model named: llama.cpp
+    for model in (("llama", "Q4_K_M"), ("qwen2", "Q8_0"), None):
+        assert choose_backend(NVIDIA_TORCH, gpu_offload=True, formats=("gguf",),
+                              model=model).name == "llamacpp"
+    # a request or config.toml still wins
+    assert choose_backend(NVIDIA_TORCH, gpu_offload=True, formats=("gguf",),
+                          requested="cuda").name == "cuda"
+    assert choose_backend(NVIDIA_TORCH, gpu_offload=True, formats=("gguf",),
+                          model=("llama", "Q8_0"), configured="llamacpp").name == "llamacpp"
 
 
 def test_nvidia_gpu_without_torch_cuda_stays_on_llamacpp_and_says_what_is_missing(monkeypatch):
