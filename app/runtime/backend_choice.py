@@ -63,13 +63,14 @@ def llama_cpp_system_info() -> str | None:
         llama_cpp.llama_print_system_info().decode(errors="replace"))
 
 
-def llama_cpp_gpu_offload() -> bool:
-    """Whether llama.cpp can offload to a GPU here: a device its run-time-loaded backends
-    found (app.runtime.gpu_devices, asked in a child process), or a build with a GPU backend
-    compiled in (Metal on macOS, a development wheel built for CUDA)."""
+def llama_cpp_gpu_offload(vendor: str | None = None) -> bool:
+    """Whether llama.cpp can offload to a GPU here (of `vendor`, where named): a device its
+    run-time-loaded backends found (app.runtime.gpu_devices, asked in a child process), or a
+    build with a GPU backend compiled in (Metal on macOS, a development wheel built for
+    CUDA)."""
     from app.runtime.gpu_devices import gpu_devices
 
-    if gpu_devices().devices:
+    if any(vendor is None or d.vendor == vendor for d in gpu_devices().devices):
         return True
     llama_cpp = _llama_cpp()
     return llama_cpp is not None and bool(llama_cpp.llama_supports_gpu_offload())
@@ -125,7 +126,7 @@ def _cuda_choice(hw: HardwareProfile, gpu_offload: bool | None,
     if formats is not None and "gguf" not in formats:
         return BackendChoice("cuda", f"{where}: Ember's CUDA engine (llama.cpp does not load "
                                      f"{' or '.join(formats)})")
-    offload = llama_cpp_sees_nvidia() if gpu_offload is None else gpu_offload
+    offload = llama_cpp_gpu_offload("nvidia") if gpu_offload is None else gpu_offload
     if not offload:
         return BackendChoice("cuda", f"{where}: Ember's CUDA engine (llama.cpp has no backend "
                                      "for this GPU here and would run on the CPU)")
@@ -142,17 +143,6 @@ def _cuda_choice(hw: HardwareProfile, gpu_offload: bool | None,
 def _nvidia_name(name: str) -> str:
     """nvidia-smi's names mostly start with the vendor already ("NVIDIA GeForce RTX 4090")."""
     return name if name.upper().startswith("NVIDIA") else f"NVIDIA {name}"
-
-
-def llama_cpp_sees_nvidia() -> bool:
-    """Whether llama.cpp has a GPU backend for an NVIDIA GPU here: a device of its run-time
-    loaded backends (Vulkan or CUDA) from NVIDIA, or a build with CUDA compiled in."""
-    from app.runtime.gpu_devices import gpu_devices
-
-    if any(d.vendor == "nvidia" for d in gpu_devices().devices):
-        return True
-    llama_cpp = _llama_cpp()
-    return llama_cpp is not None and bool(llama_cpp.llama_supports_gpu_offload())
 
 
 def choose_backend(hw: HardwareProfile, gpu_offload: bool | None = None,

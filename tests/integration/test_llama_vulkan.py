@@ -59,6 +59,19 @@ def device_report(**extra: str) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+def check_as_on_the_cpu(qwen, request: GenerationRequest, answer: str) -> None:
+    """`answer` is the CPU's greedy answer up to near-ties: each of its tokens, forced through
+    the CPU backend in this process, is the top choice or within tests/support/agreement.py's
+    tolerance."""
+    cpu = LlamaCppBackend()
+    cpu.load(qwen, LoadPlan(context=512, threads=2))
+    try:
+        prompt, _, _ = cpu.prompt_tokens(request)
+        forced_through(cpu, prompt + cpu.tokenize(answer), len(prompt)).check()
+    finally:
+        cpu.unload()
+
+
 def test_the_build_loads_its_backends_at_run_time_with_vulkan_among_them():
     assert (lib_dir() / "libggml-vulkan.so").is_file(), "the set-up built no Vulkan backend"
     report = device_report(**LAVAPIPE)
@@ -158,13 +171,7 @@ def test_ember_offloads_to_vulkan_and_answers_as_on_the_cpu(store, qwen,
     assert ps[0]["gpu_layers"] == -1 and ps[0]["backend"] == "llamacpp"
     assert [(g["vendor"], g["backend"]) for g in ps[0]["gpus"]] == [("lavapipe", "Vulkan")]
     monkeypatch.delenv("GGML_VK_VISIBLE_DEVICES")  # the CPU backend in this process
-    cpu = LlamaCppBackend()
-    cpu.load(qwen, LoadPlan(context=512, threads=2))
-    try:
-        prompt, _, _ = cpu.prompt_tokens(request)
-        forced_through(cpu, prompt + cpu.tokenize(answer), len(prompt)).check()
-    finally:
-        cpu.unload()
+    check_as_on_the_cpu(qwen, request, answer)
 
 
 def test_a_plan_for_the_gpu_runs_on_the_cpu_and_says_so_when_the_gpu_is_gone(
@@ -230,10 +237,4 @@ def test_two_gpus_split_the_layers_and_answer_as_the_cpu(store, qwen, tmp_path: 
         answer = rt.generate(qwen.ref, request).result()[0]
     for key in env:
         monkeypatch.delenv(key)
-    cpu = LlamaCppBackend()
-    cpu.load(qwen, LoadPlan(context=512, threads=2))
-    try:
-        prompt, _, _ = cpu.prompt_tokens(request)
-        forced_through(cpu, prompt + cpu.tokenize(answer), len(prompt)).check()
-    finally:
-        cpu.unload()
+    check_as_on_the_cpu(qwen, request, answer)
