@@ -95,8 +95,7 @@ class Fit:
         if self.gpu_bytes and self.gpu_bytes != self.memory.total:  # a discrete GPU's share
             text += f" ({self.gpu_bytes / GB:.2f} GB of it on the GPU)"
         if self.placement != "wont_fit":
-            speed = self.decode_tokens_per_s
-            text += f"; ~{speed:.0f} tokens/s" if speed >= 10 else f"; ~{speed:.1f} tokens/s"
+            text += "; " + speed_text(self.decode_tokens_per_s)
         return text
 
     def to_json(self) -> dict:
@@ -106,6 +105,12 @@ class Fit:
         d["label"] = self.label
         d["explanation"] = self.explain()
         return d
+
+
+def speed_text(tokens_per_s: float) -> str:
+    """A predicted decode speed as the window and `ember` show it."""
+    return (f"~{tokens_per_s:.0f} tokens/s" if tokens_per_s >= 10
+            else f"~{tokens_per_s:.1f} tokens/s")
 
 
 def shares_ram(gpu: GPU) -> bool:

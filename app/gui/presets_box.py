@@ -1,5 +1,4 @@
-"""Settings' presets and per-model load settings (app.presets), and the tool bar's preset
-picker for the conversation."""
+"""Settings' presets (app.presets), and the tool bar's preset picker for the conversation."""
 
 from __future__ import annotations
 
@@ -22,13 +21,9 @@ from PySide6.QtWidgets import (
 
 from app.config import Paths
 from app.presets import (
-    KV_CHOICES,
-    ModelLoad,
     Preset,
     delete_preset,
-    model_load,
     presets,
-    save_model_load,
     save_preset,
 )
 from backends.errors import EmberError
@@ -200,48 +195,3 @@ class PresetsBox(QGroupBox):
         self._list()
         self.new()
         self.changed.emit()
-
-
-class ModelLoadBox(QGroupBox):
-    """The load settings remembered for one model (used whenever the window loads it)."""
-
-    def __init__(self, ref: str, home: Paths | None) -> None:
-        super().__init__(f"Load settings for {ref} (remembered for this model)")
-        self.ref, self.home = ref, home
-        form = QFormLayout(self)
-        try:
-            self.loaded, error = model_load(ref, home), ""
-        except EmberError as e:
-            self.loaded, error = ModelLoad(), str(e)
-        self.context = QSpinBox(minimum=0, maximum=1 << 20, singleStep=1024,
-                                value=self.loaded.context)
-        self.context.setSpecialValueText("as in the settings above")
-        form.addRow("Context length", self.context)
-        self.gpu_layers = QSpinBox(minimum=-1, maximum=999, value=self.loaded.gpu_layers)
-        self.gpu_layers.setSpecialValueText("as in the settings above")
-        form.addRow("GPU offload layers", self.gpu_layers)
-        self.kv_cache = QComboBox()
-        for choice in KV_CHOICES:
-            self.kv_cache.addItem({"auto": "automatic (fit model)"}.get(choice, choice), choice)
-        self.kv_cache.setCurrentIndex(max(0, self.kv_cache.findData(self.loaded.kv_cache)))
-        self.kv_cache.setToolTip("q8_0 halves the KV cache's memory, so a longer context fits "
-                                 "(llama.cpp only)")
-        form.addRow("KV cache type", self.kv_cache)
-        self.error = QLabel(error)
-        self.error.setObjectName("note")
-        self.error.setWordWrap(True)
-        self.error.setVisible(bool(error))
-        form.addRow(self.error)
-
-    def value(self) -> ModelLoad:
-        return ModelLoad(self.context.value(), self.gpu_layers.value(),
-                         self.kv_cache.currentData())
-
-    def save(self) -> bool:
-        """Remember the settings; whether they changed (then the model must load anew)."""
-        value = self.value()
-        if value == self.loaded:
-            return False
-        save_model_load(self.ref, value, self.home)
-        self.loaded = value
-        return True

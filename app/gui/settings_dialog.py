@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 
 from app.config import Paths
 from app.gui.mcp_settings import McpSettingsBox
-from app.gui.presets_box import ModelLoadBox, PresetsBox
+from app.gui.model_load_box import ModelLoadBox
+from app.gui.presets_box import PresetsBox
 from app.hardware import HardwareProfile
 from app.preferences import THEMES, Settings
 from app.runtime import endpoints
@@ -88,13 +89,15 @@ class SettingsDialog(QDialog):
         reason = QLabel(choice.reason)
         reason.setWordWrap(True)
         form.addRow("Why", reason)
-        offload = hardware.has_nvidia or hardware.apple_chip is not None
+        # any GPU llama.cpp offloads to: NVIDIA, AMD or Intel (Vulkan), Apple's (Metal)
+        can_offload = bool(hardware.gpus) and llama_cpp_gpu_offload()
         self.gpu_layers = QSpinBox(minimum=-1, maximum=999, value=settings.gpu_layers,
                                    specialValueText="automatic (fit model)")
-        can_offload = offload and llama_cpp_gpu_offload()
         self.gpu_layers.setEnabled(can_offload)
-        if not can_offload:
-            self.gpu_layers.setToolTip("no GPU offload here: " + choice.reason)
+        self.gpu_layers.setToolTip(
+            "llama.cpp's n_gpu_layers for every model; the load settings of the model in use "
+            "(below) list each choice with its memory and speed" if can_offload else
+            "no GPU offload here: " + choice.reason)
         form.addRow("GPU offload layers", self.gpu_layers)
         self.speculative = QCheckBox("Speculative decoding")
         self.speculative.setChecked(settings.speculative)
@@ -117,9 +120,11 @@ class SettingsDialog(QDialog):
         form.addRow("Draft model", self.draft_model)
         layout.addWidget(engine)
         # the model in use, if local: its own load settings (app.presets.ModelLoad)
-        self.model_load = ModelLoadBox(model, home) if model else None
+        self.model_load = ModelLoadBox(model, home, hardware, can_offload,
+                                       settings.context) if model else None
         if self.model_load is not None:
-            self.model_load.gpu_layers.setEnabled(can_offload)
+            if not can_offload:
+                self.model_load.gpu_layers.setToolTip(self.gpu_layers.toolTip())
             layout.addWidget(self.model_load)
         self.presets = PresetsBox(home)
         layout.addWidget(self.presets)

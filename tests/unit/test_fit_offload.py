@@ -26,6 +26,7 @@ from app import hardware
 from app.fit import estimate, recommend
 from app.fit.base import Fit, budgets
 from app.fit.estimate import layer_choices, plan_load
+from app.fit.gpu_layer_choices import gpu_layer_choices
 from app.gguf_file import read_gguf
 from app.hardware import GPU, HardwareProfile
 from app.registry import ModelSpec, load_registry
@@ -282,6 +283,15 @@ def test_the_load_plan_asks_llama_cpp_for_the_output_layer_and_the_offloaded_one
     choices = layer_choices(info, hw, 512)
     assert [(f.placement, f.n_gpu_layers, f.gpu_bytes) for f in choices] == [
         ("cpu", 0, 0), ("partial", 2, 3_237_888 + 6_240), ("wont_fit", 0, 3_385_344 + 12_480)]
+    # as the window lists them: most layers first, in llama.cpp's n_gpu_layers, the plan's
+    # pick marked, and what will not fit not to be picked
+    listed = gpu_layer_choices(info, hw, 512)
+    assert [(c.value, c.fits, c.planned) for c in listed] == [
+        (3, False, False), (2, True, True), (0, True, False)]
+    assert listed[0].label.startswith("all 2 layers: will not fit (needs 0.00 GB")
+    speeds = [f"~{f.decode_tokens_per_s:.0f} tokens/s" for f in choices]
+    assert listed[1].label == f"1 of 2 layers: 0.00 GB on the GPU, {speeds[1]} (the plan's choice)"
+    assert listed[2].label == f"none: the CPU alone: {speeds[0]}"
 
 
 def test_the_speed_of_each_layer_count_a_user_may_choose():
