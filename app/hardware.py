@@ -1,8 +1,10 @@
 """What this machine has: CPU and ISA, RAM, NVIDIA GPUs, Apple Silicon, memory bandwidth.
 
 Works with none of the optional packages: NVIDIA GPUs are read from `nvidia-smi` (or torch
-when it is installed), Apple chips from `sysctl`. Bandwidth comes from a table for GPUs and
-Apple chips, and for the CPU from a quick measurement, cached in the data dir.
+when it is installed), Apple chips from `sysctl`, every GPU llama.cpp can use from its own
+backends. Bandwidth comes from a table for GPUs and Apple chips, else from a copy measured on
+the GPU (app.gpu_copy_readings), and for the CPU from a quick measurement, cached in the
+data dir.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
 import psutil
 
 from app import config
+from app.gpu_copy_readings import best_reading
 
 # Peak memory bandwidth in GB/s (vendor specifications).
 GPU_BANDWIDTH_GBPS = {
@@ -71,6 +74,23 @@ class GPU:
     shared_memory: bool = False  # an integrated GPU: its memory is the system's RAM
     # the largest tensor an op may touch (Vulkan's maxStorageBufferRange), where it binds
     max_tensor_bytes: int | None = None
+    # the best GB/s a device-to-device copy reached on it (app.gpu_copy_readings), and when
+    copy_gbps: float | None = None
+    copy_measured_at: str | None = None
+
+    def bandwidth_text(self) -> str:
+        """"4800 GB/s (table; a copy on it measured 4012 GB/s, 2026-11-29 01:30)", or
+        where no table knows the card, the copy's figure, which the fit model then uses."""
+        when = (self.copy_measured_at or "")[:16].replace("T", " ")
+        copy = f"a copy on it, measured {when}"
+        if self.bandwidth_gbps is None:
+            return ""
+        if self.copy_gbps is None:
+            return f"{self.bandwidth_gbps:.0f} GB/s (table)"
+        if self.bandwidth_gbps == self.copy_gbps:
+            return f"{self.bandwidth_gbps:.0f} GB/s ({copy})"
+        return (f"{self.bandwidth_gbps:.0f} GB/s (table; {copy}: "
+                f"{self.copy_gbps:.0f} GB/s)")
 
 
 @dataclass(frozen=True)
@@ -386,8 +406,8 @@ def llama_cpp_uses_amx() -> bool | None:
 
 def _llama_cpp_gpus(nvidia: list[GPU]) -> tuple[list[GPU], list[str]]:
     """The GPUs llama.cpp's own backends find (app.runtime.gpu_devices), less those
-    nvidia-smi listed, and a note for each GPU backend that did not load or a probe that
-    failed."""
+    nvidia-smi listed (their entries in `nvidia` gain the copy bandwidth measured on them),
+    and a note for each GPU backend that did not load or a probe that failed."""
     from app.runtime.gpu_devices import gpu_devices
 
     report = gpu_devices()
@@ -396,12 +416,18 @@ def _llama_cpp_gpus(nvidia: list[GPU]) -> tuple[list[GPU], list[str]]:
         notes.append(f"llama.cpp's GPUs could not be read: {report.error}")
     gpus = []
     for d in report.devices:
-        if d.vendor == "nvidia" and nvidia:
-            continue  # nvidia-smi's entry has its compute capability and bandwidth
+        copy = best_reading(d.description, d.memory_total, d.copy_gbps)
+        table = _bandwidth_for(d.description, GPU_BANDWIDTH_GBPS)
+        measured = dict(copy_gbps=copy.gbps, copy_measured_at=copy.measured_at) if copy else {}
+        smi = next((i for i, g in enumerate(nvidia) if d.vendor == "nvidia"
+                    and g.copy_gbps is None and g.name in d.description), None)
+        if smi is not None:  # nvidia-smi's entry has its compute capability: it gains the copy
+            nvidia[smi] = replace(nvidia[smi], **measured)
+            continue
         gpus.append(GPU(d.description, d.vendor, d.memory_total, d.memory_free,
-                        bandwidth_gbps=_bandwidth_for(d.description, GPU_BANDWIDTH_GBPS),
+                        bandwidth_gbps=table or (copy.gbps if copy else None),
                         llama_backend=d.backend, shared_memory=d.type == "igpu",
-                        max_tensor_bytes=MAX_STORAGE_BUFFER.get(d.vendor)))
+                        max_tensor_bytes=MAX_STORAGE_BUFFER.get(d.vendor), **measured))
     return gpus, notes
 
 

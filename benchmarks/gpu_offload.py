@@ -25,6 +25,11 @@ llama-bench: `-p PROMPT -n TOKENS -r REPEAT -b 512 -ub 512` with the same thread
 The report gives medians and Ember / llama-bench per layer count. Goal (issue 39): >= 0.97x
 at every split.
 
+With all layers on the GPU (-1), the report also gives the bytes decode reads per token (the
+file's tensors less the token embedding, of which it reads one row) times Ember's decode
+tokens/s, against the bandwidth a copy on the first GPU reaches (`device_copy_gbps`, from
+backends.llamacpp.device_report): decode's share of the bandwidth it could use.
+
 GPU environment: GGML_VK_VISIBLE_DEVICES=0 makes llama.cpp use lavapipe (a CPU Vulkan device)
 on a machine without a GPU; it is passed to both sides.
 """
@@ -216,6 +221,28 @@ def default_vocab(work: Path) -> Path:
     return work / member.name
 
 
+def device_copy_gbps() -> float | None:
+    """The first GPU's copy bandwidth, from the device report (a child process, like the
+    app's probe)."""
+    out = subprocess.run([sys.executable, "-m", "backends.llamacpp.device_report"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    try:
+        report = json.loads(out.stdout.splitlines()[-1])
+    except (IndexError, ValueError):
+        return None
+    gpus = [d["name"] for d in report["devices"] if d["type"] in ("gpu", "igpu")]
+    return report["copy_gbps"].get(gpus[0]) if gpus else None
+
+
+def decode_bytes(model: str) -> int:
+    """What one decode step reads of the weights: every tensor but the token embedding."""
+    sys.path.insert(0, str(ROOT))
+    from app.gguf_file import read_gguf
+
+    info = read_gguf(model, check_architecture=False)
+    return info.data_bytes - info.embedding[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -263,6 +290,12 @@ def main() -> None:
                     for kind in ("prompt_tps", "decode_tps"):
                         row[f"{kind}_ratio"] = round(
                             row["ember"][kind] / row["llama_bench"][kind], 3)
+            if layers == -1 and "error" not in row["ember"]:
+                copy = device_copy_gbps()
+                read = row["ember"]["decode_tps"] * decode_bytes(model) / 1e9
+                row["decode_read_gbps"] = round(read, 1)
+                report["device_copy_gbps"] = copy
+                row["decode_share_of_copy"] = round(read / copy, 3) if copy else None
             report["by_layers"][str(layers)] = row
             print(json.dumps({str(layers): row}), file=sys.stderr)
         print(json.dumps(report, indent=1))

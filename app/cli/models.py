@@ -61,7 +61,7 @@ def hw(as_json: bool, context: int | None) -> None:
     for g in profile.gpus:
         click.echo(f"  GPU      {g.name}, {gb(g.vram_total)} ({gb(g.vram_free)} free)"
                    + (", shared with the system" if g.shared_memory else "")
-                   + (f", {g.bandwidth_gbps:.0f} GB/s" if g.bandwidth_gbps else "")
+                   + (f", {g.bandwidth_text()}" if g.bandwidth_gbps else "")
                    + (f", llama.cpp: {g.llama_backend}" if g.llama_backend else ""))
     if not profile.gpus:
         click.echo("  GPU      none")

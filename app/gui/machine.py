@@ -37,7 +37,8 @@ def machine_lines(hw: HardwareProfile) -> list[tuple[str, str]]:
         memory = ("shares the system's memory" if gpu.shared_memory else
                   f"{gpu.vram_total / GB:.1f} GB VRAM ({gpu.vram_free / GB:.1f} GB free)")
         backend = f" · llama.cpp: {gpu.llama_backend}" if gpu.llama_backend else ""
-        lines.append(("GPU", f"{gpu.name} · {memory}{backend}"))
+        bandwidth = f" · {gpu.bandwidth_text()}" if gpu.bandwidth_gbps else ""
+        lines.append(("GPU", f"{gpu.name} · {memory}{bandwidth}{backend}"))
     if not hw.gpus and not hw.apple_chip:
         lines.append(("GPU", "none found: models run on the CPU"))
     choice = choose_backend(hw)

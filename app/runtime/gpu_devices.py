@@ -1,5 +1,6 @@
 """The GPUs llama.cpp can use on this machine, as its own backends see them (Vulkan, CUDA),
-with their memory: the truth for llama.cpp's offload, beside `nvidia-smi` and Apple's chip.
+with their memory and the bandwidth a copy on each reaches: the truth for llama.cpp's
+offload, beside `nvidia-smi` and Apple's chip.
 
 Asked in a short child process (backends.llamacpp.ggml_backends loads the GPU backends
 there), never in the app's own: a Vulkan driver that crashes or hangs costs the answer, not
@@ -44,6 +45,9 @@ class GgmlDevice:
     backend: str  # "Vulkan", "CUDA"
     memory_total: int
     memory_free: int
+    # GB/s in a device-to-device copy, best of several (backends.llamacpp.device_bandwidth);
+    # None: not measured (too little free memory, or the measurement failed)
+    copy_gbps: float | None = None
 
     @property
     def vendor(self) -> str:
@@ -91,14 +95,32 @@ def why_skip(environ: dict[str, str] | None = None, lib_dir: Path | None = None,
 
 
 def _child(conn: Connection) -> None:
+    """Sends the devices, then their bandwidths: a driver that crashes while measuring
+    costs the bandwidths, not the devices."""
     try:
-        from backends.llamacpp.ggml_backends import report
+        from backends.llamacpp.ggml_backends import measure_bandwidths, report
 
         conn.send(report())
+        conn.send(measure_bandwidths())
     except BaseException as e:  # the parent gets the reason, whatever it is
         conn.send({"error": f"{type(e).__name__}: {e}"})
     finally:
         conn.close()
+
+
+def _bandwidths(conn: Connection, timeout: float) -> dict[str, float | None]:
+    """The child's second message; nothing where it fails or dies measuring."""
+    try:
+        if conn.poll(timeout):
+            data = conn.recv()
+            if "error" not in data:
+                return {str(k): (float(v) if v else None) for k, v in data.items()}
+            log.warning("GPU bandwidth not measured: %s", data["error"])
+        else:
+            log.warning("GPU bandwidth not measured: no answer within %.0f s", timeout)
+    except (EOFError, OSError, TypeError, ValueError, AttributeError):
+        log.warning("GPU bandwidth not measured: the probe died measuring it")
+    return {}
 
 
 def ask(timeout: float = PROBE_SECONDS) -> DeviceReport:
@@ -112,6 +134,8 @@ def ask(timeout: float = PROBE_SECONDS) -> DeviceReport:
         if not parent.poll(timeout):
             return DeviceReport(error=f"no answer within {timeout:.0f} s (a GPU driver hangs?)")
         data = parent.recv()
+        if "error" not in data:
+            data["copy_gbps"] = _bandwidths(parent, timeout)
     except EOFError:
         process.join(5)
         return DeviceReport(error=f"the probe died (exit status {process.exitcode}): a GPU "
@@ -123,7 +147,9 @@ def ask(timeout: float = PROBE_SECONDS) -> DeviceReport:
         parent.close()
     if "error" in data:
         return DeviceReport(error=str(data["error"]))
-    devices = tuple(GgmlDevice(**{k: d[k] for k in GgmlDevice.__dataclass_fields__})
+    copy = data.get("copy_gbps", {})
+    devices = tuple(GgmlDevice(**{k: d[k] for k in GgmlDevice.__dataclass_fields__
+                                  if k != "copy_gbps"}, copy_gbps=copy.get(d["name"]))
                     for d in data.get("devices", ()) if d.get("type") in ("gpu", "igpu"))
     return DeviceReport(devices=devices, failed=tuple(data.get("failed", ())))
 

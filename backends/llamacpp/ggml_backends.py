@@ -202,6 +202,19 @@ def load_backends(gpu: bool = True, cpu_library: Path | None = None,
                   gpu_off=_gpu_off, devices=_ggml.devices())
 
 
+def measure_bandwidths() -> dict[str, float | None]:
+    """Each GPU's copy bandwidth in GB/s by ggml device name (None: too little free memory
+    to measure), after report() loaded the backends: backends.llamacpp.device_bandwidth."""
+    from backends.llamacpp.device_bandwidth import copy_bandwidth, copy_bytes
+
+    if _ggml is None:
+        return {}
+    lib = _ggml._lib
+    return {d.name: copy_bandwidth(lib, lib.ggml_backend_dev_get(i),
+                                   copy_bytes(d.memory_free, d.max_buffer))
+            for i, d in enumerate(_ggml.devices()) if d.type in ("gpu", "igpu")}
+
+
 def _chosen_cpu_library() -> Path | None:
     from backends.llamacpp import cpu_variant
 

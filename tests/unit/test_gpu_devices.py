@@ -5,6 +5,8 @@ tests/integration/test_llama_vulkan.py."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,55 @@ def test_the_machine_page_lists_every_gpu_with_its_llama_cpp_backend(
     assert gpus == ["AMD Radeon RX 7800 XT (RADV NAVI32) · 17.2 GB VRAM (16.1 GB free) · "
                     "llama.cpp: Vulkan",
                     "Intel(R) Graphics (RPL-P) · shares the system's memory · llama.cpp: Vulkan"]
+
+
+def test_a_gpu_no_table_knows_gets_the_copy_bandwidth_measured_on_it_and_keeps_the_best(
+        monkeypatch: pytest.MonkeyPatch, isolated_home):
+    def probe(*devices: GgmlDevice) -> None:
+        monkeypatch.setattr(gpu_devices, "_report", DeviceReport(devices=devices))
+
+    unknown = "AMD Radeon RX 7650 GRE (RADV NAVI33)"  # not in the table
+    probe(replace(device(unknown), copy_gbps=301.5))
+    [gpu], _ = hardware._llama_cpp_gpus([])
+    assert (gpu.bandwidth_gbps, gpu.copy_gbps) == (301.5, 301.5)
+    assert re.fullmatch(r"302 GB/s \(a copy on it, measured \d{4}-\d\d-\d\d \d\d:\d\d\)",
+                        gpu.bandwidth_text())
+    # a later copy beside a game reads low: the card keeps its best reading, and when
+    probe(replace(device(unknown), copy_gbps=120.0))
+    [later], _ = hardware._llama_cpp_gpus([])
+    assert (later.bandwidth_gbps, later.copy_measured_at) == (301.5, gpu.copy_measured_at)
+    # not measured this time (too little free memory): the kept reading still stands
+    probe(device(unknown))
+    assert hardware._llama_cpp_gpus([])[0][0].bandwidth_gbps == 301.5
+    # a card the table knows keeps the table's figure (the fit model's efficiency is
+    # relative to it); the copy shows beside it
+    probe(replace(device("AMD Radeon RX 7800 XT (RADV NAVI32)"), copy_gbps=540.0))
+    [known], _ = hardware._llama_cpp_gpus([])
+    assert known.bandwidth_gbps == 624.0
+    assert known.bandwidth_text().startswith("624 GB/s (table; a copy on it, measured ")
+    assert known.bandwidth_text().endswith(": 540 GB/s)")
+    # nvidia-smi's entry gains the copy measured on its card
+    probe(replace(device("NVIDIA H200", memory=141 << 30, backend="CUDA"), copy_gbps=3900.0))
+    smi = [GPU("NVIDIA H200", "nvidia", 141 << 30, 140 << 30, "9.0", 4800.0)]
+    assert hardware._llama_cpp_gpus(smi) == ([], [])
+    assert (smi[0].bandwidth_gbps, smi[0].copy_gbps) == (4800.0, 3900.0)
+    # a damaged readings file is measured anew, not an error
+    (isolated_home.home / "gpu-bandwidth.json").write_text("{not json")
+    probe(replace(device(unknown), copy_gbps=250.0))
+    assert hardware._llama_cpp_gpus([])[0][0].bandwidth_gbps == 250.0
+
+
+def test_the_copy_bandwidth_comes_after_the_devices_and_its_failure_costs_only_itself():
+    import multiprocessing
+
+    for message, expected in (({"Vulkan0": 12.5, "Vulkan1": None}, {"Vulkan0": 12.5,
+                                                                     "Vulkan1": None}),
+                              ({"error": "RuntimeError: vkQueueSubmit failed"}, {})):
+        receive, send = multiprocessing.Pipe(duplex=False)
+        send.send(message)
+        assert gpu_devices._bandwidths(receive, 1.0) == expected
+    receive, send = multiprocessing.Pipe(duplex=False)
+    send.close()  # the child died measuring
+    assert gpu_devices._bandwidths(receive, 1.0) == {}
+    receive, send = multiprocessing.Pipe(duplex=False)
+    assert gpu_devices._bandwidths(receive, 0.05) == {}  # it hangs
