@@ -67,6 +67,11 @@ def context_params(plan: LoadPlan) -> llama_cpp.llama_context_params:
     cparams.kv_unified = False
     cparams.n_threads = cparams.n_threads_batch = plan.threads
     cparams.swa_full = False  # sliding-window layers keep only their window
+    # No layers on the GPU: nothing goes there, as the plan counts. Else llama.cpp would
+    # still send a large batch's matmuls to a GPU it finds (op offload, with a compute buffer
+    # there: 38.9 MiB for the 0.5B on lavapipe), and a CPU load would fail on a GPU with no
+    # room left, the case a plan of 0 layers is for (and the step-down's last try).
+    cparams.op_offload = plan.gpu_layers != 0
     if plan.kv_cache == "q8_0":
         # llama.cpp runs a quantized V cache only inside flash attention: ask for it rather
         # than leave it to "auto", which would fail the load where it says no.
@@ -209,8 +214,9 @@ class LlamaCppBackend:
         mparams.n_gpu_layers = ALL_LAYERS if gpu_layers < 0 else gpu_layers
         llama_model = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
         try:
-            return llama_model, LlamaContext(model=llama_model, params=context_params(plan),
-                                             verbose=False)
+            return llama_model, LlamaContext(
+                model=llama_model, params=context_params(replace(plan, gpu_layers=gpu_layers)),
+                verbose=False)
         except BaseException:
             llama_model.close()
             raise

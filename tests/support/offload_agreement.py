@@ -1,8 +1,10 @@
 """Teacher-forced next-token agreement of a GGUF model with N layers offloaded, against the
 CPU: one process loads the model once per layer count, evaluates the same text in one batch
-with every position's logits, and prints each position's top token per count as JSON, with
+with every position's logits, and prints each position's top token per count as JSON, how
+far below the CPU's top logit each count's top token is (its gap: 0 where they agree), and
 the bytes llama.cpp put on each device for a load as Ember makes it (context 1024, the
-backend's own context parameters): its logged model, KV and compute buffers.
+backend's own context parameters): its logged model, KV and compute buffers. Count 0 is the
+CPU alone (no op offload), as Ember loads it.
 
     python -m tests.support.offload_agreement MODEL.gguf TEXT_FILE 0 -1 12
 
@@ -44,7 +46,8 @@ def device_buffers(model: str, gpu_layers: int) -> dict[str, dict[str, float]]:
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = ALL_LAYERS if gpu_layers < 0 else gpu_layers
     llama_model = LlamaModel(path_model=model, params=params, verbose=False)
-    ctx = LlamaContext(model=llama_model, params=context_params(LoadPlan(CONTEXT, 2)),
+    ctx = LlamaContext(model=llama_model,
+                       params=context_params(LoadPlan(CONTEXT, 2, gpu_layers)),
                        verbose=False)
     ctx.close()
     llama_model.close()
@@ -58,16 +61,20 @@ def device_buffers(model: str, gpu_layers: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def top_tokens(model: str, text: str, gpu_layers: int) -> list[int]:
+def scores(model: str, text: str, gpu_layers: int) -> np.ndarray:
+    """Each position's logits over the text (its first 512 tokens) in one batch."""
     import llama_cpp
 
+    # 0 layers: the CPU alone, as Ember loads it (no op offload: llama.cpp would send the
+    # batch's matmuls to lavapipe, minutes of this test)
     llm = llama_cpp.Llama(model, n_gpu_layers=999 if gpu_layers < 0 else gpu_layers,
-                          n_ctx=1024, n_batch=1024, logits_all=True, verbose=False)
+                          n_ctx=1024, n_batch=1024, logits_all=True, verbose=False,
+                          op_offload=gpu_layers != 0)
     ids = llm.tokenize(text.encode(), add_bos=False)[:512]
     llm.eval(ids)
-    top = np.argmax(np.asarray(llm.scores[:len(ids)]), axis=1)
+    out = np.array(llm.scores[:len(ids)])
     llm.close()
-    return [int(t) for t in top]
+    return out
 
 
 def main(argv: list[str]) -> None:
@@ -78,9 +85,16 @@ def main(argv: list[str]) -> None:
     loaded = ggml_backends.load_backends(gpu=True)
     text = Path(text_file).read_text(encoding="utf-8")
     out: dict = {"devices": [d.name for d in loaded.devices], "failed": list(loaded.failed),
-                 "top": {}, "buffers": {}}
+                 "top": {}, "gaps": {}, "buffers": {}}
+    cpu: np.ndarray | None = None
     for count in counts:
-        out["top"][count] = top_tokens(model, text, int(count))
+        logits = scores(model, text, int(count))
+        top = np.argmax(logits, axis=1)
+        out["top"][count] = [int(t) for t in top]
+        if count == "0":
+            cpu = logits
+        elif cpu is not None:  # how far below the CPU's top each of this run's top tokens is
+            out["gaps"][count] = [float(cpu[i].max() - cpu[i][t]) for i, t in enumerate(top)]
         out["buffers"][count] = device_buffers(model, int(count))
     print(json.dumps(out))
 
