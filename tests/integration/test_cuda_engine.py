@@ -83,15 +83,31 @@ def agreement(ours: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return top1, kl
 
 
-@pytest.mark.parametrize("name", ["qwen", "gemma"])
-def test_teacher_forced_logits_match_llama_cpp_on_1000_tokens(name, request):
-    model = request.getfixturevalue(name)
-    backend = request.getfixturevalue(f"{name}_cuda")
-    tokens = backend.tokenizer.encode(TEXT_FILE.read_text())[:N_TOKENS]
-    assert len(tokens) == N_TOKENS
-    ours = backend.engine.score(tokens)
+@pytest.fixture(scope="module")
+def scored() -> dict[str, tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Per model name, the text's first N_TOKENS tokens and their logits from our engine and
+    from llama.cpp on the Q4_K_M file, computed once for the tests that compare them (a
+    minute each on 2 cores)."""
+    return {}
 
-    top1, kl = agreement(ours, llama_cpp_logits(model.path, tokens))
+
+def scores_of(name: str, request: pytest.FixtureRequest,
+              cache: dict[str, tuple[list[int], torch.Tensor, torch.Tensor]]
+              ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    if name not in cache:
+        model = request.getfixturevalue(name)
+        backend = request.getfixturevalue(f"{name}_cuda")
+        tokens = backend.tokenizer.encode(TEXT_FILE.read_text())[:N_TOKENS]
+        cache[name] = (tokens, backend.engine.score(tokens), llama_cpp_logits(model.path, tokens))
+    return cache[name]
+
+
+@pytest.mark.parametrize("name", ["qwen", "gemma"])
+def test_teacher_forced_logits_match_llama_cpp_on_1000_tokens(name, request, scored):
+    tokens, ours, ref = scores_of(name, request, scored)
+    assert len(tokens) == N_TOKENS
+
+    top1, kl = agreement(ours, ref)
     print(f"\n{name}: top-1 agreement with llama.cpp on the Q4_K_M file {top1:.2%} "
           f"(mean KL {kl:.2e})")
     # llama.cpp rounds activations to 8 bits before each matmul with quantized weights, and
@@ -104,7 +120,7 @@ def test_teacher_forced_logits_match_llama_cpp_on_1000_tokens(name, request):
     assert kl < 0.01
 
 
-def test_gemma_logits_equal_llama_cpp_on_a_float32_copy(gemma, gemma_cuda, tmp_path):
+def test_gemma_logits_equal_llama_cpp_on_a_float32_copy(gemma, request, scored, tmp_path):
     """On F32 weights llama.cpp computes in float32 as we do: the same distributions over
     1,000 tokens checks every part of Gemma 3 (its norms, both rotary bases, the 512-token
     sliding window, the query scale) and the dequantization. The bound is tight enough to
@@ -115,15 +131,13 @@ def test_gemma_logits_equal_llama_cpp_on_a_float32_copy(gemma, gemma_cuda, tmp_p
     llama.cpp's own run of the Q4_K_M file agrees with its float32 copy no better than ours
     does: what separates us from it on the quantized file is its arithmetic (8-bit rounding
     of activations before quantized weights; next test), not a difference in the model."""
-    tokens = gemma_cuda.tokenizer.encode(TEXT_FILE.read_text())[:N_TOKENS]
+    tokens, ours, ref_q4 = scores_of("gemma", request, scored)
     f32 = float32_copy(gemma.path, tmp_path / "f32.gguf")
     try:
         ref_f32 = llama_cpp_logits(f32, tokens)
     finally:
         f32.unlink()
-    ours = gemma_cuda.engine.score(tokens)
     top1, kl = agreement(ours, ref_f32)
-    ref_q4 = llama_cpp_logits(gemma.path, tokens)
     ceiling, ceiling_kl = agreement(ref_f32, ref_q4)
     ours_q4, ours_q4_kl = agreement(ours, ref_q4)
     print(f"\ngemma: on its float32 copy {top1:.2%} (mean KL {kl:.2e}); on the Q4_K_M file "

@@ -17,6 +17,8 @@ from backends.base import (
 )
 from backends.cuda import CudaBackend
 from backends.errors import InvalidRequestError
+from backends.llamacpp import LlamaCppBackend
+from tests.support.logprobs import TOLERANCE, check_against_scoring, generate, teacher_forced
 
 pytestmark = pytest.mark.slow
 MAX_TOKENS = 24
@@ -36,12 +38,15 @@ def qwen15_cuda(qwen15) -> CudaBackend:
     backend.unload()
 
 
+def edit_request(spec: SpeculativeParams | None, logprobs: int | None = None
+                 ) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", EDIT),),
+                             sampling=SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS),
+                             speculative=spec, logprobs=logprobs)
+
+
 def answer(backend: CudaBackend, spec: SpeculativeParams | None) -> DoneEvent:
-    request = GenerationRequest(messages=(Message("user", EDIT),),
-                                sampling=SamplingParams(temperature=0.0,
-                                                        max_tokens=MAX_TOKENS),
-                                speculative=spec)
-    events = list(backend.generate(request))
+    events = list(backend.generate(edit_request(spec)))
     assert isinstance(events[-1], DoneEvent), events[-1]
     return events[-1]
 
@@ -53,16 +58,31 @@ def plain(qwen15_cuda) -> DoneEvent:
     return done
 
 
-def test_greedy_with_the_0_5b_draft_is_the_1_5b_greedy_answer(qwen15_cuda, plain, qwen):
+def test_greedy_with_the_0_5b_draft_is_the_1_5b_greedy_answer_with_its_logprobs(
+        qwen15_cuda, plain, qwen):
+    """The answer is the 1.5B's own, and so are its logprobs (its verification rows, in
+    float32 as close to its one-row scores as plain decoding), far from the 0.5B's scores
+    of the same tokens. (One test for both: the 1.5B's answer is most of a minute here.)"""
     spec = SpeculativeParams(method="draft", draft_model=qwen.id, max_draft=4,
                              draft_path=str(qwen.path))
-    done = answer(qwen15_cuda, spec)
+    request = edit_request(spec, logprobs=1)
+    done = generate(qwen15_cuda, request)
     print(f"\ndraft: {done.stats.accepted_tokens}/{done.stats.draft_tokens} accepted, "
           f"{done.stats.decode_tokens_per_s} tokens/s (plain "
           f"{plain.stats.decode_tokens_per_s})")
     assert done.text == plain.text
     assert done.stats.completion_tokens == plain.stats.completion_tokens
     assert 0 < done.stats.accepted_tokens <= done.stats.draft_tokens
+    check_against_scoring(done, teacher_forced(qwen15_cuda, request, done), n_top=1,
+                          greedy=True)
+    draft_model = LlamaCppBackend()  # the 0.5B's scores, from its GGUF file
+    draft_model.load(qwen, LoadPlan(context=1024, threads=2))
+    try:
+        by_draft = teacher_forced(draft_model, request, done)
+    finally:
+        draft_model.unload()
+    got = sum(e.logprob for e in done.logprobs)
+    assert abs(got - sum(by_draft)) > 100 * TOLERANCE, (got, sum(by_draft))
 
 
 def test_greedy_with_prompt_lookup_is_the_greedy_answer(qwen15_cuda, plain):
