@@ -17,6 +17,7 @@ from app.config import Paths
 from app.pull.install import pull
 from app.runtime import Runtime
 from app.store import InstalledModel, Store
+from tests.support import linux_build
 from tests.support.models import GEMMA, MINILM, QWEN, QWEN15, TEST_HOME, minilm_key
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
@@ -80,6 +81,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(tier)
         rank[item.nodeid] = TIERS.index(tier)
     items.sort(key=lambda item: rank.get(item.nodeid, len(TIERS)))  # stable within a tier
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the Linux build in the background when a collected test needs it (the packaging
+    tier, which runs last): the earlier tiers leave it a core most of the time."""
+    if session.config.option.collectonly:
+        return
+    if any("linux_build" in getattr(item, "fixturenames", ()) for item in session.items):
+        linux_build.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    linux_build.stop()
 
 
 @pytest.fixture(scope="session")

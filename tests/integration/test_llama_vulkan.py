@@ -165,34 +165,6 @@ def test_the_0_5b_half_on_vulkan_agrees_with_the_cpu_and_buffers_are_as_planned(
     assert "Vulkan0" not in report["buffers"]["0"], report["buffers"]["0"]
 
 
-def test_ember_offloads_to_vulkan_and_answers_as_on_the_cpu(store, qwen,
-                                                            monkeypatch: pytest.MonkeyPatch):
-    """Through the Runtime's worker, as `ember serve` runs it: every layer on lavapipe (the
-    worker loads the GPU backends itself), and the greedy answer is the CPU's up to
-    near-ties: each of its tokens, forced through the CPU backend, is the top choice or
-    within tests/support/agreement.py's tolerance (exact text would differ by CPU at a
-    near-tie, as AVX2 and AVX-512 builds do)."""
-    monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")  # the workers inherit it
-    monkeypatch.setattr(gpu_devices, "_report", None)  # asked afresh here, restored after
-    request = GenerationRequest(
-        messages=(Message("user", "Write a Python function that adds two numbers."),),
-        sampling=SamplingParams(temperature=0, max_tokens=8), speculative=None)
-    with Runtime(store=store) as rt, \
-            TestClient(create_app(rt), base_url=LOOPBACK) as client:
-        loaded = rt.load(qwen.ref, context=512, gpu_layers=-1)
-        assert loaded.plan.gpu_layers == -1
-        answer = rt.generate(qwen.ref, request).result()[0]
-        # /api/ps: Ollama's size and size_vram (all but the token embedding on the GPU),
-        # and the GPU with its vendor and the llama.cpp backend that drives it
-        ps = client.get("/api/ps").json()["models"]
-    assert answer
-    assert len(ps) == 1 and 0 < ps[0]["size_vram"] < ps[0]["size"], ps
-    assert ps[0]["gpu_layers"] == -1 and ps[0]["backend"] == "llamacpp"
-    assert [(g["vendor"], g["backend"]) for g in ps[0]["gpus"]] == [("lavapipe", "Vulkan")]
-    monkeypatch.delenv("GGML_VK_VISIBLE_DEVICES")  # the CPU backend in this process
-    check_as_on_the_cpu(qwen, request, answer)
-
-
 def test_a_plan_for_the_gpu_runs_on_the_cpu_and_says_so_when_the_gpu_is_gone(
         store, qwen, monkeypatch: pytest.MonkeyPatch):
     """The plan put every layer on the GPU, but the worker finds none (here EMBER_GPU=off
@@ -221,11 +193,15 @@ def two_lavapipes(tmp_path: Path) -> dict[str, str]:
     return {"VK_ICD_FILENAMES": f"{icd}:{copy}", "GGML_VK_VISIBLE_DEVICES": "0,1"}
 
 
-def test_two_gpus_split_the_layers_and_answer_as_the_cpu(store, qwen, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch):
+def test_two_gpus_split_the_layers_and_ember_answers_as_the_cpu(
+        store, qwen, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """llama.cpp's layer split (its default with several devices): every layer offloaded
-    lands on the two devices, weights and KV cache on both, and Ember's worker answers
-    as the CPU does (tests/support/agreement.py's tolerance)."""
+    lands on the two devices, weights and KV cache on both. Through the Runtime's worker, as
+    `ember serve` runs it (the worker loads the GPU backends itself), the greedy answer is
+    the CPU's up to near-ties: each of its tokens, forced through the CPU backend, is the top
+    choice or within tests/support/agreement.py's tolerance (exact text would differ by CPU
+    at a near-tie, as AVX2 and AVX-512 builds do). One GPU through the worker: the bundle's
+    test_run_answers_through_the_worker_on_a_vulkan_gpu."""
     env = two_lavapipes(tmp_path)
     assert [d["name"] for d in device_report(**env)["devices"]] == ["CPU", "Vulkan0", "Vulkan1"]
     out = subprocess.run(
@@ -251,9 +227,18 @@ def test_two_gpus_split_the_layers_and_answer_as_the_cpu(store, qwen, tmp_path: 
     request = GenerationRequest(
         messages=(Message("user", "Write a Python function that adds two numbers."),),
         sampling=SamplingParams(temperature=0, max_tokens=8), speculative=None)
-    with Runtime(store=store) as rt:
+    monkeypatch.setattr(gpu_devices, "_report", None)  # asked afresh here, restored after
+    with Runtime(store=store) as rt, \
+            TestClient(create_app(rt), base_url=LOOPBACK) as client:
         assert rt.load(qwen.ref, context=512, gpu_layers=-1).plan.gpu_layers == -1
         answer = rt.generate(qwen.ref, request).result()[0]
+        # /api/ps: Ollama's size and size_vram (all but the token embedding on the GPUs),
+        # and the GPUs with their vendor and the llama.cpp backend that drives them
+        ps = client.get("/api/ps").json()["models"]
+    assert answer
+    assert len(ps) == 1 and 0 < ps[0]["size_vram"] < ps[0]["size"], ps
+    assert ps[0]["gpu_layers"] == -1 and ps[0]["backend"] == "llamacpp"
+    assert [(g["vendor"], g["backend"]) for g in ps[0]["gpus"]] == [("lavapipe", "Vulkan")] * 2
     for key in env:
         monkeypatch.delenv(key)
     check_as_on_the_cpu(qwen, request, answer)

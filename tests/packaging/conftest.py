@@ -1,13 +1,12 @@
 """The Linux build, made once per test session by the same command a release uses
-(packaging/build_linux.sh), into build/packaging-test/. What a person should look at (the
-screenshots, the build report) is copied to build/ci-artifacts/."""
+(packaging/build_linux.sh), into build/packaging-test/: started in the background when the
+run's tests are collected (tests/support/linux_build.py), waited for here. What a person
+should look at (the screenshots, the build report) is copied to build/ci-artifacts/."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +14,8 @@ import pytest
 
 from app import __version__
 from tests.support import REPO
+from tests.support import linux_build as linux_build_in_background
 
-BUILD = REPO / "build" / "packaging-test"
 ARTIFACTS = REPO / "build" / "ci-artifacts"
 
 
@@ -48,15 +47,7 @@ class LinuxBuild:
 
 @pytest.fixture(scope="session")
 def linux_build() -> LinuxBuild:
-    dist = BUILD / "dist"
-    shutil.rmtree(dist, ignore_errors=True)
-    env = {**os.environ, "EMBER_DIST": str(dist), "EMBER_BUILD_DIR": str(BUILD / "work")}
-    env.pop("QT_QPA_PLATFORM", None)
-    out = subprocess.run(["bash", "packaging/build_linux.sh"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=3000)
-    if out.returncode != 0:
-        raise AssertionError(f"packaging/build_linux.sh failed ({out.returncode}):\n"
-                             f"{out.stdout[-4000:]}\n{out.stderr[-6000:]}")
+    dist = linux_build_in_background.dist()
     report = json.loads((dist / "build-report.json").read_text())
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy2(dist / "build-report.json", ARTIFACTS / "build-report.json")
