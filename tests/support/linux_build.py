@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,10 @@ def start() -> BackgroundBuild:
                                    stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
         _build = BackgroundBuild(process, log, time.monotonic())
+        # Reaped as soon as it ends: a finished child left unwaited is a zombie under pytest
+        # until the packaging tier, and tests that list this process's children (MCP servers'
+        # lifetimes) fail on it (psutil.ZombieProcess).
+        threading.Thread(target=process.wait, name="linux-build-reaper", daemon=True).start()
     return _build
 
 
