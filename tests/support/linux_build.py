@@ -6,8 +6,10 @@ idle, and the build (pip, PyInstaller, the instruction check, deb and tarball) t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -35,7 +37,7 @@ class BackgroundBuild:
         try:
             code = self.process.wait(timeout=max(left, 1))
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self.kill()
             code = self.process.wait()
         self.log.close()
         if code != 0:
@@ -44,9 +46,15 @@ class BackgroundBuild:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.kill()
+            self.kill()
             self.process.wait()
         self.log.close()
+
+    def kill(self) -> None:
+        """The build's whole process group: bash, pip, PyInstaller, objdump. Killing bash
+        alone would leave PyInstaller writing into build/ for the next run to clash with."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 _build: BackgroundBuild | None = None
@@ -63,7 +71,7 @@ def start() -> BackgroundBuild:
         log = LOG.open("wb")
         process = subprocess.Popen(["bash", "packaging/build_linux.sh"], cwd=REPO, env=env,
                                    stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
         _build = BackgroundBuild(process, log, time.monotonic())
         # Reaped as soon as it ends: a finished child left unwaited is a zombie under pytest
         # until the packaging tier, and tests that list this process's children (MCP servers'
