@@ -18,6 +18,7 @@ packages=(
   libwayland-client0 libwayland-cursor0 libwayland-egl1
   glslc libvulkan-dev spirv-headers                     # llama.cpp's Vulkan backend (build)
   libvulkan1 mesa-vulkan-drivers                        # ... and lavapipe, a CPU Vulkan device
+  libopenblas0-pthread                                  # MLX's BLAS (backends/mlx/cpu_blas.py)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -33,6 +33,12 @@ if not NVIDIA_GPU:
 # suite as an AVX2-only CPU would: backends/llamacpp/cpu_variant.py).
 from backends.llamacpp import cpu_variant, ggml_backends  # noqa: E402
 
+# The system OpenBLAS for MLX, opened before anything imports MLX, as the mlx worker does
+# (backends/mlx/cpu_blas.py): the mlx tests load the backend in this process.
+from backends.mlx.cpu_blas import use_openblas  # noqa: E402
+
+MLX_OPENBLAS = use_openblas()
+
 TIERS = ("unit", "integration", "gui", "packaging", "gpu")  # the order they run in
 # What packaging/setup.sh --test exports with EMBER_LLAMA_VARIANT=baseline, so that the
 # libraries choosing kernels at run time from the CPU (torch's ATen, oneDNN, MKL, numpy) run
@@ -58,6 +64,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                                           if choice else "the installed package's own build")
                         + (f"; backends loaded at run time: {', '.join(loaded.loaded)}"
                            if loaded.dynamic else "; backends compiled in"))
+    reporter.write_line(f"MLX's BLAS: {MLX_OPENBLAS or 'the reference BLAS mlx[cpu] ships'}")
     capped = [f"{k}={os.environ[k]}" for k in AVX2_ONLY if k in os.environ]
     if capped:  # packaging/setup.sh --test sets them with EMBER_LLAMA_VARIANT=baseline
         reporter.write_line(f"CPU kernels held to AVX2: {' '.join(capped)}")

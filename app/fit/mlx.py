@@ -1,17 +1,18 @@
 """The fit model of the mlx backend: an installed MLX directory's architecture and
 quantization from its config.json, and its load plan (the llama.cpp formula on MLX's
-weights; K and V in float32 on the CPU)."""
+weights; K and V in float32 on the CPU, and the weights too where OpenBLAS is there)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from app.fit.base import size_load
+from app.fit.base import SizedLoad, size_load
 from app.fit.estimate import BITS_PER_WEIGHT, SLIDING_PATTERN, estimate
 from app.fit.offload import UBATCH
 from app.hardware import HardwareProfile
 from app.registry import Arch, Variant
 from backends.base import LoadPlan, ModelFiles
+from backends.mlx.cpu_blas import openblas_library
 from backends.mlx_dir import weights_bytes
 
 MLX_CPU_PREFILL_STEP = 16  # prompt tokens per step of the mlx backend on the CPU
@@ -45,26 +46,38 @@ def mlx_quant(config: dict) -> str:
 def plan_mlx_load(config: dict, model: ModelFiles, hw: HardwareProfile,
                   context: int | None = None, parallel: int = 1) -> LoadPlan:
     """The mlx backend's load plan for an installed MLX directory (app.fit.base.size_load's
-    rule)."""
+    rule). On the CPU with OpenBLAS, a quantized model's weights are unpacked to float32 at
+    load where that fits (backends.mlx.cpu_blas: about 20x faster there), else kept packed."""
     arch = arch_from_mlx_config(config)
     if not hw.apple_chip:  # the CPU backend keeps K and V in float32 (backends/mlx/backend.py)
         arch = replace(arch, head_dim=arch.head_dim * 2)
     trained = int(config.get("max_position_embeddings") or model.context_length or 4096)
     weights = weights_bytes(model.path)
-    variant = Variant("mlx", mlx_quant(config), model.path.name, weights, None, ())
-    params = int(weights * 8 / BITS_PER_WEIGHT.get(variant.quant, 16.0))
+    quant = mlx_quant(config)
+    params = int(weights * 8 / BITS_PER_WEIGHT.get(quant, 16.0))
     where = "Metal, unified memory" if hw.apple_chip else "CPU (mlx[cpu])"
-    sized = size_load(
-        lambda c, p, _kv: estimate(model.id, arch, params, variant, hw, c, p, repacked=0),
-        hw, trained, context, parallel,
-        lambda fit, ctx, threads: f"MLX on {where}: {fit.memory.describe(ctx)}",
-        backend="mlx")
-    # The prefill step: mlx[cpu] prefilled about one prompt token a second on the 2-core VMs
-    # (docs/notes/mlx-on-cpu.md), so short steps keep a cancel (checked between steps) from
-    # waiting minutes.
+
+    def sized_with(variant: Variant, note: str) -> SizedLoad:
+        return size_load(
+            lambda c, p, _kv: estimate(model.id, arch, params, variant, hw, c, p, repacked=0),
+            hw, trained, context, parallel,
+            lambda fit, ctx, threads: f"MLX on {where}{note}: {fit.memory.describe(ctx)}",
+            backend="mlx")
+
+    packed = Variant("mlx", quant, model.path.name, weights, None, ())
+    sized, unpack = sized_with(packed, ""), False
+    if not hw.apple_chip and quant.endswith("bit") and openblas_library() is not None:
+        unpacked = sized_with(replace(packed, quant="F32", size_bytes=params * 4),
+                              ", weights unpacked to float32 for OpenBLAS")
+        if unpacked.fit.placement != "wont_fit" and unpacked.context >= sized.context:
+            sized, unpack = unpacked, True
+    # The prefill step: mlx[cpu]'s quantized matmul prefilled about one prompt token a second
+    # on the 2-core VMs (docs/notes/mlx-on-cpu.md), so short steps keep a cancel (checked
+    # between steps) from waiting minutes.
     batch = UBATCH if hw.apple_chip else MLX_CPU_PREFILL_STEP
     return LoadPlan(context=sized.context, threads=sized.threads,
                     gpu_layers=-1 if hw.apple_chip else 0, batch=batch,
                     parallel=sized.parallel, reason=sized.reason,
                     memory_bytes=sized.fit.memory.total,
-                    gpu_memory_bytes=sized.fit.memory.total if hw.apple_chip else 0)
+                    gpu_memory_bytes=sized.fit.memory.total if hw.apple_chip else 0,
+                    unpack_weights=unpack)

@@ -19,6 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from backends.mlx.cpu_blas import use_openblas
+
+OPENBLAS = use_openblas()  # before MLX is imported, so that MLX binds to it (cpu_blas)
+
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
@@ -45,6 +49,7 @@ from backends.mlx.engine import Job, MlxEngine
 from backends.mlx.sampler import make_processors, make_sampler
 from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer, prefill
 from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
+from backends.mlx.unpack import unpack_weights
 from backends.mlx_dir import kv_bytes_per_token, read_config
 from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
@@ -75,6 +80,7 @@ class MlxBackend:
         self.chat = ChatTemplate(None)
         self._vocab_size = 0  # the model's logits width
         self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
+        self._unpack = False  # weights unpacked to float32 (LoadPlan.unpack_weights)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("mlx",), batching=True, speculative=True, grammar=True,
@@ -94,6 +100,9 @@ class MlxBackend:
             raise ModelFileError(f"{folder}: mlx-lm could not load it ({e})") from e
         if float32_activations():
             mlx_model.set_dtype(mx.float32)  # scales, norms, embeddings; packed weights stay
+        self._unpack = bool(plan.unpack_weights and OPENBLAS)
+        if self._unpack:
+            unpack_weights(mlx_model)
         self.tok, self._installed, self._n_ctx, self._batch = tok, model, plan.context, plan.batch
         self._vocab_size = int(config.get("vocab_size") or len(tok.pieces))
         self._grammar_vocab = None
@@ -217,6 +226,8 @@ class MlxBackend:
                 from e
         if float32_activations():
             model.set_dtype(mx.float32)
+        if self._unpack:  # a draft is a fraction of the target, whose plan unpacked it
+            unpack_weights(model)
         self._draft = (str(folder), model)
         return model
 

@@ -181,7 +181,8 @@ def test_mlx_named_call_and_json_mode(qwen_mlx):
     from backends.mlx.backend import MlxBackend
 
     b = MlxBackend()
-    b.load(qwen_mlx, LoadPlan(context=512, threads=2, parallel=1, batch=256))
+    b.load(qwen_mlx, LoadPlan(context=512, threads=2, parallel=1, batch=256,
+                              unpack_weights=True))
     try:
         zone = Tool("get_time", "The time", {"type": "object", "properties": {
             "zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]})

@@ -33,7 +33,7 @@ REPEATS = "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2,"  # prompt lookup finds what
 @pytest.fixture(scope="module")
 def backend(qwen_mlx):
     b = MlxBackend()
-    b.load(qwen_mlx, LoadPlan(context=256, threads=2, parallel=2, batch=64))
+    b.load(qwen_mlx, LoadPlan(context=256, threads=2, parallel=2, batch=64, unpack_weights=True))
     yield b
     b.unload()
 

@@ -124,7 +124,7 @@ def test_pull_installs_a_sharded_mlx_repo_that_then_runs(hub):
     from backends.mlx.backend import MlxBackend
 
     backend = MlxBackend()
-    backend.load(model, LoadPlan(context=256, threads=2, batch=64))
+    backend.load(model, LoadPlan(context=256, threads=2, batch=64))  # packed: mlx's own qmm
     try:
         *_, done = backend.generate(GenerationRequest(
             prompt="def add(a, b):", sampling=SamplingParams(temperature=0.0, max_tokens=6)))

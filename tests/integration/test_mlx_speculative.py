@@ -34,7 +34,8 @@ REPEATS = "a = [1, 2, 3]\nb = [1, 2,"  # lookup finds " 3]" and what follows in 
 @pytest.fixture(scope="module")
 def target(qwen15_mlx):
     b = MlxBackend()
-    b.load(qwen15_mlx, LoadPlan(context=256, threads=2, parallel=1, batch=64))
+    b.load(qwen15_mlx, LoadPlan(context=256, threads=2, parallel=1, batch=64,
+                                unpack_weights=True))
     yield b
     b.unload()
 
@@ -42,7 +43,8 @@ def target(qwen15_mlx):
 @pytest.fixture(scope="module")
 def small(qwen_mlx):
     b = MlxBackend()
-    b.load(qwen_mlx, LoadPlan(context=256, threads=2, parallel=2, batch=64))
+    b.load(qwen_mlx, LoadPlan(context=256, threads=2, parallel=2, batch=64,
+                                unpack_weights=True))
     yield b
     b.unload()
 

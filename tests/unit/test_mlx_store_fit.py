@@ -162,3 +162,25 @@ def test_a_model_installed_as_gguf_and_mlx_runs_as_mlx_on_a_mac(isolated_home, t
     assert chosen == mlx_model and on_mac.choose(chosen).name == "mlx"
     on_linux = Runtime(store=store, hardware=LINUX_CPU)
     assert on_linux._installed(gguf_model.id) == store.get(gguf_model.id)  # no preference
+
+
+def test_on_the_cpu_with_openblas_quantized_weights_are_unpacked_where_they_fit(
+        isolated_home, tmp_path, monkeypatch):
+    folder = make_mlx_dir(tmp_path / "m")
+    with (folder / "model.safetensors").open("r+b") as f:
+        f.truncate(300 * 10**6)  # about the 0.5B at 4 bits (sparse: nothing is written)
+    model = InstalledModel("m", "4bit", "mlx", folder, 0, "", "qwen2", 32768, True, "converted",
+                           0.0)
+    monkeypatch.setattr("app.fit.mlx.openblas_library", lambda: "libopenblas.so.0")
+    plan = plan_mlx_load(QWEN_05B_CONFIG, model, LINUX_CPU, context=2048)
+    assert plan.unpack_weights and "weights unpacked to float32 for OpenBLAS" in plan.reason
+    # 300 MB at 4.5 bits a weight: 533M weights, 2.13 GB in float32
+    assert 2.1e9 < plan.memory_bytes < 2.6e9
+    small = replace(LINUX_CPU, ram_total=2 * GiB, ram_available=int(1.5 * GiB))
+    packed = plan_mlx_load(QWEN_05B_CONFIG, model, small, context=2048)
+    assert not packed.unpack_weights and "unpacked" not in packed.reason
+    assert packed.memory_bytes < 1e9 and packed.context == 2048
+    on_mac = plan_mlx_load(QWEN_05B_CONFIG, model, mac(16 * GiB, 10 * GiB), context=2048)
+    assert not on_mac.unpack_weights
+    monkeypatch.setattr("app.fit.mlx.openblas_library", lambda: None)
+    assert not plan_mlx_load(QWEN_05B_CONFIG, model, LINUX_CPU, context=2048).unpack_weights
