@@ -26,7 +26,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from backends.cuda.model_config import (
@@ -149,11 +148,12 @@ def pack_linears(tensors: dict[str, torch.Tensor], quant: str
 
 
 def _load_gguf(path: Path, dtype: torch.dtype, device, quant: str | None) -> LoadedWeights:
-    from gguf import GGMLQuantizationType, GGUFReader
-    from gguf.quants import dequantize
+    from gguf import GGMLQuantizationType
+
+    from backends.gguf_tensors import FastGGUFReader, tensor_to_float32
 
     try:
-        reader = GGUFReader(path)
+        reader = FastGGUFReader(path)
     except (ValueError, OSError) as e:
         raise ModelFileError(f"{path}: not a readable GGUF file ({e})") from e
     fields = {k: f.contents() for k, f in reader.fields.items()
@@ -180,8 +180,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, device, quant: str | None) -> Loa
             packed = from_q8_0(t.data, shape) if q8_0 else from_q4_k(t.data, shape)
             tensors[name] = packed.to(device)
             continue
-        array = dequantize(t.data, t.tensor_type)
-        w = torch.from_numpy(np.array(array, dtype=np.float32))  # a copy: F32 data is a memmap
+        w = torch.from_numpy(tensor_to_float32(t))
         if permuted:
             w = unpermute_qk(w, config.num_heads if t.name.endswith("attn_q.weight")
                              else config.num_kv_heads)

@@ -12,6 +12,10 @@ then libmlx.so) looks a symbol up in the global scope before its own dependencie
 libmlx's `cblas_sgemm` binds to OpenBLAS. Too late once `mlx.core` is imported; the mlx
 worker imports backends.mlx.backend, which calls `use_openblas()` first.
 `EMBER_MLX_OPENBLAS=0` keeps the reference BLAS (for a side-by-side measurement).
+
+OpenBLAS in the global scope also serves any library opened after it that calls BLAS: torch
+imported later bound its `sgemm_` to OpenBLAS instead of its own MKL (and its results moved).
+The mlx worker runs no torch; a process that runs both imports torch first (tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """GGUF -> MLX: dequantize a GGUF file with `gguf`, rename its tensors the way Hugging Face
 checkpoints (and so mlx-lm) name them, write config.json and the tokenizer, quantize with mlx.
 
-`mx.load()` reads GGUF, but not k-quants or Q5_0 (what Q4_K_M files are made of), hence the
-`gguf` package's numpy dequantization. The result is a plain MLX model directory, the same
-layout as an mlx-community repo, so mlx-lm and other MLX tools can load it too.
+`mx.load()` reads GGUF, but not k-quants or Q5_0 (what Q4_K_M files are made of), hence
+ggml's own dequantization (backends/gguf_tensors.py). The result is a plain MLX model
+directory, the same layout as an mlx-community repo, so mlx-lm and other MLX tools can load
+it too.
 
 The GGUF weights are already quantized; quantizing them again for MLX adds a second rounding.
 8-bit keeps the model almost exactly (its step is far below Q4_K's); 4-bit costs more: on
@@ -148,10 +149,11 @@ def write_tokenizer(meta: dict, out: Path) -> bool:
 def convert_gguf(gguf_path: Path, out: Path, bits: int = 4,
                  on_step: Callable[[str], None] | None = None) -> ConvertResult:
     """Write an MLX model directory for `gguf_path` into `out` (which must not exist)."""
-    import gguf
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
+
+    from backends.gguf_tensors import FastGGUFReader, tensor_to_float32
 
     if bits not in (4, 8):
         raise ModelFileError(f"MLX conversion takes --bits 4 or 8, not {bits}")
@@ -159,7 +161,7 @@ def convert_gguf(gguf_path: Path, out: Path, bits: int = 4,
     started = time.perf_counter()
     say(f"reading {gguf_path.name}")
     try:
-        reader = gguf.GGUFReader(gguf_path)
+        reader = FastGGUFReader(gguf_path)
     except (ValueError, OSError) as e:
         raise ModelFileError(f"{gguf_path}: not a readable GGUF file ({e})") from e
     meta = _metadata(reader)
@@ -173,7 +175,7 @@ def convert_gguf(gguf_path: Path, out: Path, bits: int = 4,
     weights: dict[str, mx.array] = {}
     for t in reader.tensors:
         # gguf lists shapes fastest dimension first; numpy wants them the other way round
-        data = gguf.quants.dequantize(t.data, t.tensor_type)
+        data = tensor_to_float32(t)
         data = data.reshape([int(d) for d in reversed(t.shape)])
         if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = config["num_attention_heads" if "attn_q" in t.name

@@ -17,9 +17,10 @@ while not (ROOT / "pyproject.toml").exists():
 
 # What any layer may import from backends/: the request and event types, the errors, the
 # chat-template renderer, and model-format facts that need no engine (an MLX directory's
-# config.json; the cuda engine's KV layout constants, for the fit model, without torch).
+# config.json; the cuda engine's KV layout constants, for the fit model, without torch;
+# whether the mlx backend finds OpenBLAS here, without MLX).
 VOCABULARY = {"backends", "backends.base", "backends.errors", "backends.chat_template",
-              "backends.mlx_dir", "backends.cuda.kv_layout"}
+              "backends.mlx_dir", "backends.cuda.kv_layout", "backends.mlx.cpu_blas"}
 FRONT_ENDS = ("app/cli", "app/gui", "app/server")
 
 
