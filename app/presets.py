@@ -26,6 +26,7 @@ chats that use it, one deleted leaves them on the app's settings.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -35,6 +36,7 @@ from app.config import Paths, load_config, update_config
 from app.errors import ConfigError
 from app.fit.base import KV_CACHE_TYPES
 from backends.base import SamplingParams
+from backends.errors import EmberError
 
 PRESETS = "presets"
 MODEL_LOAD = "model_load"
@@ -159,6 +161,20 @@ def model_load(ref: str, p: Paths | None = None) -> ModelLoad:
     settings = _typed(ModelLoad, raw, f"[{MODEL_LOAD}.\"{ref}\"]")
     settings.validate(ref)
     return settings
+
+
+def load_options(ref: str, app_context: int, app_gpu_layers: int, p: Paths | None = None
+                 ) -> tuple[int | None, int | None, str | None]:
+    """Context, GPU layers and KV cache type to load local model `ref` with: its own
+    remembered settings, else the app's (0 and -1: automatic), else None (the load plan's).
+    A broken config.toml gives the app's settings (Settings shows the error)."""
+    own = ModelLoad()
+    with contextlib.suppress(EmberError):
+        own = model_load(ref, p)
+    context = own.context or app_context or None
+    gpu_layers = own.gpu_layers if own.gpu_layers >= 0 else (
+        app_gpu_layers if app_gpu_layers >= 0 else None)
+    return context, gpu_layers, None if own.kv_cache == "auto" else own.kv_cache
 
 
 def save_model_load(ref: str, settings: ModelLoad, p: Paths | None = None) -> None:

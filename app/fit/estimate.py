@@ -253,7 +253,11 @@ def gpu_bytes_with(info: GGUFInfo, hw: HardwareProfile, plan: LoadPlan,
     layers where the GPU could not hold the plan."""
     if n_gpu_layers == 0:
         return 0
-    layers = arch_from_gguf(info).layers
-    repeating = layers if n_gpu_layers < 0 else min(n_gpu_layers - 1, layers)
     return file_estimate(info, hw, plan.context, plan.parallel, plan.kv_cache,
-                         max(repeating, 0)).gpu_bytes
+                         repeating_layers(n_gpu_layers, arch_from_gguf(info).layers)).gpu_bytes
+
+
+def repeating_layers(n_gpu_layers: int, layers: int) -> int:
+    """The repeating layers on the GPU for llama.cpp's `n_gpu_layers` (-1: all; n >= 1: the
+    output layer and n - 1 repeating layers; 0: none)."""
+    return layers if n_gpu_layers < 0 else max(0, min(n_gpu_layers - 1, layers))

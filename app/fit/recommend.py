@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from app.fit.base import DEFAULT_CONTEXT, Fit
 from app.fit.cuda import estimate_cuda
-from app.fit.estimate import bits_per_weight, estimate
+from app.fit.estimate import bits_per_weight, estimate, repeating_layers
 from app.hardware import HardwareProfile
 from app.registry import ModelSpec
 from app.runtime.backend_choice import preferred_format
@@ -23,7 +23,9 @@ def backend_formats(hw: HardwareProfile) -> tuple[str, ...]:
 
 
 def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
-             parallel: int = 1) -> list[Fit]:
+             parallel: int = 1, n_gpu_layers: int | None = None) -> list[Fit]:
+    """Each variant's fit here; `n_gpu_layers`: llama.cpp's offload a user set for the
+    model (None: the plan's), so a badge says what loading it will do."""
     ctx = min(context or min(spec.context_default, DEFAULT_CONTEXT), spec.context_max)
     formats = backend_formats(hw)
     if hw.has_nvidia and hw.torch_cuda is not None:
@@ -31,7 +33,9 @@ def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
         # keeps them
         return [estimate_cuda(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
                 for v in spec.variants if v.format in formats]
-    return [estimate(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
+    forced = None if n_gpu_layers is None else repeating_layers(n_gpu_layers, spec.arch.layers)
+    return [estimate(spec.id, spec.arch, spec.params, v, hw, ctx, parallel,
+                     gpu_layers=forced if v.format == "gguf" else None)
             for v in spec.variants if v.format in formats]
 
 

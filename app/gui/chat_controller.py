@@ -36,7 +36,6 @@ window shows them under the answer ("Sources: ..."), their citations kept in its
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -64,7 +63,7 @@ from app.mcp.tool_loop import (
     step_limit_note,
 )
 from app.preferences import Settings
-from app.presets import ModelLoad, Preset, model_load, presets
+from app.presets import Preset, load_options, presets
 from app.runtime import Runtime
 from app.runtime.thinking import LEVELS, ThinkingSupport, thinking_for
 from app.sqlite_file import SqliteFileError
@@ -531,15 +530,9 @@ class ChatController(QObject):
         """Context, GPU layers and KV cache type to load the model with: its own remembered
         settings, else the app's, else (None) the load plan's."""
         s = self.settings
-        own = ModelLoad()
         if self.model and not self.runtime.is_remote(self.model):
-            # a broken config.toml: the app's settings (Settings shows the error)
-            with contextlib.suppress(EmberError):
-                own = model_load(self.model, self.home)
-        context = own.context or s.context or None
-        gpu_layers = own.gpu_layers if own.gpu_layers >= 0 else (
-            s.gpu_layers if s.gpu_layers >= 0 else None)
-        return context, gpu_layers, None if own.kv_cache == "auto" else own.kv_cache
+            return load_options(self.model, s.context, s.gpu_layers, self.home)
+        return s.context or None, s.gpu_layers if s.gpu_layers >= 0 else None, None
 
     def stop(self, wait: bool = False) -> None:
         if self._listing is not None:  # its answer, when it comes, is dropped

@@ -51,6 +51,7 @@ from app.gui.theme import apply_theme
 from app.gui.update_notice import UpdateNotice
 from app.history import History
 from app.preferences import Settings, save_settings
+from app.presets import load_options
 from app.runtime import Runtime
 from app.store import InstalledModel
 from backends.errors import EmberError
@@ -305,8 +306,13 @@ class MainWindow(QMainWindow):
         self.model_picker.blockSignals(True)
         self.model_picker.clear()
         hardware = self.runtime.hardware
-        self.choices = [local_choice(m, *self._backend_of(m), hardware=hardware)
-                        for m in self.runtime.store.list() if m.chat]
+        self.choices = []
+        for m in self.runtime.store.list():
+            if m.chat:
+                context, gpu_layers, _kv = load_options(
+                    m.ref, self.settings.context, self.settings.gpu_layers, self.home)
+                self.choices.append(local_choice(m, *self._backend_of(m), hardware=hardware,
+                                                 context=context, n_gpu_layers=gpu_layers))
         self.choices += [remote_choice(rm.ref) for rm in self.remote_models]
         for i, choice in enumerate(self.choices):
             self.model_picker.addItem(choice.text, choice.ref)
@@ -454,6 +460,8 @@ class MainWindow(QMainWindow):
         if old_load != new_load and self.controller.model and \
                 not self.runtime.is_remote(self.controller.model):
             self.runtime.unload(self.controller.model)  # the next answer loads it anew
+        if old_load != new_load:
+            self.refresh_models()  # the badges: each model's fit with the new settings
         if check_now:  # just switched on: show at once that it works
             self.update_notice.check(self.settings.update_feed)
         if self.settings_error:
@@ -474,6 +482,7 @@ class MainWindow(QMainWindow):
             return
         if changed:
             self.runtime.unload(box.ref)
+            self.refresh_models()  # the picker's badge: the fit with the model's new settings
 
     def toggle_server(self) -> None:
         if self.server is not None:

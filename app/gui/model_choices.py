@@ -26,22 +26,27 @@ class ModelChoice:
         return "  ·  ".join(part for part in (self.ref, self.where, self.fit) if part)
 
 
-def installed_fit(model: InstalledModel, hardware: HardwareProfile) -> Fit | None:
-    """The fit of an installed registry model's own variant; None for an imported file the
-    registry does not know (its fit shows when it loads, in the load plan)."""
+def installed_fit(model: InstalledModel, hardware: HardwareProfile,
+                  context: int | None = None, n_gpu_layers: int | None = None) -> Fit | None:
+    """The fit of an installed registry model's own variant, at the context and llama.cpp
+    GPU layers it will load with (None: the plan's); None for an imported file the registry
+    does not know (its fit shows when it loads, in the load plan)."""
     try:
         spec = load_registry().get(model.id)
     except EmberError:
         return None
-    return next((f for f in fits_for(spec, hardware)
+    return next((f for f in fits_for(spec, hardware, context, n_gpu_layers=n_gpu_layers)
                  if f.quant == model.quant and f.format == model.format), None)
 
 
 def local_choice(model: InstalledModel, where: str, why: str = "", *,
-                 hardware: HardwareProfile) -> ModelChoice:
+                 hardware: HardwareProfile, context: int | None = None,
+                 n_gpu_layers: int | None = None) -> ModelChoice:
     """`where`: the backend that runs it here; `why`: the backend choice's reason, shown with
-    the fit in the picker's tooltip."""
-    fit = installed_fit(model, hardware)
+    the fit in the picker's tooltip; `context`, `n_gpu_layers`: the load settings the user
+    gave it (app.presets.load_options), so the badge says what loading it will do."""
+    fit = installed_fit(model, hardware, context,
+                        n_gpu_layers if where == "llamacpp" else None)
     reason = f"{where}: {why}" if why else ""
     if fit is None:
         return ModelChoice(model.ref, where, detail=reason)
