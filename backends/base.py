@@ -404,7 +404,7 @@ class LoadPlan:
     # the KV cache's type: "f16", or "q8_0" (llama.cpp only) where it lets a larger context fit
     kv_cache: str = "f16"
     # mlx on the CPU with OpenBLAS: quantized weights unpacked to float32 at load, which
-    # OpenBLAS multiplies about 20x faster than mlx's quantized matmul (backends.mlx.cpu_blas)
+    # OpenBLAS multiplies about 20x faster than mlx's quantized matmul (backends.mlx_blas)
     unpack_weights: bool = False
 
 

@@ -35,14 +35,14 @@ if not NVIDIA_GPU:
 from backends.llamacpp import cpu_variant, ggml_backends  # noqa: E402
 
 # The system OpenBLAS for MLX, opened before anything imports MLX, as the mlx worker does
-# (backends/mlx/cpu_blas.py): the mlx tests load the backend in this process. It is opened
+# (backends/mlx_blas.py): the mlx tests load the backend in this process. It is opened
 # into the global scope, so torch is imported first: Python opens extension modules with
 # RTLD_NOW, which binds torch's BLAS calls (its own MKL) before OpenBLAS is there. Imported
 # after it, torch's sgemm_ bound to OpenBLAS, and the Gemma test that models llama.cpp's
 # roundings moved from 7.6e-6 to 0.22.
 with contextlib.suppress(ImportError):
     import torch  # noqa: F401
-from backends.mlx.cpu_blas import use_openblas  # noqa: E402
+from backends.mlx_blas import use_openblas  # noqa: E402
 
 MLX_OPENBLAS = use_openblas()
 

@@ -12,7 +12,7 @@ from app.fit.offload import UBATCH
 from app.hardware import HardwareProfile
 from app.registry import Arch, Variant
 from backends.base import LoadPlan, ModelFiles
-from backends.mlx.cpu_blas import openblas_library
+from backends.mlx_blas import openblas_library
 from backends.mlx_dir import weights_bytes
 
 MLX_CPU_PREFILL_STEP = 16  # prompt tokens per step of the mlx backend on the CPU
@@ -47,7 +47,7 @@ def plan_mlx_load(config: dict, model: ModelFiles, hw: HardwareProfile,
                   context: int | None = None, parallel: int = 1) -> LoadPlan:
     """The mlx backend's load plan for an installed MLX directory (app.fit.base.size_load's
     rule). On the CPU with OpenBLAS, a quantized model's weights are unpacked to float32 at
-    load where that fits (backends.mlx.cpu_blas: about 20x faster there), else kept packed."""
+    load where that fits (backends.mlx_blas: about 20x faster there), else kept packed."""
     arch = arch_from_mlx_config(config)
     if not hw.apple_chip:  # the CPU backend keeps K and V in float32 (backends/mlx/backend.py)
         arch = replace(arch, head_dim=arch.head_dim * 2)

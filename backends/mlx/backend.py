@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from backends.mlx.cpu_blas import use_openblas
+from backends.mlx_blas import use_openblas
 
-OPENBLAS = use_openblas()  # before MLX is imported, so that MLX binds to it (cpu_blas)
+OPENBLAS = use_openblas()  # before MLX is imported, so that MLX binds to it (mlx_blas)
 
 import mlx.core as mx
 import numpy as np

@@ -1,6 +1,6 @@
 """A quantized MLX model's weights unpacked to float (LoadPlan.unpack_weights): on the CPU,
 OpenBLAS multiplies float32 weights about 20x faster than mlx's quantized matmul
-(backends/mlx/cpu_blas.py).
+(backends/mlx_blas.py).
 
 mlx-lm's `dequantize_model` does the same through `mx.dequantize`, which mlx[cpu] runs on
 one core: 25 s for the 1.5B's weights on the 2-core AMD EPYC. The affine 4- and 8-bit

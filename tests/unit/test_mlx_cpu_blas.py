@@ -1,4 +1,4 @@
-"""backends/mlx/cpu_blas.py: MLX's float32 products go to the system OpenBLAS once it is
+"""backends/mlx_blas.py: MLX's float32 products go to the system OpenBLAS once it is
 opened before MLX is imported, and to the reference BLAS of the mlx[cpu] wheel with
 EMBER_MLX_OPENBLAS=0. Checked in the dynamic linker's own record of the binding (LD_DEBUG),
 in a fresh process, as the mlx worker is."""
@@ -12,7 +12,7 @@ import sys
 from tests.support import REPO
 
 PRODUCT = """
-from backends.mlx.cpu_blas import use_openblas
+from backends.mlx_blas import use_openblas
 print("opened:", use_openblas())
 import mlx.core as mx
 x = mx.ones((64, 64))

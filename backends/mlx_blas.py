@@ -13,6 +13,9 @@ libmlx's `cblas_sgemm` binds to OpenBLAS. Too late once `mlx.core` is imported; 
 worker imports backends.mlx.backend, which calls `use_openblas()` first.
 `EMBER_MLX_OPENBLAS=0` keeps the reference BLAS (for a side-by-side measurement).
 
+A module of its own, outside backends/mlx: the fit model asks `openblas_library()` without
+MLX, and the Linux bundle leaves the backends.mlx package out.
+
 OpenBLAS in the global scope also serves any library opened after it that calls BLAS: torch
 imported later bound its `sgemm_` to OpenBLAS instead of its own MKL (and its results moved).
 The mlx worker runs no torch; a process that runs both imports torch first (tests/conftest.py).
