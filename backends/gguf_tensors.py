@@ -9,7 +9,7 @@ their own (the cuda engine's loader, `ember convert --to mlx`).
 - `gguf.quants.dequantize` is numpy over groups of rows: 42 s for the 1.5B. A quantized
   tensor goes through ggml's own row converter instead (`ggml_get_type_traits(type)->to_float`
   in llama.cpp's libggml-base, the code llama.cpp dequantizes with), which gives the same
-  floats (tests/unit/test_gguf_tensors.py). Float tensors (F32, F16, BF16) stay numpy.
+  floats (tests/integration/test_gguf_tensors.py). Float tensors (F32, F16, BF16) stay numpy.
 """
 
 from __future__ import annotations
