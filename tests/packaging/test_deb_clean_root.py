@@ -67,7 +67,8 @@ def test_deb_installs_and_runs_on_a_clean_system(linux_build: LinuxBuild, qwen: 
         with xvfb() as display:
             app = root.popen("ember", env={"DISPLAY": display})
             try:
-                window, _ = find_window(display, "ember", timeout=90, title=MAIN_WINDOW)
+                window, _ = find_window(display, "ember", timeout=90, title=MAIN_WINDOW,
+                                        owner=app)
                 type_text(display, window, PROMPT)
                 answer = wait_for_answer(data / "history.db", PROMPT, timeout=300)
                 assert "def " in answer, answer

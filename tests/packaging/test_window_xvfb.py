@@ -35,7 +35,7 @@ def test_window_answers_a_typed_prompt(linux_build: LinuxBuild, qwen: InstalledM
         app = subprocess.Popen([linux_build.binary], env=desktop_env(display, home),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            window, seconds = find_window(display, "ember", title=MAIN_WINDOW)
+            window, seconds = find_window(display, "ember", title=MAIN_WINDOW, owner=app)
             assert '"ember", "Ember"' in wm_class(display, window)
             type_text(display, window, PROMPT)
             answer = wait_for_answer(home / "history.db", PROMPT, timeout=300)

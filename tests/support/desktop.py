@@ -51,12 +51,19 @@ def desktop_env(display: str, home: Path, **extra: str) -> dict[str, str]:
 
 
 def find_window(display: str, wm_class: str, timeout: float = 60,
-                title: str | None = None) -> tuple[str, float]:
+                title: str | None = None,
+                owner: subprocess.Popen | None = None) -> tuple[str, float]:
     """The id of the first visible window of `wm_class` (and whose title matches the regular
-    expression `title`), and how long it took to appear."""
+    expression `title`), and how long it took to appear. With `owner` (the app's process),
+    its exit ends the wait at once; TimeoutError then names its exit code and the windows
+    that were there."""
     env = {**os.environ, "DISPLAY": display}
     started = time.monotonic()
     while time.monotonic() - started < timeout:
+        if owner is not None and owner.poll() is not None:
+            raise TimeoutError(f"the app exited ({owner.returncode}) before a window of class "
+                               f"{wm_class!r}{f' titled {title!r}' if title else ''} showed; "
+                               f"windows: {_window_names(env, wm_class)}")
         out = subprocess.run(["xdotool", "search", "--onlyvisible", "--class", wm_class],
                              env=env, capture_output=True, text=True)
         for window in out.stdout.split():
@@ -66,7 +73,16 @@ def find_window(display: str, wm_class: str, timeout: float = 60,
                 return window, time.monotonic() - started
         time.sleep(0.05)
     raise TimeoutError(f"no window of class {wm_class!r}"
-                       f"{f' titled {title!r}' if title else ''} within {timeout} s")
+                       f"{f' titled {title!r}' if title else ''} within {timeout} s; "
+                       f"windows of that class: {_window_names(env, wm_class)}")
+
+
+def _window_names(env: dict[str, str], wm_class: str) -> list[str]:
+    """The titles of every window (visible or not) of `wm_class`, for a failure message."""
+    ids = subprocess.run(["xdotool", "search", "--class", wm_class], env=env,
+                         capture_output=True, text=True).stdout.split()
+    return [subprocess.run(["xdotool", "getwindowname", i], env=env, capture_output=True,
+                           text=True).stdout.strip() for i in ids]
 
 
 def wm_class(display: str, window: str) -> str:

@@ -135,7 +135,15 @@ def walk_first_run(command: list[str], home: Path, wheels: Path, name: str) -> F
         app = subprocess.Popen(command, env=env, cwd=REPO, stdout=console,
                                stderr=subprocess.STDOUT, text=True)
         try:
-            window, _ = find_window(display, "ember", timeout=120, title=MAIN_WINDOW)
+            try:
+                window, _ = find_window(display, "ember", timeout=120, title=MAIN_WINDOW,
+                                        owner=app)
+            except TimeoutError as e:
+                shot(display, "0-no-window")
+                console.flush()
+                console.seek(0)
+                raise AssertionError(f"{e}\nconsole (end): {console.read()[-3000:]}"
+                                     f"{describe(seen, home, app)}") from None
             seen.seconds["window"] = time.monotonic() - started
             time.sleep(1.0)  # the first paint
             shot(display, "1-machine-page")
