@@ -28,6 +28,11 @@ import numpy as np
 
 BUFFER_LINE = re.compile(r"(\S+) (model|KV|compute) buffer size = +([\d.]+) MiB")
 CONTEXT = 1024
+# Tokens per pass. Up to 16 columns ggml-vulkan multiplies with its matrix-vector shaders;
+# past that with its tiled matrix-matrix shaders, which lavapipe runs 30x slower (one layer
+# on lavapipe: 16 tokens in 2.8 s, 32 in 49 s, 64 in 85 s; AMD EPYC, 2 cores). The CPU's
+# scores do not depend on it (llama.cpp's CPU backend computes each row alike).
+UBATCH = 16
 
 
 def device_buffers(model: str, gpu_layers: int) -> dict[str, dict[str, float]]:
@@ -65,14 +70,14 @@ def device_buffers(model: str, gpu_layers: int) -> dict[str, dict[str, float]]:
 
 
 def scores(model: str, text: str, gpu_layers: int) -> np.ndarray:
-    """Each position's logits over the text (its first 512 tokens) in one batch."""
+    """Each position's logits over the text (its first 512 tokens), UBATCH at a time."""
     import llama_cpp
 
     # 0 layers: the CPU alone, as Ember loads it (no op offload: llama.cpp would send the
     # batch's matmuls to lavapipe, minutes of this test)
     llm = llama_cpp.Llama(model, n_gpu_layers=999 if gpu_layers < 0 else gpu_layers,
-                          n_ctx=1024, n_batch=1024, logits_all=True, verbose=False,
-                          op_offload=gpu_layers != 0)
+                          n_ctx=1024, n_batch=1024, n_ubatch=UBATCH, logits_all=True,
+                          verbose=False, op_offload=gpu_layers != 0)
     ids = llm.tokenize(text.encode(), add_bos=False)[:512]
     llm.eval(ids)
     out = np.array(llm.scores[:len(ids)])
