@@ -9,6 +9,9 @@ and the window is built with its result. Later starts skip all of this.
 
 from __future__ import annotations
 
+import logging
+import time
+
 from PySide6.QtCore import QEventLoop, Qt, Signal
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QSplashScreen
@@ -16,6 +19,8 @@ from PySide6.QtWidgets import QApplication, QSplashScreen
 from app.gui.thread_task import ThreadTask
 from app.hardware import HardwareProfile, bandwidth_known, detect
 from app.identity import ICON_SVG
+
+log = logging.getLogger(__name__)
 
 MESSAGE = "Ember is checking what this machine can do…"
 
@@ -49,12 +54,15 @@ def hardware_behind_splash(app: QApplication) -> HardwareProfile | None:
     splash.showMessage(MESSAGE, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignHCenter)
     splash.show()
     app.processEvents()
+    started = time.monotonic()
     task = DetectTask()
     loop = QEventLoop()
     task.done.connect(loop.quit)  # queued: emitted from the worker thread
     task.start()
     loop.exec()
     splash.close()
+    log.info("first start: this machine detected in %.1f s behind the splash",
+             time.monotonic() - started)
     if task.error is not None:
         raise task.error
     return task.hardware

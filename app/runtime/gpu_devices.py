@@ -21,6 +21,7 @@ import logging
 import multiprocessing
 import os
 import sys
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -29,7 +30,9 @@ from backends.gpu_switch import gpu_allowed
 
 log = logging.getLogger(__name__)
 
-PROBE_SECONDS = 60.0  # a first Vulkan start compiles nothing, but a slow driver takes seconds
+# The whole probe, devices and bandwidths together: the first start's splash waits on it. A
+# first Vulkan start compiles nothing, but a slow driver takes seconds.
+PROBE_SECONDS = 60.0
 GPU_MODULES = ("ggml-vulkan", "ggml-cuda", "ggml-hip", "ggml-sycl")
 # what a device's description starts with or holds, lower-cased -> vendor
 VENDOR_WORDS = (("nvidia", "nvidia"), ("geforce", "nvidia"), ("quadro", "nvidia"),
@@ -117,14 +120,25 @@ def _bandwidths(conn: Connection, timeout: float) -> dict[str, float | None]:
                 return {str(k): (float(v) if v else None) for k, v in data.items()}
             log.warning("GPU bandwidth not measured: %s", data["error"])
         else:
-            log.warning("GPU bandwidth not measured: no answer within %.0f s", timeout)
+            log.warning("GPU bandwidth not measured: no answer in the %.0f s the probe had "
+                        "left", timeout)
     except (EOFError, OSError, TypeError, ValueError, AttributeError):
         log.warning("GPU bandwidth not measured: the probe died measuring it")
     return {}
 
 
 def ask(timeout: float = PROBE_SECONDS) -> DeviceReport:
-    """The GPUs llama.cpp's backends find, from a child process."""
+    """The GPUs llama.cpp's backends find, from a child process, within `timeout` seconds in
+    all: the bandwidths get what the devices left of it."""
+    started = time.monotonic()
+    report = _ask(timeout)
+    log.info("llama.cpp's GPU probe: %d device(s)%s in %.1f s", len(report.devices),
+             f", {report.error}" if report.error else "", time.monotonic() - started)
+    return report
+
+
+def _ask(timeout: float) -> DeviceReport:
+    deadline = time.monotonic() + timeout
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     process = ctx.Process(target=_child, args=(child,), daemon=True, name="ember-gpu-probe")
@@ -135,7 +149,7 @@ def ask(timeout: float = PROBE_SECONDS) -> DeviceReport:
             return DeviceReport(error=f"no answer within {timeout:.0f} s (a GPU driver hangs?)")
         data = parent.recv()
         if "error" not in data:
-            data["copy_gbps"] = _bandwidths(parent, timeout)
+            data["copy_gbps"] = _bandwidths(parent, max(0.0, deadline - time.monotonic()))
     except EOFError:
         process.join(5)
         return DeviceReport(error=f"the probe died (exit status {process.exitcode}): a GPU "
