@@ -32,7 +32,7 @@ from backends.llamacpp.ggml_backends import lib_dir
 from tests.support import LOOPBACK, REPO
 from tests.support.agreement import TIE_TOLERANCE, forced_through
 from tests.support.machines import profile
-from tests.support.offload_agreement import CONTEXT
+from tests.support.offload_agreement import CONTEXT, LAVAPIPE_PROMPT
 
 GiB = 2**30
 # lavapipe as app.hardware lists it (2 GiB heap, 128 MiB storage buffer range)
@@ -232,9 +232,7 @@ def test_two_gpus_split_the_layers_and_ember_answers_as_the_cpu(
     assert abs(planned - measured) <= 0.10 * measured
     for key, value in env.items():
         monkeypatch.setenv(key, value)  # the worker inherits them
-    # a raw prompt of 7 tokens: batches of up to 16 run ggml-vulkan's matrix-vector shaders;
-    # a chat template's prompt would take its tiled shaders, about 30x slower on lavapipe
-    request = GenerationRequest(prompt="def add_two_numbers(a, b):\n",
+    request = GenerationRequest(prompt=LAVAPIPE_PROMPT,
                                 sampling=SamplingParams(temperature=0, max_tokens=8),
                                 speculative=None)
     monkeypatch.setattr(gpu_devices, "_report", None)  # asked afresh here, restored after

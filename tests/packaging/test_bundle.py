@@ -17,6 +17,7 @@ from tests.packaging.conftest import LinuxBuild
 from tests.support.desktop import home_with_model
 from tests.support.live_server import free_port
 from tests.support.mirror import make_chunk_wheel
+from tests.support.offload_agreement import LAVAPIPE_PROMPT
 from tests.support.package_index import serve_index
 from tests.support.tiny_gguf import write_tiny_gguf
 from tests.unit.test_mirror_download import write_registry
@@ -71,11 +72,10 @@ def test_run_answers_through_the_worker_on_a_vulkan_gpu(linux_build: LinuxBuild,
                                                         tmp_path: Path) -> None:
     """The frozen app finds a Vulkan GPU (Mesa's lavapipe, named as the tests do), plans the
     offload for it and its worker runs the model there, through the system's Vulkan loader.
-    A raw prompt of 7 tokens: batches of up to 16 run ggml-vulkan's matrix-vector shaders; a
-    chat template's prompt would take its tiled shaders, about 30x slower on lavapipe."""
+    A raw prompt of 7 tokens (tests/support/offload_agreement.py: why)."""
     home = home_with_model(tmp_path / "home", qwen)
     env = {**bundle_env(home), "GGML_VK_VISIBLE_DEVICES": "0"}
-    out = subprocess.run([linux_build.binary, "run", qwen.id, "def add_two_numbers(a, b):\n",
+    out = subprocess.run([linux_build.binary, "run", qwen.id, LAVAPIPE_PROMPT,
                           "--raw", "--temperature", "0", "--max-tokens", "8", "--json"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -67,9 +67,7 @@ def find_window(display: str, wm_class: str, timeout: float = 60,
         out = subprocess.run(["xdotool", "search", "--onlyvisible", "--class", wm_class],
                              env=env, capture_output=True, text=True)
         for window in out.stdout.split():
-            if title is None or re.search(title, subprocess.run(
-                    ["xdotool", "getwindowname", window], env=env, capture_output=True,
-                    text=True).stdout):
+            if title is None or re.search(title, _window_name(env, window)):
                 return window, time.monotonic() - started
         time.sleep(0.05)
     raise TimeoutError(f"no window of class {wm_class!r}"
@@ -81,8 +79,12 @@ def _window_names(env: dict[str, str], wm_class: str) -> list[str]:
     """The titles of every window (visible or not) of `wm_class`, for a failure message."""
     ids = subprocess.run(["xdotool", "search", "--class", wm_class], env=env,
                          capture_output=True, text=True).stdout.split()
-    return [subprocess.run(["xdotool", "getwindowname", i], env=env, capture_output=True,
-                           text=True).stdout.strip() for i in ids]
+    return [_window_name(env, i).strip() for i in ids]
+
+
+def _window_name(env: dict[str, str], window: str) -> str:
+    return subprocess.run(["xdotool", "getwindowname", window], env=env, capture_output=True,
+                          text=True).stdout
 
 
 def wm_class(display: str, window: str) -> str:

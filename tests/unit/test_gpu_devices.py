@@ -169,4 +169,3 @@ def test_the_copy_bandwidth_comes_after_the_devices_and_its_failure_costs_only_i
     assert gpu_devices._bandwidths(receive, 1.0) == {}
     receive, send = multiprocessing.Pipe(duplex=False)
     assert gpu_devices._bandwidths(receive, 0.05) == {}  # it hangs
-
