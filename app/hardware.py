@@ -431,6 +431,19 @@ def _llama_cpp_gpus(nvidia: list[GPU]) -> tuple[list[GPU], list[str]]:
     return gpus, notes
 
 
+def _cuda_module_note(gpus: tuple[GPU, ...]) -> list[str]:
+    """An NVIDIA GPU that llama.cpp drives through Vulkan (or not at all) because its CUDA
+    backend, a download of its own, is not installed: say how to get it."""
+    from app.runtime.gpu_devices import gpu_devices
+
+    if not any(g.vendor == "nvidia" for g in gpus) or any(
+            d.backend == "CUDA" for d in gpu_devices().devices):
+        return []
+    return ["llama.cpp's CUDA backend is not installed, so GGUF models use the NVIDIA GPU "
+            "through Vulkan: `ember cuda install` downloads it (with NVIDIA's cuBLAS, about "
+            "0.5 GB)"]
+
+
 def detect(measure: bool = True) -> HardwareProfile:
     brand, isa = _cpu_info()
     vm = psutil.virtual_memory()
@@ -439,6 +452,7 @@ def detect(measure: bool = True) -> HardwareProfile:
     nvidia = _nvidia_gpus()
     llama_gpus, notes = _llama_cpp_gpus(nvidia)
     gpus = tuple(nvidia) + tuple(llama_gpus) + tuple(apple_gpus)
+    notes += _cuda_module_note(gpus)
     if "amx_tile" in isa:
         uses = llama_cpp_uses_amx()
         if uses is False:

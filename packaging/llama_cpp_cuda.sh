@@ -17,7 +17,14 @@
 # Architectures: EMBER_CUDA_ARCHS (cmake's CMAKE_CUDA_ARCHITECTURES; default 90-real, the
 # H100/H200 of the GPU checks). Each architecture adds its own kernels to the file.
 #
-# Usage: packaging/llama_cpp_cuda.sh [PYTHON] [--install]
+# `--pack DIR` writes the module and its manifest (cuda-module.json: SHA-256, size, the pinned
+# runtime wheels; packaging/cuda_module_manifest.py) into DIR, for a release to publish and
+# `ember cuda install` to download; `--pack DIR --with-wheels` adds the runtime wheels, for
+# `ember cuda install --from DIR` on a machine that reaches no package index. A release sets
+# EMBER_CUDA_MODULE_URL (where it publishes the module) and puts DIR/cuda-module.json in
+# assets/ before the bundle is built: `ember cuda install` then needs no --from.
+#
+# Usage: packaging/llama_cpp_cuda.sh [PYTHON] [--install | --pack DIR [--with-wheels]]
 set -euo pipefail
 
 PYTHON=${1:-python3}
@@ -100,5 +107,11 @@ if [ "${2:-}" = --install ]; then
   lib=$("$PYTHON" -c 'import importlib.util, pathlib; s = importlib.util.find_spec("llama_cpp"); print(pathlib.Path(s.origin).parent / "lib")')
   cp "$dir/libggml-cuda.so" "$lib/libggml-cuda.so"
   echo "ember: installed $lib/libggml-cuda.so" >&2
+fi
+if [ "${2:-}" = --pack ]; then
+  here=$(dirname "$(readlink -f "$0")")
+  "$PYTHON" "$here/cuda_module_manifest.py" "$dir/libggml-cuda.so" "${3:?--pack needs a folder}" \
+    --archs "$ARCHS" --llama-cpp-version "$VERSION" ${EMBER_CUDA_MODULE_URL:+--url "$EMBER_CUDA_MODULE_URL"} \
+    ${4:+"$4"} >&2
 fi
 echo "$dir"

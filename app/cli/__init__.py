@@ -27,6 +27,7 @@ def cli(ctx: click.Context, serve_flag: bool, verbose: bool) -> None:
     extra, a chat in the terminal on the default model).
     """
     logs.setup(verbose=verbose)
+    _name_gpu_modules()
     # the command's name only: its arguments may hold a prompt or an API key
     log.info("ember %s %s", __version__, ctx.invoked_subcommand or ("serve" if serve_flag
                                                                     else "(no command)"))
@@ -42,6 +43,15 @@ def cli(ctx: click.Context, serve_flag: bool, verbose: bool) -> None:
 
             click.echo("(no display or no PySide6: chatting in the terminal)", err=True)
             ctx.invoke(chat, model=DEFAULT_MODEL)
+
+
+def _name_gpu_modules() -> None:
+    """The GPU modules downloaded into the data folder (`ember cuda install`), for the
+    engine's workers and the GPU probe this process starts."""
+    from app.config import paths
+    from app.gpu_module.installed import export_modules_root
+
+    export_modules_root(paths())
 
 
 def gui_available() -> bool:
@@ -94,4 +104,13 @@ def main() -> None:
 
 
 # The commands register themselves on `cli` when their modules are imported.
-from app.cli import convert, generate, history, launch, models, remote, serve  # noqa: E402, F401
+from app.cli import (  # noqa: E402, F401
+    convert,
+    generate,
+    gpu,
+    history,
+    launch,
+    models,
+    remote,
+    serve,
+)

@@ -83,13 +83,22 @@ def _has_gpu_modules(folder: Path | None) -> bool:
     return any((folder / n).is_file() for n in names)
 
 
+def _has_added_modules(environ: dict[str, str]) -> bool:
+    """A GPU backend installed after Ember (`ember cuda install`) in the data folder."""
+    from backends.llamacpp.added_modules import MODULES_ENV
+
+    root = environ.get(MODULES_ENV)
+    return root is not None and any(Path(root).glob("*/libggml-*.so"))
+
+
 def why_skip(environ: dict[str, str] | None = None, lib_dir: Path | None = None,
              platform: str = sys.platform) -> str | None:
     """Why asking would find nothing here, or None when a child should be asked."""
     environ = dict(os.environ) if environ is None else environ
     if not gpu_allowed(environ):
         return "EMBER_GPU=off"
-    if not _has_gpu_modules(lib_dir if lib_dir is not None else _lib_dir()):
+    if (not _has_gpu_modules(lib_dir if lib_dir is not None else _lib_dir())
+            and not _has_added_modules(environ)):
         return "this llama.cpp build has no GPU backend"
     if (platform.startswith("linux") and "GGML_VK_VISIBLE_DEVICES" not in environ
             and not glob.glob("/dev/dri/renderD*") and not glob.glob("/dev/nvidia[0-9]*")):

@@ -185,21 +185,35 @@ def load_backends(gpu: bool = True, cpu_library: Path | None = None,
         _gpu_tried = True
         _gpu_off = not gpu_allowed(environ)
         if not _gpu_off:
-            for name in GPU_BACKENDS:
-                path = folder / _lib_name(f"ggml-{name}")
-                if not path.is_file():
-                    continue
-                if _ggml.load(path):
-                    _loaded_files.append(f"lib/{path.name}")
-                else:
-                    _failed.append(f"{path.name}: {_why_not(path)}")
-                    log.warning("llama.cpp's %s backend is left out, the CPU runs the models: "
-                                "%s", name, _failed[-1])
+            _load_gpu_modules(_ggml, folder, environ)
         devices = _ggml.devices()
         log.info("llama.cpp backends: %s; devices: %s", ", ".join(_loaded_files),
                  "; ".join(f"{d.name} ({d.description})" for d in devices))
     return Loaded(dynamic=_dynamic, loaded=tuple(_loaded_files), failed=tuple(_failed),
                   gpu_off=_gpu_off, devices=_ggml.devices())
+
+
+def _load_gpu_modules(ggml: _Ggml, folder: Path, environ: Mapping[str, str]) -> None:
+    """Each GPU backend the build ships in its lib folder, then each one installed later
+    (backends.llamacpp.added_modules: `ember cuda install`) that the build does not ship."""
+    from backends.llamacpp.added_modules import added_modules
+
+    shipped = {name: folder / _lib_name(f"ggml-{name}") for name in GPU_BACKENDS}
+    added, refused = added_modules(environ)
+    for line in refused:
+        _failed.append(line)
+        log.warning("a GPU backend module is left out: %s", line)
+    paths = [(name, path, f"lib/{path.name}") for name, path in shipped.items()
+             if path.is_file()]
+    paths += [(m.backend, m.path, str(m.path)) for m in added
+              if not shipped.get(m.backend, folder / "-").is_file()]
+    for name, path, shown in paths:
+        if ggml.load(path):
+            _loaded_files.append(shown)
+        else:
+            _failed.append(f"{path.name}: {_why_not(path)}")
+            log.warning("llama.cpp's %s backend is left out, the CPU runs the models: "
+                        "%s", name, _failed[-1])
 
 
 def measure_bandwidths() -> dict[str, float | None]:

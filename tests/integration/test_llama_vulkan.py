@@ -102,6 +102,44 @@ def test_a_broken_vulkan_driver_is_one_line_and_the_cpu_carries_on(tmp_path: Pat
                                 "failed to start)"]
 
 
+def test_a_gpu_module_downloaded_into_the_data_folder_is_loaded(tmp_path: Path):
+    """`ember cuda install`'s whole path with a module that runs here: the build's real
+    Vulkan module, published as a release publishes the CUDA one (manifest and file on a
+    local server), installed by the command into a data folder, then loaded from there by a
+    llama.cpp whose own lib folder lacks it, and lavapipe found through it."""
+    import hashlib
+    import shutil
+
+    import llama_cpp
+
+    from backends.llamacpp.added_modules import this_platform
+    from tests.support.cli import ember
+    from tests.support.package_index import IndexedFile, serve_index
+
+    module = (lib_dir() / "libggml-vulkan.so").read_bytes()
+    manifest = {"format": 1, "backend": "vulkan", "llama_cpp_version": llama_cpp.__version__,
+                "platform": this_platform(), "module": {
+                    "file": "libggml-vulkan.so", "url": "libggml-vulkan-test.so",
+                    "sha256": hashlib.sha256(module).hexdigest(), "bytes": len(module)}}
+    lib = tmp_path / "lib"  # the build without its Vulkan module
+    shutil.copytree(lib_dir(), lib, ignore=shutil.ignore_patterns("libggml-vulkan.so"))
+    home = tmp_path / "home"
+    with serve_index() as index:
+        index.add("release", IndexedFile("libggml-vulkan-test.so", module))
+        index.add("release", IndexedFile("cuda-module.json", json.dumps(manifest).encode()))
+        done = ember("cuda", "install", "--from", f"{index.url}/files/cuda-module.json",
+                     env={"EMBER_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    installed = home / "llama-modules" / "vulkan" / "libggml-vulkan.so"
+    assert installed.read_bytes() == module
+    report = device_report(LLAMA_CPP_LIB_PATH=str(lib), EMBER_HOME=str(home),
+                           EMBER_LLAMA_MODULES=str(home / "llama-modules"), **LAVAPIPE)
+    assert str(installed) in report["loaded"] and report["failed"] == []
+    assert [d["backend"] for d in report["devices"]] == ["CPU", "Vulkan"]
+    without = device_report(LLAMA_CPP_LIB_PATH=str(lib), **LAVAPIPE)
+    assert [d["backend"] for d in without["devices"]] == ["CPU"]
+
+
 def test_the_app_asks_a_child_and_finds_lavapipe(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
     assert why_skip() is None

@@ -1,0 +1,259 @@
+"""`ember cuda install`: llama.cpp's CUDA module and NVIDIA's runtime wheels, downloaded from a
+local server that speaks the package index's Simple API as PyPI does (and serves the
+release's files), verified and installed into the data folder; then found by the loader
+(backends.llamacpp.added_modules). The module cannot run here (no GPU): its bytes stand in,
+and tests/integration/test_llama_vulkan.py loads a real module installed the same way."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import llama_cpp
+import pytest
+
+from app.config import Paths
+from app.errors import ChecksumError, DownloadError
+from app.gpu_module.install import ManifestSource, install, read_source
+from app.gpu_module.installed import installed, module_folder, modules_root, remove
+from app.gpu_module.manifest import ManifestError, parse_manifest
+from app.pull.progress import Progress
+from app.runtime.gpu_devices import why_skip
+from backends.llamacpp.added_modules import MODULES_ENV, added_modules, this_platform
+from tests.support.cli import ember
+from tests.support.package_index import IndexedFile, PackageIndex, serve_index
+
+VERSION = llama_cpp.__version__
+CUDART = "nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+MODULE_FILE = f"libggml-cuda-{VERSION}-cu13-test.so"
+
+
+def runtime_wheel(libraries: dict[str, bytes]) -> bytes:
+    """A wheel shaped as NVIDIA's: headers and the libraries under nvidia/cu13/."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("nvidia/cu13/include/cuda_runtime.h", "/* header */\n")
+        for member, data in libraries.items():
+            z.writestr(member, data)
+        z.writestr("nvidia_cuda_runtime-13.0.96.dist-info/RECORD", "")
+    return out.getvalue()
+
+
+def manifest_json(module: bytes, wheel: bytes, **changes) -> dict:
+    data = {
+        "format": 1, "backend": "cuda", "llama_cpp_version": VERSION,
+        "platform": this_platform(), "toolkit": "CUDA 13.0", "architectures": "90-real",
+        "module": {"file": "libggml-cuda.so", "url": MODULE_FILE,
+                   "sha256": hashlib.sha256(module).hexdigest(), "bytes": len(module)},
+        "runtime": [{"package": "nvidia-cuda-runtime", "filename": CUDART,
+                     "sha256": hashlib.sha256(wheel).hexdigest(), "bytes": len(wheel),
+                     "libraries": ["nvidia/cu13/lib/libcudart.so.13"]}]}
+    data.update(changes)
+    return data
+
+
+@pytest.fixture
+def release(isolated_home: Paths, monkeypatch: pytest.MonkeyPatch):
+    """A release folder (the manifest and the module) and NVIDIA's wheel on a package index,
+    all on one local server."""
+    for name in ("PIP_INDEX_URL", "PIP_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    module = b"\x7fELF" + bytes(range(256)) * 800  # 200 KB
+    wheel = runtime_wheel({"nvidia/cu13/lib/libcudart.so.13": b"cudart" * 5000})
+    with serve_index(PackageIndex()) as index:
+        index.add("nvidia-cuda-runtime", IndexedFile(CUDART, wheel))
+        index.add("ember-release", IndexedFile(MODULE_FILE, module))
+        manifest = index.add("ember-release", IndexedFile(
+            "cuda-module.json", json.dumps(manifest_json(module, wheel)).encode()))
+        monkeypatch.setenv("EMBER_PYPI_INDEX", index.index_url)
+        yield {"index": index, "module": module, "wheel": wheel, "manifest": manifest,
+               "url": f"{index.url}/files/cuda-module.json", "home": isolated_home}
+
+
+def events() -> tuple[list[Progress], callable]:
+    seen: list[Progress] = []
+    return seen, seen.append
+
+
+def test_installs_the_module_and_its_runtime_libraries_verified(release):
+    seen, report = events()
+    done = install(release["home"], read_source(release["url"]), report)
+    folder = module_folder(release["home"], "cuda")
+    assert done.folder == folder
+    assert (folder / "libggml-cuda.so").read_bytes() == release["module"]
+    assert (folder / "libcudart.so.13").read_bytes() == b"cudart" * 5000
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "libcudart.so.13", "libggml-cuda.so", "module.json"]  # no headers, no dist-info
+    assert not (modules_root(release["home"]) / ".partial" / "cuda").exists()
+    assert done.llama_cpp_version == VERSION and done.toolkit == "CUDA 13.0"
+    assert done.installed_from == release["url"]
+    total = len(release["module"]) + len(release["wheel"])
+    downloads = [e for e in seen if e.phase == "download"]
+    assert downloads[-1].done_bytes == downloads[-1].total_bytes == total
+    assert seen[-1].phase == "done"
+    # the loader finds it, for this llama.cpp; a build with no GPU module of its own now asks
+    env = {MODULES_ENV: str(modules_root(release["home"]))}
+    usable, refused = added_modules(env)
+    assert [(m.backend, m.path) for m in usable] == [("cuda", folder / "libggml-cuda.so")]
+    assert refused == []
+    cpu_only = release["home"].home / "cpu-only-lib"
+    cpu_only.mkdir()
+    assert why_skip({**env, "GGML_VK_VISIBLE_DEVICES": "0"}, cpu_only, "linux") is None
+    assert why_skip({"GGML_VK_VISIBLE_DEVICES": "0"}, cpu_only, "linux") == \
+        "this llama.cpp build has no GPU backend"
+
+
+def test_a_dropped_connection_is_resumed_and_a_second_install_replaces_the_first(release):
+    release["index"].file(MODULE_FILE).drop_after = 50_000
+    install(release["home"], read_source(release["url"]), lambda p: None)
+    gets = [r for r in release["index"].file_gets() if r["path"].endswith(MODULE_FILE)]
+    assert [r.get("range") for r in gets] == [None, "bytes=50000-"]
+    first = (module_folder(release["home"], "cuda") / "module.json").read_text()
+    install(release["home"], read_source(release["url"]), lambda p: None)
+    assert (module_folder(release["home"], "cuda") / "module.json").read_text() != ""
+    assert json.loads(first)["module"] == json.loads(
+        (module_folder(release["home"], "cuda") / "module.json").read_text())["module"]
+    assert not (modules_root(release["home"]) / ".old-cuda").exists()
+
+
+def test_a_corrupt_module_installs_nothing_and_keeps_the_installed_one(release):
+    install(release["home"], read_source(release["url"]), lambda p: None)
+    before = (module_folder(release["home"], "cuda") / "libggml-cuda.so").read_bytes()
+    bad = ManifestSource(parse_manifest(json.dumps(manifest_json(
+        release["module"] + b"tampered", release["wheel"])), "test"), "test",
+        release["index"].url + "/files/", None)
+    with pytest.raises(ChecksumError, match="checksum mismatch for libggml-cuda.so"):
+        install(release["home"], bad, lambda p: None)
+    assert (module_folder(release["home"], "cuda") / "libggml-cuda.so").read_bytes() == before
+    assert installed(release["home"], "cuda") is not None
+    assert not (modules_root(release["home"]) / ".new-cuda").exists()
+
+
+def test_the_index_and_the_manifest_must_agree_on_the_runtime_wheel(release):
+    release["index"].file(CUDART).listed_sha256 = "0" * 64
+    with pytest.raises(ChecksumError, match="the manifest pins"):
+        install(release["home"], read_source(release["url"]), lambda p: None)
+    assert installed(release["home"], "cuda") is None
+
+
+def test_a_module_of_another_llama_cpp_build_is_refused_before_any_download(release):
+    other = manifest_json(release["module"], release["wheel"], llama_cpp_version="0.0.1")
+    release["manifest"].data = json.dumps(other).encode()
+    release["manifest"].listed_sha256 = hashlib.sha256(release["manifest"].data).hexdigest()
+    with pytest.raises(DownloadError, match=f"built for llama-cpp-python 0.0.1, and Ember "
+                                            f"runs {VERSION}"):
+        install(release["home"], read_source(release["url"]), lambda p: None)
+    assert [r for r in release["index"].file_gets() if MODULE_FILE in r["path"]] == []
+
+
+def test_installs_from_a_folder_with_no_index_reachable(release, tmp_path, monkeypatch):
+    folder = tmp_path / "pack"
+    folder.mkdir()
+    (folder / MODULE_FILE).write_bytes(release["module"])
+    (folder / CUDART).write_bytes(release["wheel"])
+    (folder / "cuda-module.json").write_text(json.dumps(manifest_json(release["module"],
+                                                                      release["wheel"])))
+    monkeypatch.setenv("EMBER_PYPI_INDEX", "http://127.0.0.1:9/simple/")  # nothing listens
+    done = install(release["home"], read_source(str(folder)), lambda p: None)
+    assert (done.folder / "libcudart.so.13").is_file()
+    assert release["index"].file_gets() == []
+
+
+def test_the_cli_installs_shows_and_removes_it(release):
+    env = {"EMBER_HOME": str(release["home"].home)}
+    done = ember("cuda", "install", "--from", release["url"], env=env)
+    assert done.returncode == 0, done.stderr
+    assert "installed:" in done.stdout and "to download" in done.stderr
+    shown = ember("cuda", "status", env=env)
+    assert f"built for  llama-cpp-python {VERSION}, CUDA 13.0, GPUs 90-real" in shown.stdout
+    assert ember("cuda", "remove", env=env).stdout.strip() == "removed"
+    assert installed(release["home"], "cuda") is None
+    assert "not installed" in ember("cuda", "status", env=env).stdout
+    missing = ember("cuda", "install", env=env)  # a checkout ships no manifest
+    assert missing.returncode == 1
+    assert "names no CUDA module to download" in missing.stderr
+
+
+def test_the_loader_refuses_modules_it_cannot_load_with_one_line_each(tmp_path):
+    root = tmp_path / "llama-modules"
+    for name, record in (("cuda", {"backend": "cuda", "llama_cpp_version": "0.0.1",
+                                   "platform": this_platform()}),
+                         ("hip", {"backend": "hip", "llama_cpp_version": VERSION,
+                                  "platform": "win32-amd64"}),
+                         ("sycl", None)):
+        (root / name).mkdir(parents=True)
+        (root / name / f"libggml-{name}.so").write_bytes(b"\x7fELF")
+        if record:
+            (root / name / "module.json").write_text(json.dumps(record))
+    usable, refused = added_modules({MODULES_ENV: str(root)})
+    assert usable == []
+    assert len(refused) == 3
+    assert "built for llama-cpp-python 0.0.1" in refused[0]
+    assert "is for win32-amd64" in refused[1]
+    assert "no readable module.json" in refused[2]
+    assert remove(Paths(tmp_path), "cuda") is True
+    assert not (root / "cuda").exists()
+
+
+GOOD = manifest_json(b"m", b"w")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"format": 2}, "manifest format 2"),
+    ({"backend": "metal"}, "backend 'metal' is not one of"),
+    ({"module": {**GOOD["module"], "file": "../../bin/sh"}}, "is libggml-cuda.so, not"),
+    ({"module": {**GOOD["module"], "url": "../../etc/passwd"}}, "a plain relative path"),
+    ({"module": {**GOOD["module"], "url": "file:///etc/passwd"}}, "a plain relative path"),
+    ({"module": {**GOOD["module"], "sha256": "abc"}}, "64 hex digits"),
+    ({"module": {**GOOD["module"], "bytes": 1 << 40}}, "bytes must be between"),
+    ({"module": {**GOOD["module"], "bytes": True}}, "must be a int"),
+    ({"runtime": [{**GOOD["runtime"][0], "libraries": ["nvidia/../../../x/libc.so.6"]}]},
+     "libraries must be wheel members"),
+    ({"runtime": [{**GOOD["runtime"][0], "libraries": ["nvidia/cu13/lib/evil.py"]}]},
+     "libraries must be wheel members"),
+    ({"runtime": [{**GOOD["runtime"][0], "filename": "../x.whl"}]}, "is not a package"),
+    ({"runtime": [{**GOOD["runtime"][0], "libraries": ["a/libggml-cuda.so"]}]},
+     "the same name"),
+    ({"runtime": "nvidia"}, "runtime must be a list"),
+])
+def test_a_hostile_manifest_is_refused_with_what_is_wrong(change, message):
+    with pytest.raises(ManifestError, match=message):
+        parse_manifest(json.dumps({**GOOD, **change}), "m.json")
+
+
+@pytest.mark.parametrize("text", [b"\xff\xfe", b"[]", b"{"])
+def test_what_is_not_a_manifest_says_so(text):
+    with pytest.raises(ManifestError, match="is not a module manifest"):
+        parse_manifest(text, "m.json")
+
+
+def test_a_path_that_leaves_the_folder_is_refused(tmp_path, isolated_home):
+    folder = tmp_path / "pack"
+    folder.mkdir()
+    (tmp_path / "outside.so").write_bytes(b"m")
+    data = manifest_json(b"m", b"w", runtime=[])
+    data["module"]["url"] = "sub/../../outside.so"
+    (folder / "cuda-module.json").write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match="a plain relative path"):
+        read_source(str(folder))
+    assert not Path(isolated_home.home / "llama-modules" / "cuda").exists()
+
+
+def test_the_machine_report_says_how_to_get_cuda_on_an_nvidia_gpu(monkeypatch):
+    from app import hardware
+    from app.hardware import GPU
+    from app.runtime import gpu_devices
+    from app.runtime.gpu_devices import DeviceReport, GgmlDevice
+
+    rtx = GPU("NVIDIA GeForce RTX 4070", "nvidia", 12 << 30, 11 << 30, "8.9", 504)
+    vulkan = GgmlDevice("Vulkan0", "NVIDIA GeForce RTX 4070", "gpu", "Vulkan", 12 << 30, 11 << 30)
+    monkeypatch.setattr(gpu_devices, "_report", DeviceReport(devices=(vulkan,)))
+    assert "`ember cuda install`" in hardware._cuda_module_note((rtx,))[0]
+    cuda = GgmlDevice("CUDA0", "NVIDIA GeForce RTX 4070", "gpu", "CUDA", 12 << 30, 11 << 30)
+    monkeypatch.setattr(gpu_devices, "_report", DeviceReport(devices=(cuda, vulkan)))
+    assert hardware._cuda_module_note((rtx,)) == []
+    radeon = GPU("AMD Radeon RX 7800 XT", "amd", 16 << 30, 15 << 30, None, 624)
+    assert hardware._cuda_module_note((radeon,)) == []
