@@ -37,6 +37,7 @@ from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_llama
 from backends.llamacpp import ggml_backends
 from backends.llamacpp.engine import BatchEngine, Job
+from backends.llamacpp.llama_log import llama_errors, load_failure
 from backends.llamacpp.speculative import DraftModel, logits_row
 from backends.logprobs import log_softmax_at
 from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
@@ -166,10 +167,12 @@ class LlamaCppBackend:
         failures: list[str] = []
         while True:
             try:
-                self._model, self._ctx = self._open(model, used, steps[0])
+                with llama_errors() as llama_said:
+                    self._model, self._ctx = self._open(model, used, steps[0])
                 break
             except (ValueError, RuntimeError) as e:
                 self.unload()
+                why = load_failure(llama_said, e)
                 if steps[0] == 0:
                     raise ModelFileError(f"{model.path}: llama.cpp could not load it ({e})"
                                          + (f" (first on the GPU: {'; '.join(failures)})"
@@ -180,9 +183,9 @@ class LlamaCppBackend:
                     except (ValueError, RuntimeError):  # not the GPU: the file itself
                         raise ModelFileError(f"{model.path}: llama.cpp could not load it "
                                              f"({e})") from e
-                failures.append(f"{_layers_text(steps[0])} failed ({e})")
-                log.warning("%s: llama.cpp could not load %s on the GPU (%s); trying %s",
-                            model.ref, _layers_text(steps[0]), e, _layers_text(steps[1]))
+                failures.append(f"{_layers_text(steps[0])} failed: {why}")
+                log.warning("%s: llama.cpp could not load %s (%s); trying %s",
+                            model.ref, _layers_text(steps[0]), why, _layers_text(steps[1]))
                 steps = steps[1:]
         if failures:
             used = replace(used, gpu_layers=steps[0], reason=_and(
@@ -224,12 +227,17 @@ class LlamaCppBackend:
     @staticmethod
     def _layer_count(model: ModelFiles) -> int:
         """The model's repeating layers, from its header alone (llama.cpp's vocab-only load
-        reads no weights)."""
+        reads no weights). Its `<arch>.block_count`: a vocab-only model reports n_layer 0,
+        which once sent every failed GPU load straight to the CPU."""
         mparams = llama_cpp.llama_model_default_params()
         mparams.vocab_only = True
         header = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
         try:
-            return int(llama_cpp.llama_model_n_layer(header.model))
+            meta = header.metadata()
+            count = meta.get(f"{meta.get('general.architecture')}.block_count", "")
+            if not count.isdigit():
+                raise ValueError(f"{model.path}: its header has no block_count")
+            return int(count)
         finally:
             header.close()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -232,6 +233,30 @@ def two_lavapipes(tmp_path: Path) -> dict[str, str]:
     copy = tmp_path / "lvp_icd_second.json"
     copy.write_text(icd.read_text())
     return {"VK_ICD_FILENAMES": f"{icd}:{copy}", "GGML_VK_VISIBLE_DEVICES": "0,1"}
+
+
+def test_a_gpu_that_cannot_hold_the_plan_steps_down_and_says_why(
+        store, qwen, monkeypatch: pytest.MonkeyPatch):
+    """A real allocation failure on the device: ggml-vulkan refuses any buffer larger than
+    GGML_VK_FORCE_MAX_BUFFER_SIZE (its own knob, the check a GPU's maxBufferSize makes), here
+    160 MiB, while the device still reports 2 GiB, as a GPU that another program filled after
+    the plan was made. Every layer is asked for; the weights' 236 MiB buffer fails,
+    the worker steps down to half the layers, which fit, says why in the plan's reason, in
+    llama.cpp's words, and answers."""
+    monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("GGML_VK_FORCE_MAX_BUFFER_SIZE", str(160 << 20))
+    monkeypatch.setattr(gpu_devices, "_report", None)  # asked afresh here, restored after
+    request = GenerationRequest(prompt=LAVAPIPE_PROMPT,
+                                sampling=SamplingParams(temperature=0, max_tokens=2),
+                                speculative=None)
+    with Runtime(store=store) as rt:
+        loaded = rt.load(qwen.ref, context=512, gpu_layers=-1)
+        answer = rt.generate(qwen.ref, request).result()[0]
+    assert loaded.plan.gpu_layers == 13, loaded.plan
+    assert re.search(r"the GPU could not hold the plan \(every layer on the GPU failed: "
+                     r"llama.cpp could not allocate a 2\d\d\.\d MiB buffer on Vulkan0\), so "
+                     r"llama.cpp runs n_gpu_layers=13", loaded.plan.reason), loaded.plan.reason
+    assert answer
 
 
 def test_two_gpus_split_the_layers_and_ember_answers_as_the_cpu(
