@@ -30,7 +30,18 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         --target /tmp/ember-site .whl/*.whl || exit 1
     export PYTHONPATH="$PWD:/tmp/ember-site"
     if [ -f .whl/libggml-cuda.so.gz ] && [ -d /tmp/ember-site/llama_cpp/lib ]; then
-        gunzip -c .whl/libggml-cuda.so.gz > /tmp/ember-site/llama_cpp/lib/libggml-cuda.so
+        # through `ember cuda install --from`, as a user installs it (cuBLAS stays torch's,
+        # on LD_LIBRARY_PATH below: the pack names no runtime wheels); the lib folder if not
+        mkdir -p /tmp/cuda-pack && gunzip -c .whl/libggml-cuda.so.gz > /tmp/cuda-pack/libggml-cuda.so
+        if python3 benchmarks/cuda_pack.py /tmp/cuda-pack 2>&1 | tee -a "$LOG" && \
+           EMBER_HOME=/tmp/ember-gpu-home python3 -m app.cli cuda install --from /tmp/cuda-pack \
+               2>&1 | tail -n 3 | tee -a "$LOG" && \
+           [ -f /tmp/ember-gpu-home/llama-modules/cuda/libggml-cuda.so ]; then
+            export EMBER_LLAMA_MODULES=/tmp/ember-gpu-home/llama-modules
+        else
+            echo "ember cuda install failed: the module goes in the lib folder" | tee -a "$LOG"
+            cp /tmp/cuda-pack/libggml-cuda.so /tmp/ember-site/llama_cpp/lib/libggml-cuda.so
+        fi
     fi
     if [ -f .whl/llama-bench.tgz ]; then  # llama-bench, libllama-bench-impl.so, libllama-common.so.0
         mkdir -p /tmp/llama-bench && tar -xzf .whl/llama-bench.tgz -C /tmp/llama-bench

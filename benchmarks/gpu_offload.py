@@ -163,7 +163,8 @@ def ember_child(model: str, gpu_layers: int, prompt: int, tokens: int, repeat: i
 
 def bench_folder(llama_bench: Path, into: Path) -> Path:
     """llama-bench with the installed llama_cpp libraries beside it (over its own of the same
-    names) and the CPU module Ember chose as libggml-cpu.so."""
+    names), the CPU module Ember chose as libggml-cpu.so, and the GPU modules installed into
+    the data folder (EMBER_LLAMA_MODULES)."""
     sys.path.insert(0, str(ROOT))
     from backends.llamacpp import cpu_variant
     from backends.llamacpp.ggml_backends import lib_dir
@@ -175,6 +176,11 @@ def bench_folder(llama_bench: Path, into: Path) -> Path:
             shutil.copy2(f, into / f.name)
     if cpu_variant.chosen is not None and cpu_variant.chosen.library is not None:
         shutil.copy2(cpu_variant.chosen.library, into / "libggml-cpu.so")
+    from backends.llamacpp.added_modules import added_modules
+
+    for module in added_modules()[0]:  # `ember cuda install`'s, as Ember's worker loads them
+        if not (into / module.path.name).exists():
+            shutil.copy2(module.path, into / module.path.name)
     return into / "llama-bench"
 
 
