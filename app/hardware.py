@@ -434,14 +434,18 @@ def _llama_cpp_gpus(nvidia: list[GPU]) -> tuple[list[GPU], list[str]]:
 def _cuda_module_note(gpus: tuple[GPU, ...]) -> list[str]:
     """An NVIDIA GPU that llama.cpp drives through Vulkan (or not at all) because its CUDA
     backend, a download of its own, is not installed: say how to get it."""
+    from app.gpu_module.offer import cuda_missing, manifest_named
     from app.runtime.gpu_devices import gpu_devices
 
-    if not any(g.vendor == "nvidia" for g in gpus) or any(
-            d.backend == "CUDA" for d in gpu_devices().devices):
+    if not cuda_missing(gpus):
         return []
-    return ["llama.cpp's CUDA backend is not installed, so GGUF models use the NVIDIA GPU "
-            "through Vulkan: `ember cuda install` downloads it (with NVIDIA's cuBLAS, about "
-            "0.5 GB)"]
+    how = ("`ember cuda install` downloads it (with NVIDIA's cuBLAS, about 0.5 GB)"
+           if manifest_named() else "this build names no download for it; `bash "
+           "packaging/llama_cpp_cuda.sh PYTHON --install` builds it with the CUDA toolkit")
+    vulkan = any(d.vendor == "nvidia" and d.backend == "Vulkan" for d in gpu_devices().devices)
+    now = ("GGUF models use the NVIDIA GPU through Vulkan" if vulkan else
+           "GGUF models cannot use the NVIDIA GPU (no Vulkan driver answered either)")
+    return [f"llama.cpp's CUDA backend is not installed, so {now}: {how}"]
 
 
 def detect(measure: bool = True) -> HardwareProfile:

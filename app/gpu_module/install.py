@@ -32,18 +32,17 @@ from urllib.parse import urljoin
 
 import httpx
 
-from app import resources
 from app.config import Paths
 from app.errors import ChecksumError, DownloadError
 from app.gpu_module.installed import InstalledModule, installed, module_folder, modules_root
 from app.gpu_module.manifest import ModuleManifest, RuntimeWheel, parse_manifest
+from app.gpu_module.offer import MANIFEST_ENV, MANIFEST_FILE, manifest_named
 from app.pull import http_file, simple_index
 from app.pull.index_url import index_url
 from app.pull.progress import Progress, ProgressFn, check_cancel, check_disk_space
 from app.pull.pypi_mirror import _client
 from backends.llamacpp.added_modules import MANIFEST_NAME, this_platform
 
-MANIFEST_FILE = "cuda-module.json"
 MAX_MANIFEST_BYTES = 1 << 20
 
 
@@ -55,23 +54,17 @@ class ManifestSource:
     local: Path | None  # the folder that may hold the files (an offline install)
 
 
-def bundled_manifest() -> Path | None:
-    path = resources.asset(MANIFEST_FILE)
-    return path if path.is_file() else None
-
-
 def read_source(given: str | None) -> ManifestSource:
     """The manifest named by `given` (a URL, a manifest file, or a folder holding
-    cuda-module.json), or the one this Ember ships."""
+    cuda-module.json), else by EMBER_CUDA_MANIFEST, else the one this Ember ships."""
     if given is None:
-        shipped = bundled_manifest()
-        if shipped is None:
+        given = manifest_named()
+        if given is None:
             raise DownloadError(
                 "this Ember build names no CUDA module to download (a release build ships "
-                f"{MANIFEST_FILE}); build one with `bash packaging/llama_cpp_cuda.sh "
-                "--pack DIR` on a machine with the CUDA toolkit and run `ember cuda install "
-                "--from DIR`")
-        given = str(shipped)
+                f"{MANIFEST_FILE}; {MANIFEST_ENV} may name one); build one with `bash "
+                "packaging/llama_cpp_cuda.sh PYTHON --pack DIR` on a machine with the CUDA "
+                "toolkit and run `ember cuda install --from DIR`")
     if given.startswith(("http://", "https://")):
         with _client() as client:
             try:

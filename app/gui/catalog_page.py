@@ -44,6 +44,19 @@ def speed_text(tokens_per_s: float) -> str:
     return f"~{tokens_per_s:.0f} tok/s" if tokens_per_s >= 10 else f"~{tokens_per_s:.1f} tok/s"
 
 
+def progress_text(p: Progress) -> str:
+    """A download's progress as its row shows it: bytes, speed, time left, what it says."""
+    phase = {"download": "", "verify": "verifying ", "install": "installing "}.get(p.phase, "")
+    text = f"{phase}{human_bytes(p.done_bytes)} / {human_bytes(p.total_bytes)}"
+    if p.phase == "download" and p.speed_bps:
+        text += f" · {human_bytes(p.speed_bps)}/s"
+        if p.eta_s is not None:
+            text += f" · {int(p.eta_s // 60)}:{int(p.eta_s % 60):02d} left"
+    if p.message and p.phase != "done":
+        text += f" · {p.message}"
+    return text
+
+
 class DownloadRow(QWidget):
     """One download: bar, speed and ETA, Cancel; after a cancel or failure, Resume."""
     finished = Signal(object)  # InstalledModel
@@ -86,15 +99,7 @@ class DownloadRow(QWidget):
     def _progress(self, p: Progress) -> None:
         if p.total_bytes:
             self.bar.setValue(int(1000 * p.done_bytes / p.total_bytes))
-        phase = {"download": "", "verify": "verifying ", "install": "installing "}.get(p.phase, "")
-        text = f"{phase}{human_bytes(p.done_bytes)} / {human_bytes(p.total_bytes)}"
-        if p.phase == "download" and p.speed_bps:
-            text += f" · {human_bytes(p.speed_bps)}/s"
-            if p.eta_s is not None:
-                text += f" · {int(p.eta_s // 60)}:{int(p.eta_s % 60):02d} left"
-        if p.message and p.phase != "done":
-            text += f" · {p.message}"
-        self._say(text)
+        self._say(progress_text(p))
 
     def _say(self, text: str) -> None:
         self.detail.setText(text)

@@ -14,9 +14,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.config import DEFAULT_MODEL
+from app.config import DEFAULT_MODEL, Paths
 from app.fit import GB, Fit, recommend
+from app.gpu_module.installed import installed
+from app.gpu_module.offer import cuda_missing, manifest_named
 from app.gui.catalog_page import BADGE_COLOR, speed_text
+from app.gui.cuda_module_box import CudaModuleBox
 from app.gui.quick_start import QuickStart
 from app.hardware import HardwareProfile
 from app.registry import ModelSpec, load_registry
@@ -65,12 +68,20 @@ def recommended_models(hw: HardwareProfile, count: int = RECOMMENDED_COUNT
     return useful[:count]
 
 
+def offer_cuda_module(hw: HardwareProfile, home: Paths) -> bool:
+    """An NVIDIA GPU that llama.cpp drives without CUDA, a download that says where the CUDA
+    module is, and none installed yet (it loads with the next model, not in this window's
+    hardware report)."""
+    return (manifest_named() is not None and installed(home, "cuda") is None
+            and cuda_missing(hw.gpus))
+
+
 class MachinePanel(QWidget):
     download_requested = Signal(str)  # MODEL:QUANT
     hub_requested = Signal()
 
     def __init__(self, hardware: HardwareProfile, installed: set[str],
-                 chat_installed: bool = True) -> None:
+                 chat_installed: bool = True, home: Paths | None = None) -> None:
         super().__init__()
         layout = QVBoxLayout(self)
         heading = QLabel("Your machine")
@@ -93,6 +104,10 @@ class MachinePanel(QWidget):
             label.setWordWrap(True)
             facts.addWidget(label, row, 1)
         layout.addLayout(facts)
+        self.cuda_box: CudaModuleBox | None = None
+        if home is not None and offer_cuda_module(hardware, home):
+            self.cuda_box = CudaModuleBox(home)
+            layout.addWidget(self.cuda_box)
         heading = QLabel("Recommended for this machine")
         heading.setObjectName("heading")
         layout.addWidget(heading)

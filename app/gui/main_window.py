@@ -256,7 +256,8 @@ class MainWindow(QMainWindow):
     def _build_machine_page(self) -> None:
         models = self.runtime.store.list()
         panel = MachinePanel(self.runtime.hardware, {m.ref for m in models},
-                             chat_installed=any(m.chat for m in models))
+                             chat_installed=any(m.chat for m in models),
+                             home=self.runtime.store.paths)
         panel.download_requested.connect(self._download_from_machine_page)
         panel.hub_requested.connect(self.show_hub)
         if panel.quick_start is not None:

@@ -13,6 +13,7 @@ import time
 
 from PySide6.QtCore import Signal
 
+from app.config import Paths
 from app.gui.thread_task import ThreadTask
 from app.pull.progress import Cancelled, Progress
 from app.runtime import Runtime
@@ -187,6 +188,38 @@ class DownloadTask(ThreadTask):
             self.failed.emit(f"{type(e).__name__}: {e}", False)
         else:
             self.installed.emit(model)
+
+
+class CudaModuleTask(ThreadTask):
+    """`ember cuda install` with progress: llama.cpp's CUDA module and NVIDIA's runtime
+    libraries into the data folder; cancel keeps what was downloaded for a later resume."""
+    thread_name = "ember-gui-cuda-module"
+    progress = Signal(object)  # app.pull.progress.Progress
+    installed = Signal(object)  # app.gpu_module.installed.InstalledModule
+    failed = Signal(str, bool)  # message, cancelled
+
+    def __init__(self, home: Paths) -> None:
+        super().__init__()
+        self.home = home
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def _run(self) -> None:
+        from app.gpu_module.install import install, read_source
+
+        try:
+            done = install(self.home, read_source(None), self.progress.emit, self._cancel)
+        except Cancelled:
+            self.failed.emit("cancelled: what was downloaded is kept, Resume continues it",
+                             True)
+        except EmberError as e:
+            self.failed.emit(str(e), False)
+        except Exception as e:
+            self.failed.emit(f"{type(e).__name__}: {e}", False)
+        else:
+            self.installed.emit(done)
 
 
 class ServerTask(ThreadTask):

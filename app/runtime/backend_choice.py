@@ -94,8 +94,8 @@ def _llamacpp(hw: HardwareProfile, offload: bool, why_not: str = "") -> BackendC
     if hw.has_nvidia:
         gpu = max((g for g in hw.gpus if g.vendor == "nvidia"), key=lambda g: g.vram_total)
         how = ("with GPU offload" if offload else
-               "on the CPU: this llama-cpp-python build has no GPU offload (rebuild it with "
-               "CMAKE_ARGS=-DGGML_CUDA=on to use the GPU)")
+               "on the CPU: none of its backends drives this GPU here (no Vulkan driver "
+               "answered, and its CUDA backend is not installed: `ember cuda install`)")
         return BackendChoice("llamacpp", f"{_nvidia_name(gpu.name)} "
                                          f"({gpu.vram_total / 2**30:.0f} GB): "
                                          f"llama.cpp {how}{why_not}")

@@ -7,12 +7,9 @@ and tests/integration/test_llama_vulkan.py loads a real module installed the sam
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import zipfile
 from pathlib import Path
 
-import llama_cpp
 import pytest
 
 from app.config import Paths
@@ -24,53 +21,28 @@ from app.pull.progress import Progress
 from app.runtime.gpu_devices import why_skip
 from backends.llamacpp.added_modules import MODULES_ENV, added_modules, this_platform
 from tests.support.cli import ember
-from tests.support.package_index import IndexedFile, PackageIndex, serve_index
-
-VERSION = llama_cpp.__version__
-CUDART = "nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
-MODULE_FILE = f"libggml-cuda-{VERSION}-cu13-test.so"
-
-
-def runtime_wheel(libraries: dict[str, bytes]) -> bytes:
-    """A wheel shaped as NVIDIA's: headers and the libraries under nvidia/cu13/."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("nvidia/cu13/include/cuda_runtime.h", "/* header */\n")
-        for member, data in libraries.items():
-            z.writestr(member, data)
-        z.writestr("nvidia_cuda_runtime-13.0.96.dist-info/RECORD", "")
-    return out.getvalue()
-
-
-def manifest_json(module: bytes, wheel: bytes, **changes) -> dict:
-    data = {
-        "format": 1, "backend": "cuda", "llama_cpp_version": VERSION,
-        "platform": this_platform(), "toolkit": "CUDA 13.0", "architectures": "90-real",
-        "module": {"file": "libggml-cuda.so", "url": MODULE_FILE,
-                   "sha256": hashlib.sha256(module).hexdigest(), "bytes": len(module)},
-        "runtime": [{"package": "nvidia-cuda-runtime", "filename": CUDART,
-                     "sha256": hashlib.sha256(wheel).hexdigest(), "bytes": len(wheel),
-                     "libraries": ["nvidia/cu13/lib/libcudart.so.13"]}]}
-    data.update(changes)
-    return data
+from tests.support.cuda_pack import (
+    CUDART,
+    CUDART_LIBRARY,
+    MODULE,
+    MODULE_FILE,
+    VERSION,
+    WHEEL,
+    manifest_json,
+    served_release,
+)
 
 
 @pytest.fixture
 def release(isolated_home: Paths, monkeypatch: pytest.MonkeyPatch):
     """A release folder (the manifest and the module) and NVIDIA's wheel on a package index,
     all on one local server."""
-    for name in ("PIP_INDEX_URL", "PIP_CONFIG_FILE"):
+    for name in ("PIP_INDEX_URL", "PIP_CONFIG_FILE", "EMBER_CUDA_MANIFEST"):
         monkeypatch.delenv(name, raising=False)
-    module = b"\x7fELF" + bytes(range(256)) * 800  # 200 KB
-    wheel = runtime_wheel({"nvidia/cu13/lib/libcudart.so.13": b"cudart" * 5000})
-    with serve_index(PackageIndex()) as index:
-        index.add("nvidia-cuda-runtime", IndexedFile(CUDART, wheel))
-        index.add("ember-release", IndexedFile(MODULE_FILE, module))
-        manifest = index.add("ember-release", IndexedFile(
-            "cuda-module.json", json.dumps(manifest_json(module, wheel)).encode()))
-        monkeypatch.setenv("EMBER_PYPI_INDEX", index.index_url)
-        yield {"index": index, "module": module, "wheel": wheel, "manifest": manifest,
-               "url": f"{index.url}/files/cuda-module.json", "home": isolated_home}
+    with served_release() as served:
+        monkeypatch.setenv("EMBER_PYPI_INDEX", served.index.index_url)
+        yield {"index": served.index, "module": MODULE, "wheel": WHEEL,
+               "manifest": served.manifest, "url": served.url, "home": isolated_home}
 
 
 def events() -> tuple[list[Progress], callable]:
@@ -84,7 +56,7 @@ def test_installs_the_module_and_its_runtime_libraries_verified(release):
     folder = module_folder(release["home"], "cuda")
     assert done.folder == folder
     assert (folder / "libggml-cuda.so").read_bytes() == release["module"]
-    assert (folder / "libcudart.so.13").read_bytes() == b"cudart" * 5000
+    assert (folder / "libcudart.so.13").read_bytes() == CUDART_LIBRARY
     assert sorted(p.name for p in folder.iterdir()) == [
         "libcudart.so.13", "libggml-cuda.so", "module.json"]  # no headers, no dist-info
     assert not (modules_root(release["home"]) / ".partial" / "cuda").exists()
@@ -251,9 +223,15 @@ def test_the_machine_report_says_how_to_get_cuda_on_an_nvidia_gpu(monkeypatch):
     rtx = GPU("NVIDIA GeForce RTX 4070", "nvidia", 12 << 30, 11 << 30, "8.9", 504)
     vulkan = GgmlDevice("Vulkan0", "NVIDIA GeForce RTX 4070", "gpu", "Vulkan", 12 << 30, 11 << 30)
     monkeypatch.setattr(gpu_devices, "_report", DeviceReport(devices=(vulkan,)))
-    assert "`ember cuda install`" in hardware._cuda_module_note((rtx,))[0]
+    monkeypatch.delenv("EMBER_CUDA_MANIFEST", raising=False)
+    assert "this build names no download" in hardware._cuda_module_note((rtx,))[0]
+    monkeypatch.setenv("EMBER_CUDA_MANIFEST", "https://example.invalid/cuda-module.json")
+    note = hardware._cuda_module_note((rtx,))[0]
+    assert "use the NVIDIA GPU through Vulkan: `ember cuda install` downloads it" in note
     cuda = GgmlDevice("CUDA0", "NVIDIA GeForce RTX 4070", "gpu", "CUDA", 12 << 30, 11 << 30)
     monkeypatch.setattr(gpu_devices, "_report", DeviceReport(devices=(cuda, vulkan)))
     assert hardware._cuda_module_note((rtx,)) == []
+    monkeypatch.setattr(gpu_devices, "_report", DeviceReport())
+    assert "cannot use the NVIDIA GPU (no Vulkan driver" in hardware._cuda_module_note((rtx,))[0]
     radeon = GPU("AMD Radeon RX 7800 XT", "amd", 16 << 30, 15 << 30, None, 624)
     assert hardware._cuda_module_note((radeon,)) == []
