@@ -70,8 +70,14 @@ def output_bits(variant: Variant) -> float | None:
 # Share of the bandwidth limit reached in decode over the bytes a token reads (the untied
 # token embedding's one row not counted). CPU: the median of the three test models in
 # benchmarks/fit_accuracy.py's recorded run, 0.44-0.56; GPU ("gpu": other vendors) and Apple:
-# from the literature, not measured (docs/notes/fit-model.md).
-EFFICIENCY = {"cpu": 0.50, "nvidia": 0.75, "apple": 0.65, "gpu": 0.75}
+# from the literature, not measured (docs/notes/fit-model.md). lavapipe (Mesa's Vulkan on the
+# CPU, the tests' stand-in GPU) runs its shaders through LLVM and is bound by them, not by
+# memory: 1.40 decode tokens/s for the 0.5B with every layer there against a 24 GB/s copy
+# (docs/notes/llama-vulkan.md, "Ember against llama-bench").
+EFFICIENCY = {"cpu": 0.50, "nvidia": 0.75, "apple": 0.65, "gpu": 0.75, "lavapipe": 0.02}
+# prefill FLOP/s per GB/s of the GPU's bandwidth, where it is not GPU_FLOPS_PER_GBPS:
+# lavapipe's from the same run, 4.36 prompt tokens/s of about 1 GFLOP each on 24 GB/s
+FLOPS_PER_GBPS = {"apple": APPLE_FLOPS_PER_GBPS, "lavapipe": 0.18e9}
 
 
 def bits_per_weight(variant: Variant, params: int) -> float:
@@ -172,7 +178,7 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
     gpu_bw = gpu_gbps * GB * EFFICIENCY.get(kind or "cpu", EFFICIENCY["gpu"])
     seconds = gpu_read / gpu_bw + cpu_read / cpu_bw
     flops_per_token = 2 * params * active_share(arch, params)
-    per_gbps = APPLE_FLOPS_PER_GBPS if kind == "apple" else GPU_FLOPS_PER_GBPS
+    per_gbps = FLOPS_PER_GBPS.get(kind or "", GPU_FLOPS_PER_GBPS)
     gpu_share = gpu_read / (gpu_read + cpu_read) if gpu_read + cpu_read else 0.0
     prefill_s = (flops_per_token * gpu_share / (gpu_gbps * per_gbps)
                  + flops_per_token * (1 - gpu_share) / (hw.physical_cores * CPU_FLOPS_PER_CORE))
