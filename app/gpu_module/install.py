@@ -18,6 +18,7 @@ fails or is cancelled leaves the previous module as it was.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,6 +41,7 @@ from app.gpu_module.offer import MANIFEST_ENV, MANIFEST_FILE, manifest_named
 from app.pull import http_file, simple_index
 from app.pull.index_url import index_url
 from app.pull.progress import Progress, ProgressFn, check_cancel, check_disk_space
+from app.pull.pull_lock import pull_lock
 from app.pull.pypi_mirror import _client
 from backends.llamacpp.added_modules import MANIFEST_NAME, this_platform
 
@@ -222,9 +224,21 @@ def _unpacked_bytes(wheel_file: Path, wheel: RuntimeWheel) -> int:
 def install(p: Paths, source: ManifestSource, report: ProgressFn,
             cancel: threading.Event | None = None,
             llama_cpp_version: str | None = None) -> InstalledModule:
+    """One install of a backend's module at a time: a second (the window and `ember cuda
+    install` together) waits for the first, then finds the files it verified."""
     manifest = source.manifest
     check_compatible(manifest, llama_cpp_version)
     label = f"llama.cpp {manifest.backend} module"
+    lock = modules_root(p) / f".{manifest.backend}.lock"
+    with pull_lock(lock, cancel, lambda: report(Progress(
+            label, "download", 0, manifest.download_bytes,
+            message="waiting for another install of it to finish"))):
+        return _install(p, source, report, cancel, label)
+
+
+def _install(p: Paths, source: ManifestSource, report: ProgressFn,
+             cancel: threading.Event | None, label: str) -> InstalledModule:
+    manifest = source.manifest
     root = modules_root(p)
     work = root / ".partial" / manifest.backend
     work.mkdir(parents=True, exist_ok=True)
@@ -271,6 +285,8 @@ def install(p: Paths, source: ManifestSource, report: ProgressFn,
         raise
     shutil.rmtree(old, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another backend's download may be there
+        work.parent.rmdir()
     done = installed(p, manifest.backend)
     assert done is not None
     report(Progress(label, "done", done.bytes_on_disk, done.bytes_on_disk,

@@ -235,3 +235,28 @@ def test_the_machine_report_says_how_to_get_cuda_on_an_nvidia_gpu(monkeypatch):
     assert "cannot use the NVIDIA GPU (no Vulkan driver" in hardware._cuda_module_note((rtx,))[0]
     radeon = GPU("AMD Radeon RX 7800 XT", "amd", 16 << 30, 15 << 30, None, 624)
     assert hardware._cuda_module_note((radeon,)) == []
+
+
+def test_two_installs_at_once_wait_for_each_other(release):
+    import threading
+
+    release["index"].file(MODULE_FILE).bytes_per_s = 400_000  # about half a second
+    seen: list[list[Progress]] = [[], []]
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            install(release["home"], read_source(release["url"]), seen[i].append)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    waited = [any("waiting for another install" in e.message for e in s) for s in seen]
+    assert sorted(waited) == [False, True]
+    assert (module_folder(release["home"], "cuda") / "libggml-cuda.so").read_bytes() == MODULE
+    assert sorted(p.name for p in modules_root(release["home"]).iterdir()) == ["cuda"]
