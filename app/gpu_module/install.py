@@ -68,18 +68,21 @@ def read_source(given: str | None) -> ManifestSource:
                 "packaging/llama_cpp_cuda.sh PYTHON --pack DIR` on a machine with the CUDA "
                 "toolkit and run `ember cuda install --from DIR`")
     if given.startswith(("http://", "https://")):
+        shown = http_file.redacted(given)
+        body = bytearray()
         with _client() as client:
             try:
-                response = client.get(given)
+                with client.stream("GET", given) as response:
+                    if response.status_code != 200:
+                        raise DownloadError(f"{shown}: HTTP {response.status_code}")
+                    for chunk in response.iter_bytes():
+                        body += chunk
+                        if len(body) > MAX_MANIFEST_BYTES:  # read no more of it
+                            raise DownloadError(f"{shown} is too large for a manifest")
+                    final = str(response.url)
             except httpx.HTTPError as e:
-                raise DownloadError(f"{http_file.redacted(given)} is unreachable "
-                                    f"({type(e).__name__}: {e})") from e
-            if response.status_code != 200:
-                raise DownloadError(f"{http_file.redacted(given)}: HTTP {response.status_code}")
-            if len(response.content) > MAX_MANIFEST_BYTES:
-                raise DownloadError(f"{http_file.redacted(given)} is too large for a manifest")
-            return ManifestSource(parse_manifest(response.content, given), given,
-                                  str(response.url), None)
+                raise DownloadError(f"{shown} is unreachable ({type(e).__name__}: {e})") from e
+        return ManifestSource(parse_manifest(bytes(body), given), given, final, None)
     path = Path(given).expanduser()
     if path.is_dir():
         path = path / MANIFEST_FILE

@@ -22,6 +22,7 @@ from pathlib import Path
 
 MODULES_ENV = "EMBER_LLAMA_MODULES"
 MANIFEST_NAME = "module.json"
+BACKENDS = ("cuda", "hip", "sycl", "vulkan")  # the GPU backends ggml builds as modules
 
 
 def this_platform() -> str:
@@ -61,6 +62,10 @@ def added_modules(environ: Mapping[str, str] = os.environ,
             made_on = str(data["platform"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             refused.append(f"{folder}: no readable {MANIFEST_NAME} ({type(e).__name__}); "
+                           "install the module again")
+            continue
+        if backend != folder.name or backend not in BACKENDS:
+            refused.append(f"{folder}: its {MANIFEST_NAME} names backend {backend!r:.40}; "
                            "install the module again")
             continue
         module = folder / f"libggml-{backend}.so"

@@ -155,17 +155,20 @@ def test_the_loader_refuses_modules_it_cannot_load_with_one_line_each(tmp_path):
                                    "platform": this_platform()}),
                          ("hip", {"backend": "hip", "llama_cpp_version": VERSION,
                                   "platform": "win32-amd64"}),
-                         ("sycl", None)):
+                         ("sycl", None),
+                         ("vulkan", {"backend": "../../../tmp/evil", "llama_cpp_version": VERSION,
+                                     "platform": this_platform()})):
         (root / name).mkdir(parents=True)
         (root / name / f"libggml-{name}.so").write_bytes(b"\x7fELF")
         if record:
             (root / name / "module.json").write_text(json.dumps(record))
     usable, refused = added_modules({MODULES_ENV: str(root)})
     assert usable == []
-    assert len(refused) == 3
+    assert len(refused) == 4
     assert "built for llama-cpp-python 0.0.1" in refused[0]
     assert "is for win32-amd64" in refused[1]
     assert "no readable module.json" in refused[2]
+    assert "names backend '../../../tmp/evil'" in refused[3]
     assert remove(Paths(tmp_path), "cuda") is True
     assert not (root / "cuda").exists()
 
@@ -260,3 +263,12 @@ def test_two_installs_at_once_wait_for_each_other(release):
     assert sorted(waited) == [False, True]
     assert (module_folder(release["home"], "cuda") / "libggml-cuda.so").read_bytes() == MODULE
     assert sorted(p.name for p in modules_root(release["home"]).iterdir()) == ["cuda"]
+
+
+def test_a_manifest_url_that_serves_too_much_is_cut_off(release):
+    release["manifest"].data = b"{" + b" " * (2 << 20)
+    release["manifest"].listed_sha256 = ""
+    with pytest.raises(DownloadError, match="too large for a manifest"):
+        read_source(release["url"])
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        read_source(release["index"].url + "/files/nothing.json")
