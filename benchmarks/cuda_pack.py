@@ -20,7 +20,7 @@ def main() -> None:
     import llama_cpp
 
     from app.gpu_module.manifest import ModuleFile, ModuleManifest
-    from backends.llamacpp.added_modules import this_platform
+    from backends.gpu_modules import this_platform
 
     folder = Path(sys.argv[1])
     module = folder / "libggml-cuda.so"

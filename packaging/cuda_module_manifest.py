@@ -32,7 +32,7 @@ from app.gpu_module.manifest import ModuleFile, ModuleManifest, RuntimeWheel
 from app.pull import http_file, simple_index
 from app.pull.index_url import index_url
 from app.pull.pypi_mirror import _client
-from backends.llamacpp.added_modules import this_platform
+from backends.gpu_modules import this_platform
 
 # package, the libraries ggml-cuda links from it (NEEDED: libcudart, libcublas, libcublasLt)
 RUNTIME = (("nvidia-cuda-runtime", ("cudart",)), ("nvidia-cublas", ("cublas", "cublasLt")))

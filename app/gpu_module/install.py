@@ -43,7 +43,7 @@ from app.pull.index_url import index_url
 from app.pull.progress import Progress, ProgressFn, check_cancel, check_disk_space
 from app.pull.pull_lock import pull_lock
 from app.pull.pypi_mirror import _client
-from backends.llamacpp.added_modules import MANIFEST_NAME, this_platform
+from backends.gpu_modules import MANIFEST_NAME, llama_cpp_version, this_platform
 
 MAX_MANIFEST_BYTES = 1 << 20
 
@@ -99,9 +99,7 @@ def check_compatible(manifest: ModuleManifest, version: str | None = None) -> No
     """A module of another llama.cpp build would not load (or would crash): refused before
     anything is downloaded."""
     if version is None:
-        import llama_cpp
-
-        version = str(llama_cpp.__version__)
+        version = llama_cpp_version()
     if manifest.llama_cpp_version != version:
         raise DownloadError(f"the {manifest.backend} module was built for llama-cpp-python "
                             f"{manifest.llama_cpp_version}, and Ember runs {version}: it "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Paths
-from backends.llamacpp.added_modules import MANIFEST_NAME, MODULES_ENV
+from backends.gpu_modules import MANIFEST_NAME, MODULES_ENV
 
 
 def modules_root(p: Paths) -> Path:

@@ -85,7 +85,7 @@ def _has_gpu_modules(folder: Path | None) -> bool:
 
 def _has_added_modules(environ: dict[str, str]) -> bool:
     """A GPU backend installed after Ember (`ember cuda install`) in the data folder."""
-    from backends.llamacpp.added_modules import MODULES_ENV
+    from backends.gpu_modules import MODULES_ENV
 
     root = environ.get(MODULES_ENV)
     return root is not None and any(Path(root).glob("*/libggml-*.so"))

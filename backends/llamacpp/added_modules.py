@@ -4,42 +4,34 @@ downloaded into the data folder. Each module lies in a folder of its own, with t
 libraries it links beside it (its RUNPATH is `$ORIGIN`) and the `module.json` it was installed
 from.
 
-The app names the folder that holds them in `EMBER_LLAMA_MODULES` (app.gpu_module.installed
-sets it for the processes it starts), so the engine's worker and the GPU probe find them
-without knowing where Ember keeps its data. A module is loaded only when its manifest says it
-was built for the llama-cpp-python that runs (ggml's ABI is that build's), for this platform.
+The app names the folder that holds them in `EMBER_LLAMA_MODULES` (backends.gpu_modules;
+app.gpu_module.installed sets it for the processes it starts), so the engine's worker and
+the GPU probe find them without knowing where Ember keeps its data. A module is loaded only
+when its manifest says it was built for the llama-cpp-python that runs (ggml's ABI is that
+build's), for this platform.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-MODULES_ENV = "EMBER_LLAMA_MODULES"
-MANIFEST_NAME = "module.json"
-BACKENDS = ("cuda", "hip", "sycl", "vulkan")  # the GPU backends ggml builds as modules
-
-
-def this_platform() -> str:
-    """`linux-x86_64`, `win32-amd64`: what a module's manifest names."""
-    return f"{sys.platform}-{platform.machine().lower()}"
+from backends.gpu_modules import (
+    BACKENDS,
+    MANIFEST_NAME,
+    MODULES_ENV,
+    llama_cpp_version,
+    this_platform,
+)
 
 
 @dataclass(frozen=True)
 class AddedModule:
     backend: str  # cuda
     path: Path  # .../llama-modules/cuda/libggml-cuda.so
-
-
-def _llama_cpp_version() -> str:
-    import llama_cpp
-
-    return str(llama_cpp.__version__)
 
 
 def added_modules(environ: Mapping[str, str] = os.environ,
@@ -49,7 +41,7 @@ def added_modules(environ: Mapping[str, str] = os.environ,
     root = environ.get(MODULES_ENV)
     if not root or not Path(root).is_dir():
         return [], []
-    version = version or _llama_cpp_version()
+    version = version or llama_cpp_version()
     usable: list[AddedModule] = []
     refused: list[str] = []
     for folder in sorted(p for p in Path(root).iterdir() if p.is_dir()

@@ -113,7 +113,7 @@ def test_a_gpu_module_downloaded_into_the_data_folder_is_loaded(tmp_path: Path):
 
     import llama_cpp
 
-    from backends.llamacpp.added_modules import this_platform
+    from backends.gpu_modules import this_platform
     from tests.support.cli import ember
     from tests.support.package_index import IndexedFile, serve_index
 

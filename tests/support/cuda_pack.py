@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import llama_cpp
 
-from backends.llamacpp.added_modules import this_platform
+from backends.gpu_modules import this_platform
 from tests.support.package_index import IndexedFile, PackageIndex, serve_index
 
 VERSION = llama_cpp.__version__

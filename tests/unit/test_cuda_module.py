@@ -19,7 +19,8 @@ from app.gpu_module.installed import installed, module_folder, modules_root, rem
 from app.gpu_module.manifest import ManifestError, parse_manifest
 from app.pull.progress import Progress
 from app.runtime.gpu_devices import why_skip
-from backends.llamacpp.added_modules import MODULES_ENV, added_modules, this_platform
+from backends.gpu_modules import MODULES_ENV, this_platform
+from backends.llamacpp.added_modules import added_modules
 from tests.support.cli import ember
 from tests.support.cuda_pack import (
     CUDART,

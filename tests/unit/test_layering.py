@@ -20,7 +20,8 @@ while not (ROOT / "pyproject.toml").exists():
 # config.json; the cuda engine's KV layout constants, for the fit model, without torch;
 # whether the mlx backend finds OpenBLAS here, without MLX).
 VOCABULARY = {"backends", "backends.base", "backends.errors", "backends.chat_template",
-              "backends.mlx_dir", "backends.cuda.kv_layout", "backends.mlx_blas"}
+              "backends.mlx_dir", "backends.cuda.kv_layout", "backends.mlx_blas",
+              "backends.gpu_modules"}
 FRONT_ENDS = ("app/cli", "app/gui", "app/server")
 
 
