@@ -52,6 +52,7 @@ def status_cmd(as_json: bool) -> None:
 
     from app.config import paths
     from app.gpu_module.installed import installed
+    from backends.gpu_modules import llama_cpp_version
 
     found = installed(paths(), "cuda")
     if as_json:
@@ -66,6 +67,9 @@ def status_cmd(as_json: bool) -> None:
                f"{f', {found.toolkit}' if found.toolkit else ''}"
                f"{f', GPUs {found.architectures}' if found.architectures else ''}")
     click.echo(f"from       {found.installed_from} at {found.installed_at}")
+    if found.llama_cpp_version != llama_cpp_version():
+        click.echo(f"stale      this Ember runs llama-cpp-python {llama_cpp_version()}, so it "
+                   "does not load: run `ember cuda install` again")
 
 
 @cuda.command("remove")

@@ -24,6 +24,7 @@ from app.gui.quick_start import QuickStart
 from app.hardware import HardwareProfile
 from app.registry import ModelSpec, load_registry
 from app.runtime.backend_choice import choose_backend
+from backends.gpu_modules import llama_cpp_version
 
 MIN_USEFUL_TOKENS_PER_S = 8.0  # slower than reading speed feels broken in a chat
 RECOMMENDED_COUNT = 4
@@ -70,10 +71,11 @@ def recommended_models(hw: HardwareProfile, count: int = RECOMMENDED_COUNT
 
 def offer_cuda_module(hw: HardwareProfile, home: Paths) -> bool:
     """An NVIDIA GPU that llama.cpp drives without CUDA, a download that says where the CUDA
-    module is, and none installed yet (it loads with the next model, not in this window's
-    hardware report)."""
-    return (manifest_named() is not None and installed(home, "cuda") is None
-            and cuda_missing(hw.gpus))
+    module is, and none installed for this llama.cpp yet (one installed loads with the next
+    model, not in this window's hardware report; one for another llama.cpp never loads)."""
+    have = installed(home, "cuda")
+    return (manifest_named() is not None and cuda_missing(hw.gpus)
+            and (have is None or have.llama_cpp_version != llama_cpp_version()))
 
 
 class MachinePanel(QWidget):

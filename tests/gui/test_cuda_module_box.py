@@ -14,7 +14,7 @@ from app.gui.machine import MachinePanel, offer_cuda_module
 from app.hardware import GPU
 from app.runtime import gpu_devices
 from app.runtime.gpu_devices import DeviceReport, GgmlDevice
-from tests.support.cuda_pack import MODULE, served_release
+from tests.support.cuda_pack import MODULE, VERSION, served_release
 from tests.support.machines import desktop
 
 RTX = GPU("NVIDIA GeForce RTX 4070", "nvidia", 12 << 30, 11 << 30, "8.9", 504)
@@ -83,3 +83,19 @@ def test_a_failed_download_says_why_and_offers_a_retry(
     assert panel.cuda_box.button.text() == "Retry"
     assert "checksum mismatch for libggml-cuda.so" in panel.cuda_box.detail.text()
     assert not (isolated_home.home / "llama-modules" / "cuda").exists()
+
+
+def test_offered_again_when_the_installed_one_is_for_another_llama_cpp(
+        nvidia_on_vulkan, isolated_home: Paths, monkeypatch: pytest.MonkeyPatch):
+    import json
+
+    monkeypatch.setenv("EMBER_CUDA_MANIFEST", "http://127.0.0.1:9/cuda-module.json")
+    folder = isolated_home.home / "llama-modules" / "cuda"
+    folder.mkdir(parents=True)
+    (folder / "libggml-cuda.so").write_bytes(MODULE)
+    record = {"backend": "cuda", "llama_cpp_version": "0.0.1", "platform": "linux-x86_64"}
+    (folder / "module.json").write_text(json.dumps(record))
+    assert offer_cuda_module(nvidia_on_vulkan, isolated_home)
+    record["llama_cpp_version"] = VERSION
+    (folder / "module.json").write_text(json.dumps(record))
+    assert not offer_cuda_module(nvidia_on_vulkan, isolated_home)

@@ -142,6 +142,11 @@ def test_the_cli_installs_shows_and_removes_it(release):
     assert "installed:" in done.stdout and "to download" in done.stderr
     shown = ember("cuda", "status", env=env)
     assert f"built for  llama-cpp-python {VERSION}, CUDA 13.0, GPUs 90-real" in shown.stdout
+    assert "stale" not in shown.stdout
+    record = module_folder(release["home"], "cuda") / "module.json"
+    record.write_text(record.read_text().replace(f'"{VERSION}"', '"0.0.1"'))
+    assert "does not load: run `ember cuda install` again" in ember("cuda", "status",
+                                                                   env=env).stdout
     assert ember("cuda", "remove", env=env).stdout.strip() == "removed"
     assert installed(release["home"], "cuda") is None
     assert "not installed" in ember("cuda", "status", env=env).stdout
