@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.gpu_module.manifest import ModuleFile, ModuleManifest, RuntimeWheel
 from app.pull import http_file, simple_index
 from app.pull.index_url import index_url
-from app.pull.pypi_mirror import _client
+from app.pull.pypi_mirror import index_client
 from backends.gpu_modules import this_platform
 
 # package, the libraries ggml-cuda links from it (NEEDED: libcudart, libcublas, libcublasLt)
@@ -91,7 +91,7 @@ def main() -> None:
     shutil.copyfile(args.module, args.out / shipped)
     wheels = []
     index = index_url()
-    with _client() as client:
+    with index_client() as client:
         for package, libs in RUNTIME:
             wheel, url = _pinned_wheel(client, index.url, package, major, minor, libs)
             wheels.append(wheel)

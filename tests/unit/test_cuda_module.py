@@ -278,3 +278,33 @@ def test_a_manifest_url_that_serves_too_much_is_cut_off(release):
         read_source(release["url"])
     with pytest.raises(DownloadError, match="HTTP 404"):
         read_source(release["index"].url + "/files/nothing.json")
+
+
+def test_an_installed_cuda_module_loads_before_the_shipped_vulkan_one(tmp_path, monkeypatch):
+    """ggml's order: llama.cpp runs a card on the first backend that found it, so CUDA
+    must register before Vulkan, or an NVIDIA card would stay on Vulkan with CUDA loaded."""
+    from backends.llamacpp import ggml_backends
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libggml-vulkan.so").write_bytes(b"\x7fELF")
+    root = tmp_path / "llama-modules"
+    (root / "cuda").mkdir(parents=True)
+    (root / "cuda" / "libggml-cuda.so").write_bytes(b"\x7fELF")
+    (root / "cuda" / "module.json").write_text(json.dumps(
+        {"backend": "cuda", "llama_cpp_version": VERSION, "platform": this_platform()}))
+
+    class Recorder:
+        loads: list[str] = []
+
+        def load(self, path: Path) -> bool:
+            self.loads.append(path.name)
+            return True
+
+    monkeypatch.setattr(ggml_backends, "_loaded_files", [])
+    monkeypatch.setattr(ggml_backends, "_failed", [])
+    ggml = Recorder()
+    ggml_backends._load_gpu_modules(ggml, lib, {MODULES_ENV: str(root)})  # type: ignore[arg-type]
+    assert ggml.loads == ["libggml-cuda.so", "libggml-vulkan.so"]
+    assert ggml_backends._loaded_files == [str(root / "cuda" / "libggml-cuda.so"),
+                                           "lib/libggml-vulkan.so"]

@@ -169,3 +169,20 @@ def test_the_copy_bandwidth_comes_after_the_devices_and_its_failure_costs_only_i
     assert gpu_devices._bandwidths(receive, 1.0) == {}
     receive, send = multiprocessing.Pipe(duplex=False)
     assert gpu_devices._bandwidths(receive, 0.05) == {}  # it hangs
+
+
+def test_a_card_two_backends_find_is_listed_once_as_the_first_found_it():
+    from backends.llamacpp.ggml_backends import Device, first_of_each_gpu
+
+    gib = 2**30
+    cuda = Device("CUDA0", "NVIDIA GeForce RTX 4070", "gpu", "CUDA", 12 * gib, 11 * gib,
+                  device_id="0000:01:00.0")
+    vulkan = Device("Vulkan0", "NVIDIA GeForce RTX 4070", "gpu", "Vulkan", 12 * gib, 11 * gib,
+                    device_id="0000:01:00.0")
+    radeon = Device("Vulkan1", "AMD Radeon RX 7600", "gpu", "Vulkan", 8 * gib, 8 * gib,
+                    device_id="0000:02:00.0")
+    lavapipes = [Device(f"Vulkan{i}", "llvmpipe", "gpu", "Vulkan", 2 * gib, 2 * gib)
+                 for i in (2, 3)]  # no PCI id: never taken for one another
+    cpu = Device("CPU", "AMD EPYC", "cpu", "CPU", 32 * gib, 30 * gib)
+    kept = first_of_each_gpu((cpu, cuda, vulkan, radeon, *lavapipes))
+    assert [d.name for d in kept] == ["CPU", "CUDA0", "Vulkan1", "Vulkan2", "Vulkan3"]
