@@ -421,8 +421,9 @@ def _llama_cpp_gpus(nvidia: list[GPU]) -> tuple[list[GPU], list[str]]:
         measured = dict(copy_gbps=copy.gbps, copy_measured_at=copy.measured_at) if copy else {}
         smi = next((i for i, g in enumerate(nvidia) if d.vendor == "nvidia"
                     and g.copy_gbps is None and g.name in d.description), None)
-        if smi is not None:  # nvidia-smi's entry has its compute capability: it gains the copy
-            nvidia[smi] = replace(nvidia[smi], **measured)
+        if smi is not None:  # nvidia-smi's entry has its compute capability: it gains the
+            # copy and the backend that runs it (CUDA, or Vulkan without the CUDA module)
+            nvidia[smi] = replace(nvidia[smi], llama_backend=d.backend, **measured)
             continue
         gpus.append(GPU(d.description, d.vendor, d.memory_total, d.memory_free,
                         bandwidth_gbps=table or (copy.gbps if copy else None),

@@ -75,6 +75,7 @@ def test_amd_and_intel_gpus_join_the_profile_and_nvidia_smi_keeps_its_own(
         ("AMD Radeon RX 7800 XT (RADV NAVI32)", "amd", "Vulkan", False),
         ("Intel(R) Graphics (RPL-P)", "intel", "Vulkan", True)]
     assert gpus[0].bandwidth_gbps == 624.0 and gpus[0].vram_total == 16 << 30
+    assert smi[0].llama_backend == "Vulkan"  # nvidia-smi's card, and what llama.cpp runs it on
     assert notes == ["llama.cpp's GPU backend left out: libggml-cuda.so: libcudart.so.12: "
                      "cannot open shared object file: No such file or directory"]
     # without nvidia-smi, llama.cpp's own NVIDIA device is listed
