@@ -155,16 +155,16 @@ class RemoteModelsTask(ThreadTask):
         self.listed.emit(found, failed)
 
 
-class DownloadTask(ThreadTask):
-    """`ember pull REF` with progress; cancel keeps the partial file for a later resume."""
-    thread_name = "ember-gui-pull"
+class _InstallTask(ThreadTask):
+    """A download that installs something, with progress; cancel keeps what was downloaded
+    for a later resume. `_install` does the work and returns what `installed` carries."""
     progress = Signal(object)  # app.pull.progress.Progress
-    installed = Signal(object)  # app.store.InstalledModel
+    installed = Signal(object)  # what was installed
     failed = Signal(str, bool)  # message, cancelled
+    cancelled_text = "cancelled: what was downloaded is kept, Resume continues it"
 
-    def __init__(self, ref: str, store: Store, hardware=None) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.ref, self.store, self.hardware = ref, store, hardware
         self._cancel = threading.Event()
 
     def cancel(self) -> None:
@@ -173,53 +173,51 @@ class DownloadTask(ThreadTask):
     def _report(self, p: Progress) -> None:
         self.progress.emit(p)
 
-    def _run(self) -> None:
-        from app.pull.install import pull
-
-        try:
-            model = pull(self.ref, store=self.store, on_progress=self._report,
-                         cancel=self._cancel, hw=self.hardware)
-        except Cancelled:
-            self.failed.emit("cancelled: the partial download is kept, Resume continues it",
-                             True)
-        except EmberError as e:
-            self.failed.emit(str(e), False)
-        except Exception as e:
-            self.failed.emit(f"{type(e).__name__}: {e}", False)
-        else:
-            self.installed.emit(model)
-
-
-class CudaModuleTask(ThreadTask):
-    """`ember cuda install` with progress: llama.cpp's CUDA module and NVIDIA's runtime
-    libraries into the data folder; cancel keeps what was downloaded for a later resume."""
-    thread_name = "ember-gui-cuda-module"
-    progress = Signal(object)  # app.pull.progress.Progress
-    installed = Signal(object)  # app.gpu_module.installed.InstalledModule
-    failed = Signal(str, bool)  # message, cancelled
-
-    def __init__(self, home: Paths) -> None:
-        super().__init__()
-        self.home = home
-        self._cancel = threading.Event()
-
-    def cancel(self) -> None:
-        self._cancel.set()
+    def _install(self) -> object:
+        raise NotImplementedError
 
     def _run(self) -> None:
-        from app.gpu_module.install import install, read_source
-
         try:
-            done = install(self.home, read_source(None), self.progress.emit, self._cancel)
+            done = self._install()
         except Cancelled:
-            self.failed.emit("cancelled: what was downloaded is kept, Resume continues it",
-                             True)
+            self.failed.emit(self.cancelled_text, True)
         except EmberError as e:
             self.failed.emit(str(e), False)
         except Exception as e:
             self.failed.emit(f"{type(e).__name__}: {e}", False)
         else:
             self.installed.emit(done)
+
+
+class DownloadTask(_InstallTask):
+    """`ember pull REF` with progress (`installed`: the app.store.InstalledModel)."""
+    thread_name = "ember-gui-pull"
+    cancelled_text = "cancelled: the partial download is kept, Resume continues it"
+
+    def __init__(self, ref: str, store: Store, hardware=None) -> None:
+        super().__init__()
+        self.ref, self.store, self.hardware = ref, store, hardware
+
+    def _install(self) -> object:
+        from app.pull.install import pull
+
+        return pull(self.ref, store=self.store, on_progress=self._report,
+                    cancel=self._cancel, hw=self.hardware)
+
+
+class CudaModuleTask(_InstallTask):
+    """`ember cuda install` with progress: llama.cpp's CUDA module and NVIDIA's runtime
+    libraries into the data folder (`installed`: the app.gpu_module.installed.InstalledModule)."""
+    thread_name = "ember-gui-cuda-module"
+
+    def __init__(self, home: Paths) -> None:
+        super().__init__()
+        self.home = home
+
+    def _install(self) -> object:
+        from app.gpu_module.install import install, read_source
+
+        return install(self.home, read_source(None), self._report, self._cancel)
 
 
 class ServerTask(ThreadTask):
