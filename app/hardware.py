@@ -435,16 +435,14 @@ def _llama_cpp_gpus(nvidia: list[GPU]) -> tuple[list[GPU], list[str]]:
 def _cuda_module_note(gpus: tuple[GPU, ...]) -> list[str]:
     """An NVIDIA GPU that llama.cpp drives through Vulkan (or not at all) because its CUDA
     backend, a download of its own, is not installed: say how to get it."""
-    from app.gpu_module.offer import cuda_missing, manifest_named
-    from app.runtime.gpu_devices import gpu_devices
+    from app.gpu_module.offer import cuda_missing, manifest_named, vulkan_runs_nvidia
 
     if not cuda_missing(gpus):
         return []
     how = ("`ember cuda install` downloads it (with NVIDIA's cuBLAS, about 0.5 GB)"
            if manifest_named() else "this build names no download for it; `bash "
            "packaging/llama_cpp_cuda.sh PYTHON --install` builds it with the CUDA toolkit")
-    vulkan = any(d.vendor == "nvidia" and d.backend == "Vulkan" for d in gpu_devices().devices)
-    now = ("GGUF models use the NVIDIA GPU through Vulkan" if vulkan else
+    now = ("GGUF models use the NVIDIA GPU through Vulkan" if vulkan_runs_nvidia() else
            "GGUF models cannot use the NVIDIA GPU (no Vulkan driver answered either)")
     return [f"llama.cpp's CUDA backend is not installed, so {now}: {how}"]
 

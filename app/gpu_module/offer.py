@@ -33,3 +33,10 @@ def manifest_named() -> str | None:
         return os.environ[MANIFEST_ENV]
     shipped = resources.asset(MANIFEST_FILE)
     return str(shipped) if shipped.is_file() else None
+
+
+def vulkan_runs_nvidia() -> bool:
+    """llama.cpp drives an NVIDIA card through Vulkan meanwhile (else: not at all)."""
+    from app.runtime.gpu_devices import gpu_devices
+
+    return any(d.vendor == "nvidia" and d.backend == "Vulkan" for d in gpu_devices().devices)

@@ -14,18 +14,21 @@ from app.pull.progress import Progress
 
 
 class CudaModuleBox(QFrame):
-    def __init__(self, home: Paths) -> None:
+    def __init__(self, home: Paths, through_vulkan: bool) -> None:
         super().__init__()
         self.setObjectName("card")
         self.home = home
         layout = QVBoxLayout(self)
-        heading = QLabel("Faster on your NVIDIA GPU")
+        heading = QLabel("Faster on your NVIDIA GPU" if through_vulkan
+                         else "Use your NVIDIA GPU")
         heading.setObjectName("heading")
         layout.addWidget(heading)
-        about = QLabel("GGUF models run on this GPU through Vulkan. llama.cpp's CUDA backend "
-                       "is usually faster on NVIDIA cards; it is a separate download (the "
-                       "module and NVIDIA's cuBLAS, about 0.5 GB), checked against its "
-                       "SHA-256 before it is installed.")
+        now = ("GGUF models run on this GPU through Vulkan. llama.cpp's CUDA backend is "
+               "usually faster on NVIDIA cards" if through_vulkan else
+               "GGUF models run on the CPU: no Vulkan driver answered for this GPU. "
+               "llama.cpp's CUDA backend runs them on it with the NVIDIA driver alone")
+        about = QLabel(f"{now}; it is a separate download (the module and NVIDIA's cuBLAS, "
+                       "about 0.5 GB), checked against its SHA-256 before it is installed.")
         about.setWordWrap(True)
         layout.addWidget(about)
         row = QHBoxLayout()

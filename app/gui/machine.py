@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 from app.config import DEFAULT_MODEL, Paths
 from app.fit import GB, Fit, recommend
 from app.gpu_module.installed import installed
-from app.gpu_module.offer import cuda_missing, manifest_named
+from app.gpu_module.offer import cuda_missing, manifest_named, vulkan_runs_nvidia
 from app.gui.catalog_page import BADGE_COLOR, speed_text
 from app.gui.cuda_module_box import CudaModuleBox
 from app.gui.quick_start import QuickStart
@@ -108,7 +108,7 @@ class MachinePanel(QWidget):
         layout.addLayout(facts)
         self.cuda_box: CudaModuleBox | None = None
         if home is not None and offer_cuda_module(hardware, home):
-            self.cuda_box = CudaModuleBox(home)
+            self.cuda_box = CudaModuleBox(home, vulkan_runs_nvidia())
             layout.addWidget(self.cuda_box)
         heading = QLabel("Recommended for this machine")
         heading.setObjectName("heading")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
 
 from app.config import Paths
 from app.gui.machine import MachinePanel, offer_cuda_module
@@ -51,6 +52,7 @@ def test_one_click_downloads_it_with_progress_cancel_and_resume(
         qtbot.addWidget(panel)
         box = panel.cuda_box
         assert box is not None and box.button.text() == "Download the CUDA backend"
+        assert "run on this GPU through Vulkan" in box.findChildren(QLabel)[1].text()
         qtbot.mouseClick(box.button, Qt.MouseButton.LeftButton)
         assert box.state == "running" and box.button.text() == "Cancel"
         qtbot.waitUntil(lambda: " / " in box.detail.text(), timeout=10_000)  # bytes so far
@@ -99,3 +101,14 @@ def test_offered_again_when_the_installed_one_is_for_another_llama_cpp(
     record["llama_cpp_version"] = VERSION
     (folder / "module.json").write_text(json.dumps(record))
     assert not offer_cuda_module(nvidia_on_vulkan, isolated_home)
+
+
+def test_without_vulkan_it_says_the_cpu_runs_them(qtbot, isolated_home: Paths,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(gpu_devices, "_report", DeviceReport())  # no Vulkan device either
+    monkeypatch.setenv("EMBER_CUDA_MANIFEST", "http://127.0.0.1:9/cuda-module.json")
+    panel = MachinePanel(desktop(gpus=(RTX,)), set(), home=isolated_home)
+    qtbot.addWidget(panel)
+    assert panel.cuda_box is not None
+    heading, about = panel.cuda_box.findChildren(QLabel)[:2]
+    assert heading.text() == "Use your NVIDIA GPU" and "run on the CPU" in about.text()
