@@ -12,7 +12,9 @@ from importlib import metadata
 
 MODULES_ENV = "EMBER_LLAMA_MODULES"
 MANIFEST_NAME = "module.json"
-BACKENDS = ("cuda", "hip", "sycl", "vulkan")  # the GPU backends ggml builds as modules
+# the GPU backends ggml builds as modules, in the order its own loader tries them (the order
+# matters: llama.cpp runs a card on the first backend that registered it)
+BACKENDS = ("cuda", "hip", "sycl", "vulkan")
 
 
 def this_platform() -> str:

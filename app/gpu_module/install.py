@@ -43,6 +43,7 @@ from app.pull.index_url import index_url
 from app.pull.progress import Progress, ProgressFn, check_cancel, check_disk_space
 from app.pull.pull_lock import pull_lock
 from app.pull.pypi_mirror import index_client
+from app.store import sha256_file
 from backends.gpu_modules import MANIFEST_NAME, llama_cpp_version, this_platform
 
 MAX_MANIFEST_BYTES = 1 << 20
@@ -148,13 +149,7 @@ def _copy_verified(src: Path, dest: Path, sha256: str, on_bytes: http_file.Bytes
 
 
 def _verified_already(path: Path, sha256: str) -> bool:
-    if not path.is_file():
-        return False
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest() == sha256
+    return path.is_file() and sha256_file(path) == sha256
 
 
 def _fetch_module(client: httpx.Client, source: ManifestSource, work: Path, meter: _Meter,

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import DownloadError
+from backends.gpu_modules import BACKENDS
 
 FORMAT = 1
-BACKENDS = ("cuda", "hip", "sycl", "vulkan")
 MAX_FILE_BYTES = 4 << 30  # no module or wheel of these is near it (cuBLAS 13: 0.42 GB)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\.whl")

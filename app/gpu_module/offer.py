@@ -1,7 +1,7 @@
 """When to offer llama.cpp's CUDA backend: an NVIDIA GPU that llama.cpp drives through Vulkan
 (or not at all) because the module is not installed, and a manifest that says where to get
-it (`EMBER_CUDA_MANIFEST`, else the one this Ember ships). `ember hw` and the Machine page
-read it; nothing here touches the network."""
+it (`EMBER_CUDA_MANIFEST`, else the one this Ember ships). `ember hw`'s note and the Machine
+page's button read it; nothing here touches the network."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from app import resources
+from app.config import Paths
+from app.gpu_module.installed import installed
+from backends.gpu_modules import llama_cpp_version
 
 MANIFEST_ENV = "EMBER_CUDA_MANIFEST"
 MANIFEST_FILE = "cuda-module.json"
@@ -40,3 +43,12 @@ def vulkan_runs_nvidia() -> bool:
     from app.runtime.gpu_devices import gpu_devices
 
     return any(d.vendor == "nvidia" and d.backend == "Vulkan" for d in gpu_devices().devices)
+
+
+def offer_cuda_module(gpus: Sequence[_Gpu], home: Paths) -> bool:
+    """An NVIDIA GPU that llama.cpp drives without CUDA, a download that says where the CUDA
+    module is, and none installed for this llama.cpp yet (one installed loads with the next
+    model, not in this window's hardware report; one for another llama.cpp never loads)."""
+    have = installed(home, "cuda")
+    return (manifest_named() is not None and cuda_missing(gpus)
+            and (have is None or have.llama_cpp_version != llama_cpp_version()))

@@ -16,15 +16,13 @@ from PySide6.QtWidgets import (
 
 from app.config import DEFAULT_MODEL, Paths
 from app.fit import GB, Fit, recommend
-from app.gpu_module.installed import installed
-from app.gpu_module.offer import cuda_missing, manifest_named, vulkan_runs_nvidia
+from app.gpu_module.offer import offer_cuda_module, vulkan_runs_nvidia
 from app.gui.catalog_page import BADGE_COLOR, speed_text
 from app.gui.cuda_module_box import CudaModuleBox
 from app.gui.quick_start import QuickStart
 from app.hardware import HardwareProfile
 from app.registry import ModelSpec, load_registry
 from app.runtime.backend_choice import choose_backend
-from backends.gpu_modules import llama_cpp_version
 
 MIN_USEFUL_TOKENS_PER_S = 8.0  # slower than reading speed feels broken in a chat
 RECOMMENDED_COUNT = 4
@@ -69,15 +67,6 @@ def recommended_models(hw: HardwareProfile, count: int = RECOMMENDED_COUNT
     return useful[:count]
 
 
-def offer_cuda_module(hw: HardwareProfile, home: Paths) -> bool:
-    """An NVIDIA GPU that llama.cpp drives without CUDA, a download that says where the CUDA
-    module is, and none installed for this llama.cpp yet (one installed loads with the next
-    model, not in this window's hardware report; one for another llama.cpp never loads)."""
-    have = installed(home, "cuda")
-    return (manifest_named() is not None and cuda_missing(hw.gpus)
-            and (have is None or have.llama_cpp_version != llama_cpp_version()))
-
-
 class MachinePanel(QWidget):
     download_requested = Signal(str)  # MODEL:QUANT
     hub_requested = Signal()
@@ -107,7 +96,7 @@ class MachinePanel(QWidget):
             facts.addWidget(label, row, 1)
         layout.addLayout(facts)
         self.cuda_box: CudaModuleBox | None = None
-        if home is not None and offer_cuda_module(hardware, home):
+        if home is not None and offer_cuda_module(hardware.gpus, home):
             self.cuda_box = CudaModuleBox(home, vulkan_runs_nvidia())
             layout.addWidget(self.cuda_box)
         heading = QLabel("Recommended for this machine")

@@ -31,12 +31,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from backends.gpu_modules import BACKENDS
 from backends.gpu_switch import gpu_allowed
 
 log = logging.getLogger(__name__)
 
 # The GPU backends a build may ship, in the order ggml's own loader tries them.
-GPU_BACKENDS = ("cuda", "hip", "sycl", "vulkan")
+GPU_BACKENDS = BACKENDS
 # ggml_backend_dev_type
 DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 

@@ -11,7 +11,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
 from app.config import Paths
-from app.gui.machine import MachinePanel, offer_cuda_module
+from app.gpu_module.offer import offer_cuda_module
+from app.gui.machine import MachinePanel
 from app.hardware import GPU
 from app.runtime import gpu_devices
 from app.runtime.gpu_devices import DeviceReport, GgmlDevice
@@ -34,13 +35,13 @@ def nvidia_on_vulkan(monkeypatch: pytest.MonkeyPatch):
 def test_offered_only_where_it_helps(nvidia_on_vulkan, isolated_home: Paths,
                                      monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("EMBER_CUDA_MANIFEST", raising=False)
-    assert not offer_cuda_module(nvidia_on_vulkan, isolated_home)  # no download named
+    assert not offer_cuda_module(nvidia_on_vulkan.gpus, isolated_home)  # no download named
     monkeypatch.setenv("EMBER_CUDA_MANIFEST", "http://127.0.0.1:9/cuda-module.json")
-    assert offer_cuda_module(nvidia_on_vulkan, isolated_home)
-    assert not offer_cuda_module(desktop(), isolated_home)  # no NVIDIA GPU
+    assert offer_cuda_module(nvidia_on_vulkan.gpus, isolated_home)
+    assert not offer_cuda_module(desktop().gpus, isolated_home)  # no NVIDIA GPU
     cuda = GgmlDevice("CUDA0", RTX.name, "gpu", "CUDA", 12 << 30, 11 << 30)
     monkeypatch.setattr(gpu_devices, "_report", DeviceReport(devices=(cuda,)))
-    assert not offer_cuda_module(nvidia_on_vulkan, isolated_home)  # CUDA already runs it
+    assert not offer_cuda_module(nvidia_on_vulkan.gpus, isolated_home)  # CUDA already runs it
 
 
 def test_one_click_downloads_it_with_progress_cancel_and_resume(
@@ -97,10 +98,10 @@ def test_offered_again_when_the_installed_one_is_for_another_llama_cpp(
     (folder / "libggml-cuda.so").write_bytes(MODULE)
     record = {"backend": "cuda", "llama_cpp_version": "0.0.1", "platform": "linux-x86_64"}
     (folder / "module.json").write_text(json.dumps(record))
-    assert offer_cuda_module(nvidia_on_vulkan, isolated_home)
+    assert offer_cuda_module(nvidia_on_vulkan.gpus, isolated_home)
     record["llama_cpp_version"] = VERSION
     (folder / "module.json").write_text(json.dumps(record))
-    assert not offer_cuda_module(nvidia_on_vulkan, isolated_home)
+    assert not offer_cuda_module(nvidia_on_vulkan.gpus, isolated_home)
 
 
 def test_without_vulkan_it_says_the_cpu_runs_them(qtbot, isolated_home: Paths,
