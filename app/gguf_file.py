@@ -13,7 +13,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Protocol
 
 import gguf
 
@@ -22,6 +22,7 @@ from backends.errors import ModelFileError
 MAGIC = b"GGUF"
 MAX_TENSORS = 1_000_000
 MAX_KV = 100_000
+MAX_KEPT_ITEMS = 4096  # items of an array Ember decodes (tags, languages)
 KNOWN_ARCHITECTURES = frozenset(gguf.MODEL_ARCH_NAMES.values())
 # String arrays we never need (tokens, merges): skipped, not decoded.
 _KEEP_ARRAY_KEYS = frozenset({"general.tags", "general.languages"})
@@ -98,8 +99,16 @@ class GGUFInfo:
         return layers * kv_heads * (k_len + v_len) * 2
 
 
+class Readable(Protocol):
+    """What the parser reads from: a local file, or app.pull.remote_gguf.RangeFile."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+    def tell(self) -> int: ...
+
+
 class _Cursor:
-    def __init__(self, f: BinaryIO, size: int, path: Path) -> None:
+    def __init__(self, f: Readable, size: int, path: Path) -> None:
         self.f, self.size, self.path = f, size, path
 
     def fail(self, what: str) -> ModelFileError:
@@ -152,6 +161,9 @@ class _Cursor:
             for _ in range(count):
                 self.skip_string()
             return count
+        if count > MAX_KEPT_ITEMS:
+            raise self.fail(f"corrupt GGUF: a metadata array of {count:,} items where Ember "
+                            f"reads at most {MAX_KEPT_ITEMS:,}")
         return [self.value(item_type, keep) for _ in range(count)]
 
 
@@ -160,75 +172,82 @@ def read_gguf(path: str | Path, *, check_architecture: bool = True) -> GGUFInfo:
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file")
-    size = path.stat().st_size
     with path.open("rb") as f:
-        cur = _Cursor(f, size, path)
-        head = f.read(4)
-        if head != MAGIC:
-            raise cur.fail(f"not a GGUF file (starts with {head!r}, expected b'GGUF')")
-        version = cur.integer("<I")
-        if version not in (2, 3):
-            if version in (0x02000000, 0x03000000):
-                raise cur.fail("big-endian GGUF is not supported")
-            raise cur.fail(f"unsupported GGUF version {version} (Ember reads versions 2 and 3)")
-        n_tensors = cur.integer("<Q")
-        n_kv = cur.integer("<Q")
-        if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
-            raise cur.fail(f"corrupt GGUF header ({n_tensors} tensors, {n_kv} metadata keys)")
+        return parse_gguf(f, path.stat().st_size, path, check_architecture=check_architecture)
 
-        metadata: dict[str, object] = {}
-        for _ in range(n_kv):
-            key = cur.string()
-            vtype = cur.integer("<I")
-            metadata[key] = cur.value(vtype, keep=key in _KEEP_ARRAY_KEYS)
 
-        data_bytes, params = 0, 0
-        types: dict[str, int] = {}
-        type_bytes: dict[str, int] = {}
-        embedding = output = ("", 0)
-        tensor_ends = 0
-        for _ in range(n_tensors):
-            name = cur.string()
-            n_dims = cur.integer("<I")
-            if n_dims > 8:
-                raise cur.fail(f"corrupt GGUF: tensor {name!r} has {n_dims} dimensions")
-            dims = [cur.integer("<Q") for _ in range(n_dims)]
-            ttype = cur.integer("<I")
-            offset = cur.integer("<Q")
-            try:
-                qtype = gguf.GGMLQuantizationType(ttype)
-                block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-            except (ValueError, KeyError) as e:
-                raise cur.fail(f"tensor {name!r} has unknown type {ttype}") from e
-            elements = 1
-            for d in dims:
-                elements *= d
-            nbytes = elements // block * type_size
-            data_bytes += nbytes
-            params += elements
-            tensor_ends = max(tensor_ends, offset + nbytes)
-            types[qtype.name] = types.get(qtype.name, 0) + 1
-            type_bytes[qtype.name] = type_bytes.get(qtype.name, 0) + nbytes
-            if name == "token_embd.weight":
-                embedding = (qtype.name, nbytes)
-            elif name == "output.weight":
-                output = (qtype.name, nbytes)
+def parse_gguf(f: Readable, size: int, path: Path, *, label: str | None = None,
+               check_architecture: bool = True, split_part: bool = False) -> GGUFInfo:
+    """The header and tensor table of a GGUF of `size` bytes read from `f` at its start: a
+    local file, or a remote one read by HTTP Range requests (app.pull.remote_gguf), which is
+    why only the header's bytes are read (skipped arrays are skipped with seek). `label`
+    names the file in errors (default: `path`). A `split_part` after the first of a split GGUF
+    carries only its tensors and split.* keys, so it needs no architecture."""
+    cur = _Cursor(f, size, Path(label) if label else path)
+    head = f.read(4)
+    if head != MAGIC:
+        raise cur.fail(f"not a GGUF file (starts with {head!r}, expected b'GGUF')")
+    version = cur.integer("<I")
+    if version not in (2, 3):
+        if version in (0x02000000, 0x03000000):
+            raise cur.fail("big-endian GGUF is not supported")
+        raise cur.fail(f"unsupported GGUF version {version} (Ember reads versions 2 and 3)")
+    n_tensors = cur.integer("<Q")
+    n_kv = cur.integer("<Q")
+    if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
+        raise cur.fail(f"corrupt GGUF header ({n_tensors} tensors, {n_kv} metadata keys)")
 
-        alignment = metadata.get("general.alignment", 32)
-        if not isinstance(alignment, int) or alignment <= 0:
-            raise cur.fail(f"corrupt GGUF: general.alignment is {alignment!r}")
-        data_start = -(-f.tell() // alignment) * alignment
+    metadata: dict[str, object] = {}
+    for _ in range(n_kv):
+        key = cur.string()
+        vtype = cur.integer("<I")
+        metadata[key] = cur.value(vtype, keep=key in _KEEP_ARRAY_KEYS)
+
+    data_bytes, params = 0, 0
+    types: dict[str, int] = {}
+    type_bytes: dict[str, int] = {}
+    embedding = output = ("", 0)
+    tensor_ends = 0
+    for _ in range(n_tensors):
+        name = cur.string()
+        n_dims = cur.integer("<I")
+        if n_dims > 8:
+            raise cur.fail(f"corrupt GGUF: tensor {name!r} has {n_dims} dimensions")
+        dims = [cur.integer("<Q") for _ in range(n_dims)]
+        ttype = cur.integer("<I")
+        offset = cur.integer("<Q")
+        try:
+            qtype = gguf.GGMLQuantizationType(ttype)
+            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError) as e:
+            raise cur.fail(f"tensor {name!r} has unknown type {ttype}") from e
+        elements = 1
+        for d in dims:
+            elements *= d
+        nbytes = elements // block * type_size
+        data_bytes += nbytes
+        params += elements
+        tensor_ends = max(tensor_ends, offset + nbytes)
+        types[qtype.name] = types.get(qtype.name, 0) + 1
+        type_bytes[qtype.name] = type_bytes.get(qtype.name, 0) + nbytes
+        if name == "token_embd.weight":
+            embedding = (qtype.name, nbytes)
+        elif name == "output.weight":
+            output = (qtype.name, nbytes)
+
+    alignment = metadata.get("general.alignment", 32)
+    if not isinstance(alignment, int) or alignment <= 0:
+        raise cur.fail(f"corrupt GGUF: general.alignment is {alignment!r}")
+    data_start = -(-f.tell() // alignment) * alignment
     if data_start + tensor_ends > size:
-        raise ModelFileError(
-            f"{path}: truncated GGUF: tensor data needs {data_start + tensor_ends:,} bytes, "
-            f"the file has {size:,}")
+        raise cur.fail(f"truncated GGUF: tensor data needs {data_start + tensor_ends:,} bytes, "
+                       f"the file has {size:,}")
     arch = str(metadata.get("general.architecture", ""))
-    if not arch:
-        raise ModelFileError(f"{path}: GGUF has no general.architecture")
-    if check_architecture and arch not in KNOWN_ARCHITECTURES:
-        raise ModelFileError(f"{path}: unknown model architecture {arch!r} (not one llama.cpp "
-                             "knows)")
+    if not arch and not split_part:
+        raise cur.fail("GGUF has no general.architecture")
+    if check_architecture and arch and arch not in KNOWN_ARCHITECTURES:
+        raise cur.fail(f"unknown model architecture {arch!r} (not one llama.cpp knows)")
     if n_tensors == 0:
-        raise ModelFileError(f"{path}: GGUF holds no tensors")
+        raise cur.fail("GGUF holds no tensors")
     return GGUFInfo(path, version, arch, metadata, n_tensors, data_bytes, size, params, types,
                     type_bytes, embedding, output)

@@ -4,6 +4,8 @@ the model)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.fit.base import DEFAULT_CONTEXT, Fit
 from app.fit.cuda import estimate_cuda
 from app.fit.estimate import bits_per_weight, estimate, repeating_layers
@@ -48,17 +50,21 @@ def recommend(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
     preferred format (app.runtime.backend_choice: MLX on Apple Silicon) compete when one of
     them runs."""
     fits = fits_for(spec, hw, context, parallel)
+    variants = {(v.format, v.quant): v for v in spec.variants}
+    return choose(fits, hw, lambda f: bits_per_weight(variants[(f.format, f.quant)],
+                                                      spec.params))
+
+
+def choose(fits: list[Fit], hw: HardwareProfile,
+           quality: Callable[[Fit], float]) -> Fit | None:
+    """recommend()'s rule over any set of fits (a registry model's variants, the files of a
+    Hub repo), `quality` ranking them (bits per weight)."""
     if not fits:
         return None
     # the preferred format's variants (MLX on Apple Silicon) when one of them can run here
     prefer = preferred_format(hw)
     if any(f.format == prefer and f.placement != "wont_fit" for f in fits):
         fits = [f for f in fits if f.format == prefer]
-    variants = {(v.format, v.quant): v for v in spec.variants}
-
-    def quality(f: Fit) -> float:
-        return bits_per_weight(variants[(f.format, f.quant)], spec.params)
-
     roomy = [f for f in fits if f.placement != "wont_fit"
              and f.headroom_bytes >= HEADROOM * f.budget_bytes]
     if roomy:

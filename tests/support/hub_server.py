@@ -1,6 +1,10 @@
 """A local HTTP server that speaks the part of the Hugging Face hub protocol that
-`hf_hub_download` and `list_repo_tree` use: HEAD and GET (with Range) on
-/{repo}/resolve/{revision}/{file}, and GET /api/models/{repo}/tree/{revision}.
+`hf_hub_download`, `list_repo_tree`, `model_info` and `list_models` use: HEAD and GET (with
+Range, `bytes=N-` or `bytes=N-M`) on /{repo}/resolve/{revision}/{file}, GET
+/api/models/{repo}/tree/{revision}, GET /api/models/{repo}[/revision/{revision}] (model_info,
+`blobs=true` for sizes and LFS hashes) and GET /api/models?search=&filter=&sort=&limit=&expand=
+(the search), in the JSON shapes the real Hub answers with. It counts the bytes of each file
+it serves (`served`), so a test can prove only a header was read.
 Each file can misbehave on purpose: drop the connection halfway, serve corrupted bytes,
 be missing (404) or gated (401).
 
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 import yaml
@@ -59,15 +64,84 @@ def git_blob_sha1(data: bytes) -> str:
 
 
 @dataclass
+class RepoMeta:
+    """What the Hub says about a repo beside its files (search results, model_info)."""
+    downloads: int = 0
+    likes: int = 0
+    tags: tuple[str, ...] = ()
+    library_name: str | None = None
+    license: str | None = None
+    gated: str | bool = False  # "auto" | "manual" | False
+    last_modified: str = "2025-01-01T00:00:00.000Z"
+    created_at: str = "2024-06-01T00:00:00.000Z"
+    pipeline_tag: str | None = "text-generation"
+    private: bool = False
+    trending_score: int = 0
+
+
+@dataclass
 class FakeHub:
     files: dict[tuple[str, str], HubFile] = field(default_factory=dict)
+    repos: dict[str, RepoMeta] = field(default_factory=dict)
     requests: list[dict[str, str | None]] = field(default_factory=list)
+    served: dict[tuple[str, str], int] = field(default_factory=dict)  # body bytes sent
     url: str = ""
 
     def add(self, repo: str, filename: str, data: bytes, **kw: object) -> HubFile:
         f = HubFile(data, name=filename, **kw)  # type: ignore[arg-type]
         self.files[(repo, filename)] = f
         return f
+
+    def repo(self, repo: str, **kw: object) -> RepoMeta:
+        meta = RepoMeta(**kw)  # type: ignore[arg-type]
+        if meta.license and f"license:{meta.license}" not in meta.tags:
+            meta.tags += (f"license:{meta.license}",)
+        self.repos[repo] = meta
+        return meta
+
+    def repo_ids(self) -> list[str]:
+        return sorted(set(self.repos) | {r for r, _ in self.files})
+
+    def meta(self, repo: str) -> RepoMeta:
+        meta = self.repos.get(repo) or RepoMeta()
+        if not meta.gated and any(f.gated for (r, _), f in self.files.items() if r == repo):
+            meta = RepoMeta(**{**meta.__dict__, "gated": "manual"})
+        return meta
+
+    def served_bytes(self, repo: str | None = None) -> int:
+        return sum(n for (r, _), n in self.served.items() if repo is None or r == repo)
+
+
+SEARCH_FIELDS = ("_id", "id", "modelId", "likes", "downloads", "trendingScore", "private",
+                 "tags", "library_name", "pipeline_tag", "createdAt", "lastModified", "gated")
+
+
+def search_entry(hub: FakeHub, repo: str) -> dict:
+    m = hub.meta(repo)
+    return {"_id": hashlib.md5(repo.encode()).hexdigest()[:24], "id": repo, "modelId": repo,
+            "likes": m.likes, "downloads": m.downloads, "trendingScore": m.trending_score,
+            "private": m.private, "tags": list(m.tags), "library_name": m.library_name,
+            "pipeline_tag": m.pipeline_tag, "createdAt": m.created_at,
+            "lastModified": m.last_modified, "gated": m.gated}
+
+
+def model_info(hub: FakeHub, repo: str, blobs: bool) -> dict:
+    info = search_entry(hub, repo)
+    m = hub.meta(repo)
+    siblings = []
+    for (r, name), f in sorted(hub.files.items()):
+        if r != repo:
+            continue
+        entry: dict = {"rfilename": name}
+        if blobs:
+            entry |= {"size": len(f.data), "blobId": git_blob_sha1(f.data)}
+            if f.lfs:
+                entry["lfs"] = {"size": len(f.data), "sha256": f.etag, "pointerSize": 134}
+        siblings.append(entry)
+    info |= {"author": repo.split("/")[0], "sha": COMMIT, "disabled": False,
+             "cardData": {"license": m.license} if m.license else {}, "siblings": siblings,
+             "usedStorage": sum(len(f.data) for (r, _), f in hub.files.items() if r == repo)}
+    return info
 
 
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
@@ -120,12 +194,53 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
             return None
 
+        def _json(self, data: object) -> None:
+            body = json.dumps(data).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _search(self) -> None:
+            q = parse_qs(urlsplit(self.path).query)
+            text = (q.get("search") or [""])[0].lower()
+            tags = q.get("filter", [])
+            found = [r for r in hub.repo_ids() if text in r.lower()
+                     and all(t in hub.meta(r).tags or t == hub.meta(r).library_name
+                             for t in tags)]
+            key = (q.get("sort") or ["trendingScore"])[0]
+            entries = [search_entry(hub, r) for r in found]
+            if key in ("downloads", "likes", "trendingScore", "lastModified", "createdAt"):
+                entries.sort(key=lambda e: e[key], reverse=True)  # the Hub sorts descending
+            entries = entries[:int((q.get("limit") or ["1000"])[0])]
+            expand = q.get("expand")
+            if expand:  # the Hub then answers with the fields asked for, and the ids
+                entries = [{k: v for k, v in e.items() if k in ("_id", "id") or k in expand}
+                           for e in entries]
+            self._json(entries)
+
+        def _info(self) -> None:
+            parts = unquote(urlsplit(self.path).path).strip("/").split("/")[2:]
+            if "revision" in parts:
+                parts = parts[:parts.index("revision")]
+            repo = "/".join(parts)
+            if repo not in hub.repo_ids():
+                return self._error(404, "RepoNotFound", "Repository not found")
+            blobs = parse_qs(urlsplit(self.path).query).get("blobs") == ["True"] or \
+                parse_qs(urlsplit(self.path).query).get("blobs") == ["true"]
+            return self._json(model_info(hub, repo, blobs))
+
         def _serve(self, head: bool) -> None:
             hub.requests.append({"method": self.command, "path": self.path,
                                  "range": self.headers.get("Range"),
                                  "auth": self.headers.get("Authorization")})
             if self.path.startswith("/api/models/") and "/tree/" in self.path:
                 return self._tree()
+            if urlsplit(self.path).path == "/api/models":
+                return self._search()
+            if self.path.startswith("/api/models/"):
+                return self._info()
             f = self._lookup()
             if f is None:
                 return self._error(404, "EntryNotFound", "Entry not found")
@@ -133,17 +248,21 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._error(401, "GatedRepo", "Access to this model is restricted")
             body = f.body()
             start = range_start(self)
-            part = body[start:]
-            self.send_response(206 if start else 200)
+            end = range_end(self, len(body))
+            part = body[start:end]
+            ranged = bool(start) or end < len(body)
+            self.send_response(206 if ranged else 200)
             self.send_header("X-Repo-Commit", COMMIT)
             self.send_header("ETag", f'"{f.etag}"')
             self.send_header("Content-Length", str(len(part)))
-            if start:
-                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            if ranged:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(body)}")
             self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
             if head:
                 return None
+            key = next(k for k, v in hub.files.items() if v is f)
+            hub.served[key] = hub.served.get(key, 0) + len(part)
             return send_body(self, part, start, f)
 
         def do_HEAD(self) -> None:
@@ -153,6 +272,14 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._serve(head=False)
 
     return Handler
+
+
+def range_end(handler: BaseHTTPRequestHandler, size: int) -> int:
+    """One past the last byte a `Range: bytes=N-M` request asks for (`size` without M)."""
+    rng = handler.headers.get("Range") or ""
+    if rng.startswith("bytes=") and rng.partition("-")[2].strip():
+        return min(int(rng.partition("-")[2]) + 1, size)
+    return size
 
 
 def start_hub() -> tuple[FakeHub, ThreadingHTTPServer]:
