@@ -4,6 +4,10 @@ Models are plain files under `models/<publisher>/<repo>/<file>` so other tools c
 Beside each file, `<file>.ember.json` records what it is; it is written last, by rename, so a
 half-copied or unverified file is never listed as installed.
 
+A split GGUF (`NAME-00001-of-00003.gguf` ...) is one model: its manifest is beside the first
+part, which is what llama.cpp opens (it finds the others by name); a Hub repo's vision
+projector (`mmproj*.gguf`) is kept beside its model.
+
 An MLX model is a directory (config.json, safetensors, tokenizer files, as in an mlx-community
 repo): `models/<publisher>/<repo>/` is the model, and its manifest is `mlx.ember.json` inside.
 """
@@ -17,6 +21,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,8 +48,9 @@ class InstalledModel:
     architecture: str
     context_length: int  # trained context, from the file
     chat: bool  # has a chat template
-    origin: str  # "registry" | "import"
+    origin: str  # "registry" | "import" | "hub" (any Hub repo, app.pull.hf_pull)
     installed_at: float
+    repo: str = ""  # the Hub repo a "hub" model came from (owner/name)
 
     @property
     def ref(self) -> str:
@@ -232,6 +238,86 @@ class Store:
         self._write_manifest(model)
         return model
 
+    def hub_folder(self, repo: str) -> Path:
+        """models/<owner>/<name>/ of a Hub repo."""
+        owner, _, name = repo.partition("/")
+        if not owner or not name or "/" in name or ".." in (owner, name):
+            raise EmberError(f"{repo!r} is not a Hub repo name (owner/name)")
+        return self.inside_models(self.paths.models / owner / name)
+
+    def installed_at(self, path: Path) -> InstalledModel | None:
+        """The installed model that `path` is (a file of), if any."""
+        for m in self.list():
+            files = [m.path] if m.format in DIR_FORMATS else split_parts(m.path)
+            if any(path == f or (f.is_dir() and path.is_relative_to(f)) for f in files):
+                return m
+        return None
+
+    def _check_free(self, model_id: str, quant: str, repo: str) -> None:
+        for m in self.list():
+            if m.id == model_id and m.quant.lower() == quant.lower():
+                what = f"from {m.repo}" if m.repo and m.repo != repo else "already"
+                raise EmberError(f"{m.ref} is {what} installed ({m.path}); "
+                                 f"`ember rm {m.ref}` first to replace it")
+
+    def install_hub_gguf(self, folder: Path, parts: Sequence[str], projector: str | None,
+                         sha256: dict[str, str], model_id: str, quant: str,
+                         repo: str) -> InstalledModel:
+        """A verified GGUF (one file, or a split GGUF's parts in order, as repo paths under
+        `folder`) from a Hub repo into models/<owner>/<name>/, under their own file names,
+        with the repo's vision projector beside them; then its manifest."""
+        self._check_free(model_id, quant, repo)
+        target_dir = self.hub_folder(repo)
+        first = folder / parts[0]
+        info = read_gguf(first)
+        targets = [self.inside_models(target_dir / Path(p).name) for p in parts]
+        for target in targets:
+            owner = self.installed_at(target)
+            if owner is not None:
+                raise EmberError(f"{target} is already installed as {owner.ref}")
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for p, target in zip(parts, targets, strict=True):
+            os.replace(folder / p, target)
+        if projector is not None:
+            proj = self.inside_models(target_dir / Path(projector).name)
+            if not proj.exists():
+                os.replace(folder / projector, proj)
+        digest = (sha256.get(parts[0]) or sha256_file(targets[0])) if len(parts) == 1 else \
+            hashlib.sha256("".join(f"{Path(p).name}\0{sha256.get(p) or sha256_file(t)}\n"
+                                   for p, t in zip(parts, targets, strict=True))
+                           .encode()).hexdigest()
+        model = InstalledModel(
+            id=model_id, quant=quant, format="gguf", path=targets[0],
+            size_bytes=sum(t.stat().st_size for t in targets), sha256=digest,
+            architecture=info.architecture, context_length=info.context_length,
+            chat=info.chat_template is not None, origin="hub", installed_at=time.time(),
+            repo=repo)
+        self._write_manifest(model)
+        return model
+
+    def install_hub_directory(self, folder: Path, sha256: dict[str, str], model_id: str,
+                              quant: str, repo: str) -> InstalledModel:
+        """A verified MLX or safetensors directory from a Hub repo into
+        models/<owner>/<name>/ (loaded by the mlx backend, which reads both)."""
+        from backends.mlx_dir import read_config  # reads JSON only, no MLX
+
+        self._check_free(model_id, quant, repo)
+        config = read_config(folder)
+        target = self.hub_folder(repo)
+        if target.exists():
+            if any(target.glob(f"*{MANIFEST_SUFFIX}")):
+                raise EmberError(f"{target} holds other installed models; remove them first")
+            shutil.rmtree(target)  # what a damaged earlier install left: not a model
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(folder, target)
+        model = InstalledModel(
+            id=model_id, quant=quant, format="mlx", path=target, size_bytes=dir_size(target),
+            sha256=dir_sha256(target, sha256), architecture=str(config["model_type"]),
+            context_length=int(config.get("max_position_embeddings") or 4096),
+            chat=has_chat_template(target), origin="hub", installed_at=time.time(), repo=repo)
+        self._write_manifest(model)
+        return model
+
     def remove(self, name: str) -> InstalledModel:
         model = self.get(name)
         self.inside_models(model.path)  # list() checked it; a last check before deleting
@@ -239,7 +325,9 @@ class Store:
         if model.path.is_dir():
             shutil.rmtree(model.path, ignore_errors=True)
         else:
-            model.path.unlink(missing_ok=True)
+            for part in split_parts(model.path):
+                part.unlink(missing_ok=True)
+            _remove_orphan_projectors(model.path.parent)
         for folder in (model.path.parent, model.path.parent.parent):
             if folder.resolve() == self.paths.models.resolve():
                 break
@@ -254,6 +342,22 @@ class Store:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(model.to_json(), indent=2), encoding="utf-8")
         os.replace(tmp, path)
+
+
+def _remove_orphan_projectors(folder: Path) -> None:
+    """A vision projector that came with a Hub model goes with the last model of its
+    folder."""
+    if any(folder.glob(f"*{MANIFEST_SUFFIX}")):
+        return
+    for p in folder.glob("mmproj*.gguf"):
+        p.unlink(missing_ok=True)
+
+
+def projector_for(model: InstalledModel) -> Path | None:
+    """The vision projector (mmproj*.gguf) kept beside a GGUF model, if any."""
+    if model.format in DIR_FORMATS:
+        return None
+    return next(iter(sorted(model.path.parent.glob("mmproj*.gguf"))), None)
 
 
 def _outside(path: Path, root: Path) -> bool:
@@ -282,7 +386,23 @@ def _complete(model: InstalledModel) -> bool:
     files add up to it)."""
     if model.format in DIR_FORMATS:
         return model.path.is_dir() and dir_size(model.path) == model.size_bytes
-    return model.path.is_file() and model.path.stat().st_size == model.size_bytes
+    parts = split_parts(model.path)
+    return (all(p.is_file() for p in parts)
+            and sum(p.stat().st_size for p in parts) == model.size_bytes)
+
+
+_SPLIT = re.compile(r"^(?P<base>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+
+
+def split_parts(path: Path) -> list[Path]:
+    """Every file of a GGUF model: its parts where `path` is the first of a split GGUF
+    (llama.cpp's gguf-split names), else `path` alone."""
+    m = _SPLIT.match(path.name)
+    if not m or int(m["part"]) != 1:
+        return [path]
+    count = int(m["count"])
+    return [path.with_name(f"{m['base']}-{i:05d}-of-{m['count']}.gguf")
+            for i in range(1, count + 1)]
 
 
 def _dir_files(folder: Path) -> list[Path]:

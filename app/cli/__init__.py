@@ -109,6 +109,7 @@ from app.cli import (  # noqa: E402, F401
     generate,
     gpu,
     history,
+    hub,
     launch,
     models,
     remote,

@@ -70,9 +70,10 @@ class ProgressBar:
 
 
 def pull_with_bar(name: str) -> InstalledModel:
+    from app.pull.hf_pull import is_hub_name
     from app.pull.install import pull, resolve
 
-    if ":" not in name:
+    if ":" not in name and not is_hub_name(name):
         spec, variant = resolve(name)
         click.echo(f"{spec.id}: picked {variant.quant} for this machine "
                    f"(`ember pull {spec.id}:QUANT` picks another)", err=True)

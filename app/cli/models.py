@@ -129,7 +129,9 @@ def catalog(as_json: bool, with_fit: bool) -> None:
 @cli.command()
 @click.argument("model")
 def pull(model: str) -> None:
-    """Download and install MODEL[:QUANT] (SHA-256 verified)."""
+    """Download and install MODEL[:QUANT] (SHA-256 verified): a registry model, or any Hub
+    repo as hf.co/OWNER/REPO[:QUANT] (GGUF; without QUANT the best fit here) or OWNER/REPO
+    (an MLX or safetensors folder)."""
     pull_with_bar(model)
 
 

@@ -69,6 +69,12 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+def gated_message(repo: str) -> str:
+    """The one line a gated repo without access gets."""
+    return (f"{repo} is gated: accept its license on https://huggingface.co/{repo} while "
+            "logged in, then set HF_TOKEN to a token of that account and pull again")
+
+
 @contextmanager
 def hub_errors(repo: str, what: str) -> Iterator[None]:
     """huggingface_hub's errors for `what` (a file, a listing) as errors a user can act on."""
@@ -78,9 +84,7 @@ def hub_errors(repo: str, what: str) -> Iterator[None]:
     try:
         yield
     except hf_errors.GatedRepoError as e:
-        raise GatedRepoError(
-            f"{repo} is gated: accept its license on https://huggingface.co/{repo} while "
-            "logged in, then set HF_TOKEN to a token of that account and pull again") from e
+        raise GatedRepoError(gated_message(repo)) from e
     except (hf_errors.RepositoryNotFoundError, hf_errors.RemoteEntryNotFoundError) as e:
         status = e.response.status_code if e.response is not None else "?"
         hint = " (a private or gated repo needs HF_TOKEN)" if status in (401, 403) else ""

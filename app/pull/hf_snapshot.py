@@ -85,8 +85,13 @@ def _read_verified(work: Path) -> dict[str, str]:
 def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path, report: ProgressFn,
           cancel: threading.Event | None) -> Snapshot:
     assert source.repo
-    ref = f"{spec.id}:{variant.quant}"
-    files = repo_files(variant, source.repo)
+    return fetch_files(source.repo, repo_files(variant, source.repo),
+                       f"{spec.id}:{variant.quant}", work, report, cancel)
+
+
+def fetch_files(repo: str, files: list[RepoFile], ref: str, work: Path, report: ProgressFn,
+                cancel: threading.Event | None) -> Snapshot:
+    """`files` of `repo` into `work`/files/, each verified, resumed where a pull stopped."""
     folder = work / "files"
     folder.mkdir(parents=True, exist_ok=True)
     verified = _read_verified(work)
@@ -104,10 +109,10 @@ def fetch(spec: ModelSpec, variant: Variant, source: Source, work: Path, report:
     for f in files:
         if finished(f):
             continue
-        dest = folder / f.name
+        dest = folder / safe_name(f.name, repo)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        verified[f.name] = hf_hub.download_file(source.repo, f.name, dest, f.expected, ref,
-                                             _offset(report, done, total), cancel)
+        verified[f.name] = hf_hub.download_file(repo, f.name, dest, f.expected, ref,
+                                                _offset(report, done, total), cancel)
         (work / VERIFIED).write_text(json.dumps(verified, indent=1), encoding="utf-8")
         done += dest.stat().st_size
     names = {f.name for f in files}

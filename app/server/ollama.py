@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from app import __version__
+from app.pull.hf_pull import is_hub_name, parse_hub_name
 from app.pull.install import pull as download
 from app.pull.progress import Progress
 from app.registry import load_registry
@@ -164,10 +165,18 @@ def delete(body: OllamaModelRequest, request: Request) -> dict:
 
 @router.post("/pull", response_model=None, responses=STREAMED | errors(400, 404, 500))
 async def pull(body: OllamaPullRequest, request: Request) -> StreamingResponse | dict:
-    """Ollama's pull from Ember's registry; a name the registry lacks is a 404 before any
-    stream starts, a failure while downloading is the stream's last line (as Ollama's)."""
+    """Ollama's pull from Ember's registry, or of any Hub repo (hf.co/OWNER/REPO[:QUANT], as
+    Ollama names them); a name the registry lacks is a 404 before any stream starts, a failure
+    while downloading (a Hub repo or quantization that is not there too) is the stream's last
+    line (as Ollama's)."""
     name = _name(body.ref)
-    load_registry().get(name.partition(":")[0])
+    if is_hub_name(name):
+        try:
+            parse_hub_name(name)
+        except EmberError as e:  # a malformed one is a 400 now
+            raise ApiError(400, str(e)) from e
+    else:
+        load_registry().get(name.partition(":")[0])
     store = request.app.state.runtime.store
     send, receive = anyio.create_memory_object_stream[dict](max_buffer_size=1024)
     cancel = threading.Event()

@@ -41,6 +41,7 @@ class HubFile:
     drop_after: int | None = None  # close the first GET after this many bytes
     bytes_per_s: int | None = None  # throttle the body (a slow link, to watch progress)
     name: str = ""
+    missing: bool = False  # listed, but its download is a 404 (a listing out of date)
 
     @property
     def lfs(self) -> bool:
@@ -242,7 +243,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if self.path.startswith("/api/models/"):
                 return self._info()
             f = self._lookup()
-            if f is None:
+            if f is None or f.missing:
                 return self._error(404, "EntryNotFound", "Entry not found")
             if f.gated:
                 return self._error(401, "GatedRepo", "Access to this model is restricted")
