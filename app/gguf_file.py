@@ -9,6 +9,7 @@ instead of a crash or a multi-GB allocation.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from dataclasses import dataclass, field
@@ -23,6 +24,11 @@ MAGIC = b"GGUF"
 MAX_TENSORS = 1_000_000
 MAX_KV = 100_000
 MAX_KEPT_ITEMS = 4096  # items of an array Ember decodes (tags, languages)
+# String arrays this long (vocabularies, merges) are remembered by length and SHA-256 once
+# walked, so the next file with the same bytes skips them without the walk (skip_strings).
+REMEMBERED_ARRAY = 10_000
+_SKIPPED: dict[int, tuple[tuple[int, bytes], ...]] = {}  # item count -> (bytes, SHA-256)s
+_U64 = struct.Struct("<Q")
 KNOWN_ARCHITECTURES = frozenset(gguf.MODEL_ARCH_NAMES.values())
 # String arrays we never need (tokens, merges): skipped, not decoded.
 _KEEP_ARRAY_KEYS = frozenset({"general.tags", "general.languages"})
@@ -138,6 +144,51 @@ class _Cursor:
             raise self.fail("truncated GGUF: a string runs past the end of the file")
         self.f.seek(n, os.SEEK_CUR)
 
+    def skip_strings(self, count: int) -> None:
+        """skip_string `count` times, walking the lengths in 64 KiB blocks: a vocabulary is
+        150k+ strings, and one read per length costs a second per file through a remote
+        reader (app.pull.remote_gguf). A long array whose bytes were walked before (the same
+        tokenizer in every quantization of a repo) is recognised by its digest instead."""
+        start = self.f.tell()
+        for length, digest in _SKIPPED.get(count, ()):
+            if start + length <= self.size:
+                self.f.seek(start)
+                if hashlib.sha256(self.f.read(length)).digest() == digest:
+                    return
+        unpack = _U64.unpack_from
+        pos = start
+        buf, base = b"", pos  # buf holds the file's bytes from `base`
+        limit = pos - 8  # the last position whose length is in buf
+        for _ in range(count):
+            if pos > limit:
+                buf, base = self._refill(buf, base, pos, 8)
+                limit = base + len(buf) - 8
+            pos += 8 + unpack(buf, pos - base)[0]
+            if pos > self.size:
+                raise self.fail("truncated GGUF: a string runs past the end of the file")
+        if count >= REMEMBERED_ARRAY:
+            self.f.seek(start)
+            digest = hashlib.sha256(self.f.read(pos - start)).digest()
+            if len(_SKIPPED) >= 32:
+                _SKIPPED.clear()
+            _SKIPPED[count] = (*_SKIPPED.get(count, ())[-3:], (pos - start, digest))
+        self.f.seek(pos)
+
+    def _refill(self, buf: bytes, base: int, pos: int, need: int) -> tuple[bytes, int]:
+        """The bytes from `pos` on, at least `need` of them (the file is read from where
+        `buf` ends, or from `pos` past it)."""
+        end = base + len(buf)
+        if pos >= end:
+            self.f.seek(pos)
+            buf, end = b"", pos
+        else:
+            buf = buf[pos - base:]
+        more = self.f.read(max(need, 64 << 10))
+        if len(buf) + len(more) < need:
+            raise self.fail(f"truncated GGUF: header needs bytes past the end of the file "
+                            f"({self.size} bytes)")
+        return buf + more, pos
+
     def value(self, vtype: int, keep: bool) -> object:
         try:
             t = gguf.GGUFValueType(vtype)
@@ -158,8 +209,7 @@ class _Cursor:
                         os.SEEK_CUR)
             return count
         if item_type == gguf.GGUFValueType.STRING and not keep:
-            for _ in range(count):
-                self.skip_string()
+            self.skip_strings(count)
             return count
         if count > MAX_KEPT_ITEMS:
             raise self.fail(f"corrupt GGUF: a metadata array of {count:,} items where Ember "

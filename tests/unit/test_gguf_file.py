@@ -43,3 +43,38 @@ def test_unknown_architecture(tmp_path: Path):
 def test_missing_file(tmp_path: Path):
     with pytest.raises(ModelFileError, match="no such file"):
         read_gguf(tmp_path / "absent.gguf")
+
+
+def _vocab_gguf(path: Path, tokens: list[str]) -> Path:
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_token_list(tokens)
+    writer.add_block_count(len(tokens[0]))  # differs with the tokens: shows which was read
+    writer.add_tensor("token_embd.weight", np.zeros(8, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_long_vocabulary_walked_once_is_recognised_only_when_its_bytes_match(tmp_path):
+    from app import gguf_file
+
+    gguf_file._SKIPPED.clear()
+    count = gguf_file.REMEMBERED_ARRAY
+    short = _vocab_gguf(tmp_path / "a.gguf", [f"t{i:05d}" for i in range(count)])
+    same = _vocab_gguf(tmp_path / "b.gguf", [f"t{i:05d}" for i in range(count)])
+    longer = _vocab_gguf(tmp_path / "c.gguf", [f"tok{i:07d}" for i in range(count)])
+    assert read_gguf(short).arch_int("block_count", 0) == 6
+    assert list(gguf_file._SKIPPED) == [count]  # remembered by its item count
+    assert read_gguf(same).arch_int("block_count", 0) == 6  # skipped by its digest
+    # the same count, other bytes: walked, not taken for the one remembered
+    info = read_gguf(longer)
+    assert info.arch_int("block_count", 0) == 10 and info.metadata["tokenizer.ggml.tokens"] == count
+    truncated = tmp_path / "d.gguf"
+    truncated.write_bytes(longer.read_bytes()[:50_000])
+    with pytest.raises(ModelFileError, match="truncated GGUF"):
+        read_gguf(truncated)
