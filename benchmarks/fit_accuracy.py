@@ -60,6 +60,8 @@ def main() -> None:
     rows = []
     with Runtime(hardware=hw) as rt:
         for model in Store().list():
+            if model.format != "gguf":
+                continue  # MLX folders have their own fit (app.fit.mlx)
             info = read_gguf(model.path)
             arch = arch_from_gguf(info)
             variant = Variant("gguf", model.quant, model.path.name, info.file_size, None, ())
@@ -68,7 +70,9 @@ def main() -> None:
                                repacked=file_repacked_bytes(info, hw))
                 got = measure(rt, model.ref, model.chat, ctx, args.tokens, args.runs)
                 rows.append({
-                    "model": model.ref, "context": ctx,
+                    # a model pulled from any Hub repo ("hub": `ember pull hf.co/...`) is
+                    # predicted from the same header before its download
+                    "model": model.ref, "origin": model.origin, "context": ctx,
                     "predicted_bytes": fit.memory.resident_peak,
                     "measured_peak_bytes": got["peak_bytes"],
                     "memory_error": round(fit.memory.resident_peak / got["peak_bytes"] - 1, 3),

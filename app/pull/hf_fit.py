@@ -63,7 +63,8 @@ def config_fit(name: str, config: dict, quant: Quant, hw: HardwareProfile,
     return estimate(name, arch, params, variant, hw, ctx, repacked=0)
 
 
-def _read_gguf_set(repo: str, q: Quant, revision: str | None) -> tuple[GGUFInfo, int, int]:
+def read_gguf_set(repo: str, q: Quant, revision: str | None) -> tuple[GGUFInfo, int, int]:
+    """A GGUF quantization's header (a split one's parts merged), bytes read, requests."""
     heads = [read_remote_gguf(repo, f.name, f.size, revision, split_part=i > 0)
              for i, f in enumerate(q.files)]
     info = merge_parts([h.info for h in heads]) if len(heads) > 1 else heads[0].info
@@ -93,7 +94,7 @@ def fit_quant(listing: RepoListing, q: Quant, hw: HardwareProfile,
     name = listing.repo
     try:
         if q.format == "gguf":
-            info, nbytes, requests = _read_gguf_set(listing.repo, q, listing.sha)
+            info, nbytes, requests = read_gguf_set(listing.repo, q, listing.sha)
             return QuantFit(q, gguf_fit(name, info, q.name, hw, context), None, nbytes,
                             requests, info)
         config, nbytes = read_config_json(listing.repo, q, listing.sha)

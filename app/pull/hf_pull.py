@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from app.errors import ChecksumError, DownloadError
 from app.hardware import HardwareProfile, detect
 from app.pull import hf_hub
-from app.pull.hf_fit import fit_repo, recommended
+from app.pull.hf_fit import fit_repo, read_gguf_set, recommended
 from app.pull.hf_repo import Quant, RepoListing, list_quants
 from app.pull.hf_snapshot import RepoFile, fetch_files
 from app.pull.progress import Cancelled, Progress, ProgressFn
 from app.pull.pull_lock import pull_lock
 from app.store import InstalledModel, Store, slug
+from backends.errors import ModelFileError
 
 log = logging.getLogger(__name__)
 PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "https://hf.co/",
@@ -133,6 +134,8 @@ def _pull(listing: RepoListing, quant: Quant, hub: HubName, store: Store, report
             report(Progress(owner.ref, "done", owner.size_bytes, owner.size_bytes,
                             message=f"already installed as {owner.ref}"))
             return owner
+    if quant.format == "gguf" and hub.quant:  # (a recommendation has read the headers)
+        read_gguf_set(hub.repo, quant, listing.sha)  # no GGUF: refused before its GBs come
     projector = listing.projector() if quant.format == "gguf" else None
     files = list(quant.files) + ([projector] if projector is not None
                                  and not (folder / projector.basename).exists() else [])
@@ -149,14 +152,18 @@ def _pull(listing: RepoListing, quant: Quant, hub: HubName, store: Store, report
         log.error("pulling %s: %s", ref, e)
         raise
     report(Progress(ref, "install", quant.size, quant.size))
-    if quant.format == "gguf":
-        model = store.install_hub_gguf(
-            got.folder, [f.name for f in quant.files],
-            projector.name if projector is not None and projector in files else None,
-            got.sha256, hub.model_id, quant.name, hub.repo)
-    else:
-        model = store.install_hub_directory(got.folder, got.sha256, hub.model_id, quant.name,
-                                            hub.repo)
+    try:
+        if quant.format == "gguf":
+            model = store.install_hub_gguf(
+                got.folder, [f.name for f in quant.files],
+                projector.name if projector is not None and projector in files else None,
+                got.sha256, hub.model_id, quant.name, hub.repo)
+        else:
+            model = store.install_hub_directory(got.folder, got.sha256, hub.model_id,
+                                                quant.name, hub.repo)
+    except ModelFileError:  # verified as the Hub's bytes, but not a model Ember can load
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     shutil.rmtree(work, ignore_errors=True)
     log.info("installed %s from hf.co/%s in %.1f s: %s", model.ref, hub.repo,
              time.monotonic() - started, model.path)

@@ -11,7 +11,7 @@ from typing import Protocol
 
 
 class Behaviour(Protocol):
-    drop_after: int | None  # the first GET closes the connection after this many bytes
+    drop_after: int | None  # the first GET past this byte of the file closes the connection there
     bytes_per_s: int | None  # throttle the body
 
 
@@ -26,7 +26,9 @@ def range_start(handler: BaseHTTPRequestHandler) -> int:
 def send_body(handler: BaseHTTPRequestHandler, part: bytes, start: int,
               f: Behaviour) -> None:
     """Write `part` (the file from byte `start`) after the headers, as `f` says to."""
-    if f.drop_after is not None and start < f.drop_after:
+    # the drop happens at byte drop_after of the file: a response ending before it (a ranged
+    # read of a header) is sent whole and leaves the drop to a later one
+    if f.drop_after is not None and start < f.drop_after < start + len(part):
         handler.wfile.write(part[: f.drop_after - start])
         handler.wfile.flush()
         f.drop_after = None  # only the first time

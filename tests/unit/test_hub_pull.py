@@ -20,6 +20,7 @@ from app.pull import hf_pull
 from app.pull.hf_pull import parse_hub_name
 from app.pull.install import Cancelled, pull
 from app.store import Store
+from backends.errors import ModelFileError
 from tests.support.hub_repos import add_gguf_repo, add_mlx_repo, model_gguf
 from tests.support.hub_server import start_hub
 from tests.support.machines import desktop
@@ -43,7 +44,9 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Paths):
 
 
 def downloads(hub) -> list[dict]:
-    return [r for r in hub.requests if "/resolve/" in r["path"] and r["method"] == "GET"]
+    """The GETs of whole files or their rest (a header's read asks for bytes=0-N)."""
+    return [r for r in hub.requests if "/resolve/" in r["path"] and r["method"] == "GET"
+            and not (r["range"] or "").partition("-")[2]]
 
 
 @pytest.mark.parametrize("name", [
@@ -293,3 +296,22 @@ def test_the_ember_command_searches_lists_files_pulls_and_lists_the_model(hub):
     missing = ember("pull", f"hf.co/{REPO}:Q2_K")
     assert missing.returncode == 1
     assert "has no quantization 'Q2_K'; it has: Q4_0, Q8_0, F16" in missing.stderr
+
+
+def test_a_file_that_is_no_gguf_is_refused_before_its_download(hub):
+    hub["hub"].add(REPO, "Tiny-Chat-Q6_K.gguf", b"<html>rate limited</html>" + b" " * 400_000)
+    with pytest.raises(ModelFileError, match="Tiny-Chat-Q6_K.gguf: not a GGUF file"):
+        pull(f"hf.co/{REPO}:Q6_K", store=hub["store"])
+    assert hub["hub"].served[(REPO, "Tiny-Chat-Q6_K.gguf")] < 400_000  # its header only
+    assert hub["store"].list() == []
+
+
+def test_a_mlx_folder_that_is_no_model_leaves_nothing_behind(hub):
+    hub["hub"].repo("o/broken-4bit", tags=("mlx",))
+    hub["hub"].add("o/broken-4bit", "config.json", b'{"no_model_type": 1}')
+    hub["hub"].add("o/broken-4bit", "model.safetensors", b"\0" * 100)
+    with pytest.raises(ModelFileError, match="has no model_type"):
+        pull("o/broken-4bit", store=hub["store"])
+    assert hub["store"].list() == []
+    assert not any(hub["store"].paths.partial.glob("hub-*/"))
+    assert not (hub["store"].paths.models / "o").exists()
