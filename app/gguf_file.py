@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -301,3 +302,53 @@ def parse_gguf(f: Readable, size: int, path: Path, *, label: str | None = None,
         raise cur.fail("GGUF holds no tensors")
     return GGUFInfo(path, version, arch, metadata, n_tensors, data_bytes, size, params, types,
                     type_bytes, embedding, output)
+
+
+_SPLIT = re.compile(r"^(?P<base>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+
+
+def split_parts(path: Path) -> list[Path]:
+    """Every file of a GGUF model: its parts where `path` is the first of a split GGUF
+    (llama.cpp's gguf-split names, NAME-00001-of-00003.gguf), else `path` alone."""
+    m = _SPLIT.match(path.name)
+    if not m or int(m["part"]) != 1:
+        return [path]
+    return [path.with_name(f"{m['base']}-{i:05d}-of-{m['count']}.gguf")
+            for i in range(1, int(m["count"]) + 1)]
+
+
+def merge_parts(parts: list[GGUFInfo]) -> GGUFInfo:
+    """One GGUFInfo for a split GGUF: the first part's metadata, every part's tensors and
+    bytes, so the fit model sees the whole model."""
+    if not parts:
+        raise ModelFileError("a split GGUF with no parts")
+    types: dict[str, int] = {}
+    type_bytes: dict[str, int] = {}
+    for p in parts:
+        for k, v in p.tensor_types.items():
+            types[k] = types.get(k, 0) + v
+        for k, v in p.type_bytes.items():
+            type_bytes[k] = type_bytes.get(k, 0) + v
+    embedding = next((p.embedding for p in parts if p.embedding[1]), ("", 0))
+    output = next((p.output for p in parts if p.output[1]), ("", 0))
+    return replace(parts[0], tensor_count=sum(p.tensor_count for p in parts),
+                   data_bytes=sum(p.data_bytes for p in parts),
+                   file_size=sum(p.file_size for p in parts),
+                   params=sum(p.params for p in parts), tensor_types=types,
+                   type_bytes=type_bytes, embedding=embedding, output=output)
+
+
+def read_model_gguf(path: str | Path) -> GGUFInfo:
+    """read_gguf of a model file; for the first part of a split GGUF, every part read and
+    merged (the load plan must count all the weights, not the first part's)."""
+    path = Path(path)
+    parts = split_parts(path)
+    if len(parts) == 1:
+        return read_gguf(path)
+    infos = [read_gguf(path)]
+    for part in parts[1:]:
+        if not part.is_file():
+            raise ModelFileError(f"{part}: no such file (part of the split GGUF {path.name})")
+        with part.open("rb") as f:
+            infos.append(parse_gguf(f, part.stat().st_size, part, split_part=True))
+    return merge_parts(infos)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from app import config
 from app.errors import ModelNotFoundError
-from app.gguf_file import read_gguf
+from app.gguf_file import read_gguf, split_parts
 from app.registry import ModelSpec, Variant, load_registry, suggest
 from backends.errors import EmberError
 
@@ -389,20 +389,6 @@ def _complete(model: InstalledModel) -> bool:
     parts = split_parts(model.path)
     return (all(p.is_file() for p in parts)
             and sum(p.stat().st_size for p in parts) == model.size_bytes)
-
-
-_SPLIT = re.compile(r"^(?P<base>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
-
-
-def split_parts(path: Path) -> list[Path]:
-    """Every file of a GGUF model: its parts where `path` is the first of a split GGUF
-    (llama.cpp's gguf-split names), else `path` alone."""
-    m = _SPLIT.match(path.name)
-    if not m or int(m["part"]) != 1:
-        return [path]
-    count = int(m["count"])
-    return [path.with_name(f"{m['base']}-{i:05d}-of-{m['count']}.gguf")
-            for i in range(1, count + 1)]
 
 
 def _dir_files(folder: Path) -> list[Path]:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from app.fit.cuda import plan_cuda_gguf
 from app.fit.estimate import gpu_bytes_with, plan_load
 from app.fit.mlx import plan_mlx_load
-from app.gguf_file import read_gguf
+from app.gguf_file import read_model_gguf
 from app.hardware import HardwareProfile
 from backends.base import LoadPlan, ModelFiles
 from backends.mlx_dir import read_config
@@ -22,7 +22,7 @@ def plan_for(model: ModelFiles, backend: str, hw: HardwareProfile, context: int 
     "q8_0") is llama.cpp's KV cache type (the other engines keep their own)."""
     if model.format == "mlx":
         return plan_mlx_load(read_config(model.path), model, hw, context, parallel)
-    info = read_gguf(model.path)
+    info = read_model_gguf(model.path)
     if backend == "cuda":
         return plan_cuda_gguf(info, hw, context, parallel, quant)
     return plan_load(info, hw, context, parallel, kv_cache)
@@ -35,4 +35,4 @@ def with_gpu_layers(model: ModelFiles, backend: str, hw: HardwareProfile, plan: 
     if backend != "llamacpp" or model.format != "gguf":
         return replace(plan, gpu_layers=gpu_layers)
     return replace(plan, gpu_layers=gpu_layers, gpu_memory_bytes=gpu_bytes_with(
-        read_gguf(model.path), hw, plan, gpu_layers))
+        read_model_gguf(model.path), hw, plan, gpu_layers))

@@ -18,11 +18,11 @@ from app.fit.cuda import estimate_cuda
 from app.fit.estimate import BITS_PER_WEIGHT, arch_from_gguf, estimate, file_estimate
 from app.fit.mlx import arch_from_mlx_config, mlx_quant
 from app.fit.recommend import choose
-from app.gguf_file import GGUFInfo
+from app.gguf_file import GGUFInfo, merge_parts
 from app.hardware import HardwareProfile
 from app.pull import hf_hub
 from app.pull.hf_repo import Quant, RepoListing
-from app.pull.remote_gguf import _get_range, merge_parts, read_remote_gguf
+from app.pull.remote_gguf import _get_range, read_remote_gguf
 from app.registry import Variant
 from backends.errors import EmberError
 

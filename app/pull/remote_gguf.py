@@ -10,10 +10,9 @@ ignores Range (200 with the whole body) is read only up to what was asked for.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from app.errors import DownloadError
 from app.gguf_file import GGUFInfo, parse_gguf
 from app.pull import hf_hub
 from backends.errors import ModelFileError
@@ -107,25 +106,3 @@ def read_remote_gguf(repo: str, filename: str, size: int, revision: str | None =
         info = parse_gguf(f, size, Path(PurePosixPath(filename).name), label=label,
                           split_part=split_part)
     return RemoteHeader(info, len(f.buffer), f.requests)
-
-
-def merge_parts(parts: list[GGUFInfo]) -> GGUFInfo:
-    """One GGUFInfo for a split GGUF (NAME-0000k-of-0000n.gguf): the first part's metadata,
-    every part's tensors and bytes, so the fit model sees the whole model."""
-    if not parts:
-        raise DownloadError("a split GGUF with no parts")
-    first = parts[0]
-    types: dict[str, int] = {}
-    type_bytes: dict[str, int] = {}
-    for p in parts:
-        for k, v in p.tensor_types.items():
-            types[k] = types.get(k, 0) + v
-        for k, v in p.type_bytes.items():
-            type_bytes[k] = type_bytes.get(k, 0) + v
-    embedding = next((p.embedding for p in parts if p.embedding[1]), ("", 0))
-    output = next((p.output for p in parts if p.output[1]), ("", 0))
-    return replace(first, tensor_count=sum(p.tensor_count for p in parts),
-                   data_bytes=sum(p.data_bytes for p in parts),
-                   file_size=sum(p.file_size for p in parts),
-                   params=sum(p.params for p in parts), tensor_types=types,
-                   type_bytes=type_bytes, embedding=embedding, output=output)

@@ -16,6 +16,8 @@ import pytest
 from app import hardware
 from app.config import Paths
 from app.errors import ChecksumError, DownloadError
+from app.fit import plan_for
+from app.gguf_file import read_model_gguf
 from app.pull import hf_pull
 from app.pull.hf_pull import parse_hub_name
 from app.pull.install import Cancelled, pull
@@ -119,6 +121,11 @@ def test_a_split_gguf_comes_as_its_set_with_the_vision_projector(hub):
     assert model.size_bytes == sum(len(p) for p in parts)
     assert store.list() == [model]
     assert not (folder / "Vision-Q4_0.gguf").exists()
+    # the load plan counts every part's weights, not the first part's
+    whole = read_model_gguf(model.path)
+    assert whole.file_size == model.size_bytes and whole.tensor_count == 4
+    plan = plan_for(model, "llamacpp", desktop())
+    assert plan.memory_bytes > model.size_bytes
     # a second quantization shares the projector; removing the last model takes it away
     other = pull("hf.co/o/Vision-GGUF:Q4_0", store=store)
     store.remove(model.ref)
