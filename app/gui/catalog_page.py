@@ -1,4 +1,5 @@
-""""Get models": the whole registry with a fit badge per quantization, and the downloads.
+""""Get models": the whole registry with a fit badge per quantization, any Hugging Face repo
+(the Hugging Face tab, app.gui.hub_search), and the downloads.
 
 The fit numbers come from app.fit (app/fit/) for the Runtime's hardware profile (a simulated one in
 tests); downloads go through app.pull.install.pull on DownloadTask threads.
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QTabWidget,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -21,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.fit import Fit, fits_for, recommend
+from app.gui.hub_search import HubSearchPanel
 from app.gui.tasks import DownloadTask
 from app.hardware import HardwareProfile
 from app.pull.progress import Progress
@@ -128,10 +131,14 @@ class HubWidget(QWidget):
         self.store, self.hardware = store, hardware
         self.rows: dict[str, DownloadRow] = {}
         layout = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        catalog = QWidget()
+        catalog_layout = QVBoxLayout(catalog)
+        catalog_layout.setContentsMargins(0, 0, 0, 0)
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search models (name, family, description)")
         self.search.setClearButtonEnabled(True)
-        layout.addWidget(self.search)
+        catalog_layout.addWidget(self.search)
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setColumnWidth(0, 260)
@@ -141,7 +148,12 @@ class HubWidget(QWidget):
         header = self.tree.header()  # shown: ... Fit, Speed, [Download], Memory (the widest)
         header.moveSection(5, 4)
         header.moveSection(6, 5)
-        layout.addWidget(self.tree, 1)
+        catalog_layout.addWidget(self.tree, 1)
+        self.tabs.addTab(catalog, "Ember's catalog")
+        self.hub_search = HubSearchPanel(hardware)
+        self.hub_search.download_requested.connect(self.download)
+        self.tabs.addTab(self.hub_search, "Hugging Face")
+        layout.addWidget(self.tabs, 1)
         layout.addWidget(QLabel("Downloads"))
         self.downloads = QVBoxLayout()
         self.downloads.addStretch(1)

@@ -15,6 +15,7 @@ from PySide6.QtCore import Signal
 
 from app.config import Paths
 from app.gui.thread_task import ThreadTask
+from app.hardware import HardwareProfile
 from app.pull.progress import Cancelled, Progress
 from app.runtime import Runtime
 from app.runtime.thinking import ThinkingSupport
@@ -153,6 +154,58 @@ class RemoteModelsTask(ThreadTask):
             log.warning("listing the remote models failed", exc_info=True)
             found, failed = [], {"remote servers": f"{type(e).__name__}: {e}"}
         self.listed.emit(found, failed)
+
+
+class HubSearchTask(ThreadTask):
+    """Search the Hugging Face Hub (network: off the UI thread)."""
+    thread_name = "ember-gui-hub-search"
+    found = Signal(str, list)  # the query, [app.pull.hf_search.HubRepo]
+    failed = Signal(str, str)  # the query, why
+
+    def __init__(self, query: str, fmt: str | None) -> None:
+        super().__init__()
+        self.query, self.fmt = query, fmt
+
+    def _run(self) -> None:
+        from app.pull.hf_search import search
+
+        try:
+            repos = search(self.query, self.fmt)
+        except EmberError as e:
+            self.failed.emit(self.query, str(e))
+        except Exception as e:  # a bug must not leave the search unanswered
+            log.warning("searching the Hub for %r failed", self.query, exc_info=True)
+            self.failed.emit(self.query, f"{type(e).__name__}: {e}")
+        else:
+            self.found.emit(self.query, repos)
+
+
+class HubFilesTask(ThreadTask):
+    """A Hub repo's quantizations with their fit here, from the files' headers (Range
+    requests, no weights)."""
+    thread_name = "ember-gui-hub-files"
+    listed = Signal(str, object, list, str)  # repo, RepoListing, [QuantFit], recommended quant
+    failed = Signal(str, str)  # repo, why
+
+    def __init__(self, repo: str, hardware: HardwareProfile) -> None:
+        super().__init__()
+        self.repo, self.hardware = repo, hardware
+
+    def _run(self) -> None:
+        from app.pull.hf_fit import fit_repo, recommended
+        from app.pull.hf_repo import list_quants
+
+        try:
+            listing = list_quants(self.repo)
+            fits = fit_repo(listing, self.hardware)
+            best = recommended(fits, self.hardware)
+        except EmberError as e:
+            self.failed.emit(self.repo, str(e))
+        except Exception as e:
+            log.warning("listing the Hub repo %s failed", self.repo, exc_info=True)
+            self.failed.emit(self.repo, f"{type(e).__name__}: {e}")
+        else:
+            self.listed.emit(self.repo, listing, fits, best.quant.name if best else "")
 
 
 class _InstallTask(ThreadTask):
