@@ -86,8 +86,17 @@ def pull_with_bar(name: str) -> InstalledModel:
 
 
 def installed_or_pull(name: str) -> InstalledModel:
-    """Like Ollama: a registry model that is not installed yet is pulled first."""
+    """Like Ollama: a registry model (or a hf.co/OWNER/REPO[:QUANT]) that is not installed
+    yet is pulled first."""
     store = Store()
+    from app.pull.hf_pull import has_hub_prefix, installed_from
+
+    if has_hub_prefix(name):
+        found = installed_from(store, name)
+        if found is not None:
+            return found
+        click.echo(f"{name} is not installed yet; pulling it first", err=True)
+        return pull_with_bar(name)
     try:
         return store.get(name)
     except ModelNotFoundError:

@@ -56,7 +56,9 @@ def open_target(rt, model: str, context: int | None, backend: str | None,
                 quant: str | None = None) -> Target:
     """Load a local model (pulling it first if it is in the registry), or check that a
     remote one exists, so that a wrong name fails before the first prompt."""
-    if rt.is_remote(model):
+    from app.pull.hf_pull import has_hub_prefix
+
+    if rt.is_remote(model) and not has_hub_prefix(model):  # hf.co/OWNER/REPO is local
         rt.check_model(model)
         # OpenAI-compatible servers apply their own chat template; --raw uses /completions
         return Target(model, True, "remote", model, "on its remote server")

@@ -51,6 +51,22 @@ def hub_model_id(repo: str) -> str:
     return slug(repo.replace("/", "-"))
 
 
+def has_hub_prefix(name: str) -> bool:
+    """Whether `name` says it is a Hub repo (hf.co/..., huggingface.co/...): for the commands
+    where a bare OWNER/REPO is a remote endpoint's model instead (`ember run`, `chat`)."""
+    return name.lower().startswith(PREFIXES)
+
+
+def installed_from(store: Store, name: str) -> InstalledModel | None:
+    """The installed model a Hub name means: of that repo, and that quantization if given."""
+    hub = parse_hub_name(name)
+    for m in store.list():
+        if m.repo.lower() == hub.repo.lower() and (
+                not hub.quant or m.quant.lower() == hub.quant.lower()):
+            return m
+    return None
+
+
 def is_hub_name(name: str) -> bool:
     """Whether `name` names a Hub repo rather than a registry model (whose ids have no "/")."""
     return name.lower().startswith(PREFIXES) or "/" in name.partition(":")[0]

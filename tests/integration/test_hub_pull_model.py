@@ -5,16 +5,15 @@ renamed, so its bytes (and SHA-256) are not the registry's file."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
 
 from app.config import Paths
 from app.gguf_file import read_gguf
-from app.pull.install import pull
-from app.runtime import Runtime
 from app.store import InstalledModel, Store
-from backends.base import GenerationRequest, Message, SamplingParams
+from tests.support.cli import ember
 from tests.support.hub_server import start_hub
 
 REPO = "tester/Renamed-Coder-0.5B-GGUF"
@@ -47,17 +46,20 @@ def test_a_renamed_real_gguf_pulls_by_hf_co_name_loads_and_answers(
     hub.repo(REPO, tags=("gguf",), library_name="gguf", license="apache-2.0")
     hub.add(REPO, FILE, data)
     try:
-        store = Store(isolated_home)
-        model = pull(f"hf.co/{REPO}:q4_k_m", store=store)
+        pulled = ember("pull", f"hf.co/{REPO}:q4_k_m")
+        assert pulled.returncode == 0, pulled.stderr
+        # `ember run` finds it by the same name (hf.co/... is local, not a remote endpoint)
+        hub.requests.clear()
+        answer = ember("run", f"hf.co/{REPO}:Q4_K_M", "What is 2 + 3? Answer with the "
+                       "number only.", "--temperature", "0", "--max-tokens", "8", "--json")
     finally:
         server.shutdown()
-    assert (model.id, model.quant, model.origin) == ("tester-renamed-coder-0.5b-gguf",
-                                                     "Q4_K_M", "hub")
+    assert answer.returncode == 0, answer.stderr
+    assert not [r for r in hub.requests if "/resolve/" in r["path"]]  # not pulled again
+    out = json.loads(answer.stdout)
+    assert "5" in out["text"] and out["model"] == "tester-renamed-coder-0.5b-gguf"
+    (model,) = Store(isolated_home).list()
+    assert (model.id, model.quant, model.origin, model.repo) == (
+        "tester-renamed-coder-0.5b-gguf", "Q4_K_M", "hub", REPO)
     assert read_gguf(model.path).name.strip() == "Renamed Coder"
     assert model.chat and model.architecture == "qwen2"
-    request = GenerationRequest(
-        messages=(Message("user", "What is 2 + 3? Answer with the number only."),),
-        sampling=SamplingParams(temperature=0, max_tokens=8))
-    with Runtime(store=store) as rt:
-        answer, stats = rt.generate(model.ref, request).result()
-    assert "5" in answer
