@@ -29,6 +29,7 @@ _QUANT = re.compile(
 _SPLIT = re.compile(r"^(?P<base>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _MLX_BITS = re.compile(r"(?<![0-9])([2-8])-?bits?(?![a-z])", re.IGNORECASE)
 MAX_SPLIT_PARTS = 512
+OWN_SUFFIXES = (".ember.json", ".part", ".lock")
 MAX_FILE_BYTES = 2 << 40  # 2 TiB: above this a listing is lying
 
 
@@ -109,7 +110,10 @@ def _checked(repo: str, name: str, size: object) -> int:
 
 def group_files(repo: str, files: list[HubFile], tags: tuple[str, ...] = ()) -> tuple[
         tuple[Quant, ...], tuple[HubFile, ...]]:
-    """(quantizations, vision projectors) of a repo's files."""
+    """(quantizations, vision projectors) of a repo's files. Files named like Ember's own
+    (a store manifest, a partial download) are never taken: in the store they would be
+    read as Ember's."""
+    files = [f for f in files if not f.name.endswith(OWN_SUFFIXES)]
     ggufs = [f for f in files if f.name.lower().endswith(".gguf")]
     projectors = tuple(f for f in ggufs if is_projector(f.name))
     singles: list[Quant] = []

@@ -150,3 +150,10 @@ def test_a_file_name_leaving_the_repo_is_refused(hub):
 def test_an_absurd_size_in_a_listing_is_refused():
     with pytest.raises(DownloadError, match="impossible size"):
         hf_repo._checked("o/r", "x.gguf", 10**20)
+
+
+def test_files_named_like_embers_own_are_never_taken():
+    quants, _ = group_files("mlx-community/x-4bit", [
+        _f("config.json"), _f("model.safetensors"), _f("fake.ember.json"),
+        _f("mlx.ember.json"), _f("model.safetensors.part")], tags=("mlx",))
+    assert [f.name for f in quants[0].files] == ["config.json", "model.safetensors"]
