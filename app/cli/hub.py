@@ -19,6 +19,10 @@ def _age(when: datetime | None) -> str:
     return "today" if days <= 0 else f"{days}d ago" if days < 60 else when.date().isoformat()
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e9:6.2f} GB" if n >= 1e8 else f"{n / 1e6:6.1f} MB"
+
+
 def _count(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
 
@@ -88,6 +92,6 @@ def files(repo: str, as_json: bool, context: int | None) -> None:
         star = "*" if best is not None and f is best else " "
         parts = f" ({len(f.quant.files)} parts)" if f.quant.split else ""
         what = f.fit.explain() if f.fit else f"cannot fit: {f.error}"
-        click.echo(f" {star}{f.quant.name:14} {f.quant.size / 1e9:6.2f} GB{parts}  {what}")
+        click.echo(f" {star}{f.quant.name:14} {_size(f.quant.size)}{parts}  {what}")
     if projector:
         click.echo(f"  vision projector {projector.name} comes with any of them")
