@@ -322,3 +322,28 @@ def test_a_mlx_folder_that_is_no_model_leaves_nothing_behind(hub):
     assert hub["store"].list() == []
     assert not any(hub["store"].paths.partial.glob("hub-*/"))
     assert not (hub["store"].paths.models / "o").exists()
+
+
+def test_a_cancelled_mlx_folder_resumes_fetching_only_what_is_missing(hub):
+    h = hub["hub"]
+    add_mlx_repo(h, hub["tmp"], "mlx-community/Tiny-Chat-4bit")
+    weights = h.files[("mlx-community/Tiny-Chat-4bit", "model.safetensors")]
+    weights.data = weights.data * 20  # 2.5 MB, throttled: a cancel lands mid-file
+    weights.bytes_per_s = 1_000_000
+    cancel = threading.Event()
+
+    def cancel_in_weights(p):
+        if p.phase == "download" and p.done_bytes > 300_000:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        pull("mlx-community/Tiny-Chat-4bit", store=hub["store"], on_progress=cancel_in_weights,
+             cancel=cancel)
+    weights.bytes_per_s = None
+    h.requests.clear()
+    model = pull("mlx-community/Tiny-Chat-4bit", store=hub["store"])
+    fetched = {r["path"].rsplit("/", 1)[1]: r["range"] for r in downloads(h)}
+    # config.json (listed first) was kept; the weights resume; the files after them come now
+    assert list(fetched) == ["model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    assert fetched["model.safetensors"].startswith("bytes=")
+    assert (model.path / "model.safetensors").read_bytes() == weights.data
