@@ -353,13 +353,6 @@ def _remove_orphan_projectors(folder: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def projector_for(model: InstalledModel) -> Path | None:
-    """The vision projector (mmproj*.gguf) kept beside a GGUF model, if any."""
-    if model.format in DIR_FORMATS:
-        return None
-    return next(iter(sorted(model.path.parent.glob("mmproj*.gguf"))), None)
-
-
 def _outside(path: Path, root: Path) -> bool:
     """Whether `path`, with `..` and symlinks resolved, is not below the folder `root`
     (itself resolved)."""

@@ -144,12 +144,13 @@ def _pull(listing: RepoListing, quant: Quant, hub: HubName, store: Store, report
                             message="already installed"))
             return m
     folder = store.hub_folder(hub.repo)  # refuses a name that leaves the store
-    if quant.format == "gguf":
-        owner = store.installed_at(folder / quant.files[0].basename)
-        if owner is not None:
-            report(Progress(owner.ref, "done", owner.size_bytes, owner.size_bytes,
-                            message=f"already installed as {owner.ref}"))
-            return owner
+    # the same file (or folder) installed under another name: a registry model of this repo
+    owner = store.installed_at(folder / quant.files[0].basename if quant.format == "gguf"
+                               else folder)
+    if owner is not None:
+        report(Progress(owner.ref, "done", owner.size_bytes, owner.size_bytes,
+                        message=f"already installed as {owner.ref}"))
+        return owner
     if quant.format == "gguf" and hub.quant:  # (a recommendation has read the headers)
         read_gguf_set(hub.repo, quant, listing.sha)  # no GGUF: refused before its GBs come
     projector = listing.projector() if quant.format == "gguf" else None
