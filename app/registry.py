@@ -29,6 +29,15 @@ class Arch:
     experts: int | None = None  # MoE: experts per layer (ffn is one expert's size)
     experts_per_token: int | None = None
     gated_ffn: bool = True  # SwiGLU/GeGLU (3 matrices); False: BERT's plain 2-matrix MLP
+    # Hybrid linear attention (Qwen3.5's Gated DeltaNet, llama.cpp's qwen35): only every Nth
+    # layer (il % N == N - 1) is full attention with a KV cache; the others keep a fixed-size
+    # float32 recurrent state per sequence (a short convolution's history and the delta
+    # rule's key x value matrix per value head) whatever the context
+    full_attention_interval: int | None = None
+    linear_key_heads: int | None = None
+    linear_value_heads: int | None = None
+    linear_head_dim: int | None = None  # the key and value width of a linear-attention head
+    linear_conv_kernel: int | None = None
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,9 @@ def weight_bytes(arch: Arch, params: int, weight_dtype: str, dtype: str) -> int:
 
 
 def layer_kinds(arch: Arch) -> tuple[int, int]:
-    """(global, sliding) layers."""
+    """(global, sliding) layers (a hybrid model's linear-attention layers: neither)."""
+    if arch.full_attention_interval:
+        return arch.layers // arch.full_attention_interval, 0
     if arch.sliding_window and arch.sliding_pattern:
         glob = arch.layers // arch.sliding_pattern
         return glob, arch.layers - glob

@@ -145,3 +145,32 @@ def test_sliding_window_layers_hold_only_their_window():
     qwen = load_registry().get("qwen2.5-coder-0.5b-instruct").arch
     assert kv_cache_bytes(qwen, 2048) == 24 * 2**20  # measured: 24.00 MiB
     assert kv_cache_bytes(qwen, 2048, parallel=4) == 96 * 2**20
+
+
+def test_a_hybrid_models_linear_layers_hold_a_fixed_state_not_a_kv_cache():
+    from dataclasses import replace
+
+    from app.fit.offload import kv_split, layer_cells
+    from app.registry import Arch
+
+    # Qwen3.5-4B's numbers (models.yaml): 32 layers, every 4th full attention with 4 KV heads
+    # of 256; the 24 Gated DeltaNet layers keep, per sequence, float32 conv history
+    # 3 x (2 x 16 x 128 + 32 x 128) and a 128 x 128 state for each of 32 value heads
+    arch = Arch(type="qwen35", layers=32, hidden=2560, heads=16, kv_heads=4, head_dim=256,
+                vocab=248320, ffn=9216, tied_embeddings=True, full_attention_interval=4,
+                linear_key_heads=16, linear_value_heads=32, linear_head_dim=128,
+                linear_conv_kernel=4)
+    cells = layer_cells(arch, 8192)
+    assert [il for il, c in enumerate(cells) if c] == [3, 7, 11, 15, 19, 23, 27, 31]
+    kv = 8 * 2 * 4 * 256 * 2 * 8192  # 8 layers x K and V x 4 heads x 256 x f16 x context
+    state = 24 * 4 * (3 * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128)  # ~50 MiB
+    assert kv_cache_bytes(arch, 8192) == kv + state == 256 * 2**20 + 52_690_944
+    # the state does not grow with the context and is one per sequence
+    assert kv_cache_bytes(arch, 16384) - kv_cache_bytes(arch, 8192) == kv
+    assert kv_cache_bytes(arch, 8192, parallel=2) == 2 * (kv + state)
+    # offloading the last 4 layers takes one attention layer and 3 linear ones to the GPU
+    gpu, cpu = kv_split(arch, 8192, 4)
+    assert gpu == kv // 8 + 3 * state // 24 and gpu + cpu == kv + state
+    # the same numbers without the hybrid field would count 32 KV layers (4x the cache)
+    dense = replace(arch, full_attention_interval=None)
+    assert kv_cache_bytes(dense, 8192) == 4 * kv

@@ -48,6 +48,16 @@ def recomputed_params(arch) -> int:
         mlp = mlp * arch.experts + arch.hidden * arch.experts
     embeddings = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
     layers = arch.layers * (attention + mlp + 2 * arch.hidden) + arch.hidden
+    if arch.full_attention_interval:  # Gated DeltaNet layers in place of attention
+        d, keys, values = arch.linear_head_dim, arch.linear_key_heads, arch.linear_value_heads
+        conv_dim = (2 * keys + values) * d
+        linear = (arch.hidden * (conv_dim + values * d)  # in_proj_qkvz
+                  + arch.hidden * 2 * values  # in_proj_ba
+                  + conv_dim * arch.linear_conv_kernel + values * d * arch.hidden  # conv, out
+                  + 2 * values + d)  # dt_bias, A_log, the gated norm
+        recurrent = sum(1 for il in range(arch.layers)
+                        if il % arch.full_attention_interval != arch.full_attention_interval - 1)
+        layers += recurrent * (linear - attention)
     return embeddings + layers
 
 
@@ -76,6 +86,10 @@ def test_every_variant_is_complete():
     for m in load_registry().models:
         assert m.description and m.license and m.context_default <= m.context_max, m.id
         assert m.arch.kv_heads <= m.arch.heads and m.arch.heads % m.arch.kv_heads == 0, m.id
+        if m.arch.full_attention_interval:  # the hybrid's linear layers, all numbers given
+            assert m.arch.layers % m.arch.full_attention_interval == 0, m.id
+            assert all((m.arch.linear_key_heads, m.arch.linear_value_heads,
+                        m.arch.linear_head_dim, m.arch.linear_conv_kernel)), m.id
         formats = {v.format for v in m.variants}
         assert "gguf" in formats, m.id
         for v in m.variants:
