@@ -140,3 +140,12 @@ def test_a_superseded_by_link_must_name_another_registry_model(tmp_path, links, 
     with pytest.raises(ConfigError, match=why):
         load_registry(_registry_with(tmp_path, links))
 
+
+def test_every_superseded_model_points_at_a_current_one_of_its_kind():
+    reg = load_registry()
+    superseded = [m for m in reg.models if m.superseded_by]
+    assert superseded  # the 2026 refresh marks the older generations
+    for m in superseded:
+        newer = reg.newest(m)
+        assert not newer.superseded_by and newer.id != m.id, m.id
+        assert newer.chat == m.chat and newer.embedding == m.embedding, m.id
