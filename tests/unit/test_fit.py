@@ -174,3 +174,35 @@ def test_a_hybrid_models_linear_layers_hold_a_fixed_state_not_a_kv_cache():
     # the same numbers without the hybrid field would count 32 KV layers (4x the cache)
     dense = replace(arch, full_attention_interval=None)
     assert kv_cache_bytes(dense, 8192) == 4 * kv
+
+
+def test_an_installed_qwen35_file_gives_the_hybrid_layout(tmp_path):
+    import gguf
+    import numpy as np
+
+    from app.fit.estimate import arch_from_gguf
+    from app.gguf_file import read_gguf
+
+    # the keys llama.cpp's qwen35 loader reads (src/models/qwen35.cpp): ssm.state_size is the
+    # linear heads' width, ssm.group_count the key heads, ssm.inner_size value heads x width
+    path = tmp_path / "hybrid.gguf"
+    writer = gguf.GGUFWriter(str(path), "qwen35")
+    for key, value in {"block_count": 8, "embedding_length": 16, "feed_forward_length": 32,
+                       "attention.head_count": 2, "attention.head_count_kv": 1,
+                       "attention.key_length": 8, "full_attention_interval": 4,
+                       "ssm.conv_kernel": 4, "ssm.state_size": 8, "ssm.group_count": 2,
+                       "ssm.inner_size": 32}.items():
+        writer.add_uint32(f"qwen35.{key}", value)
+    writer.add_context_length(256)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tensor("token_embd.weight", np.zeros((8, 16), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    arch = arch_from_gguf(read_gguf(path, check_architecture=False))
+    assert (arch.full_attention_interval, arch.linear_key_heads, arch.linear_value_heads,
+            arch.linear_head_dim, arch.linear_conv_kernel) == (4, 2, 4, 8, 4)
+    kv = 2 * 2 * 1 * 8 * 2 * 100  # 2 attention layers x K and V x 1 head x 8 x f16 x 100 cells
+    state = 6 * 4 * (3 * (2 * 2 * 8 + 4 * 8) + 4 * 8 * 8)  # 6 linear layers, float32
+    assert kv_cache_bytes(arch, 100) == kv + state
