@@ -38,6 +38,10 @@ class Arch:
     linear_value_heads: int | None = None
     linear_head_dim: int | None = None  # the key and value width of a linear-attention head
     linear_conv_kernel: int | None = None
+    # Gemma 4: the global (full-attention) layers' KV heads and head width where they differ
+    # from the sliding-window layers' (kv_heads, head_dim); None: the same
+    global_kv_heads: int | None = None
+    global_head_dim: int | None = None
 
 
 @dataclass(frozen=True)

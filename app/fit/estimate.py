@@ -27,8 +27,8 @@ from app.fit.offload import (
     OVERHEAD_BYTES,
     buffer_bytes,
     gpu_buffer_bytes,
-    kv_bytes,
     layer_cells,
+    layers_kv_bytes,
     logits_buffer_bytes,
     offload_plan,
     output_fits,
@@ -96,7 +96,7 @@ def weight_bytes(variant: Variant, params: int) -> int:
 def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1, kv: str = "f16") -> int:
     """All layers' KV cache (app.fit.offload.layer_cells), and a hybrid model's recurrent
     states (app.fit.offload.state_split)."""
-    return (kv_bytes(arch, sum(layer_cells(arch, context)), parallel, kv)
+    return (layers_kv_bytes(arch, layer_cells(arch, context), 0, parallel, kv)
             + sum(state_split(arch, arch.layers, parallel)))
 
 

@@ -106,6 +106,29 @@ def kv_bytes(arch: Arch, cells: int, parallel: int = 1, kv: str = "f16") -> int:
     return int(2 * arch.kv_heads * arch.head_dim * KV_BYTES[kv] * cells * parallel)
 
 
+def is_global(arch: Arch, il: int) -> bool:
+    """Layer il attends over the whole context (every layer without a sliding window)."""
+    p = arch.sliding_pattern
+    return not (arch.sliding_window and p) or il % p == p - 1
+
+
+def kv_width(arch: Arch, il: int) -> int:
+    """K (and V) values a cell of layer il holds: Gemma 4's global layers have KV heads and a
+    head width of their own (llama.cpp keeps V beside K even where the model reuses K as V)."""
+    if arch.global_head_dim and is_global(arch, il):
+        return (arch.global_kv_heads or arch.kv_heads) * arch.global_head_dim
+    return arch.kv_heads * arch.head_dim
+
+
+def layers_kv_bytes(arch: Arch, cells: list[int], first: int, parallel: int = 1,
+                    kv: str = "f16") -> int:
+    """K and V of the layers first, first + 1, ... holding `cells` cells each."""
+    if not arch.global_head_dim:
+        return kv_bytes(arch, sum(cells), parallel, kv)
+    values = sum(kv_width(arch, first + i) * c for i, c in enumerate(cells))
+    return int(2 * KV_BYTES[kv] * values * parallel)
+
+
 def kv_split(arch: Arch, context: int, n: int, parallel: int = 1,
              kv: str = "f16") -> tuple[int, int]:
     """(GPU, CPU) bytes of the KV cache (and of a hybrid model's recurrent states) with the
@@ -113,8 +136,8 @@ def kv_split(arch: Arch, context: int, n: int, parallel: int = 1,
     cells = layer_cells(arch, context)
     cut = arch.layers - n
     gpu_state, cpu_state = state_split(arch, n, parallel)
-    return (kv_bytes(arch, sum(cells[cut:]), parallel, kv) + gpu_state,
-            kv_bytes(arch, sum(cells[:cut]), parallel, kv) + cpu_state)
+    return (layers_kv_bytes(arch, cells[cut:], cut, parallel, kv) + gpu_state,
+            layers_kv_bytes(arch, cells[:cut], 0, parallel, kv) + cpu_state)
 
 
 def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
@@ -135,7 +158,7 @@ def gpu_buffer_bytes(arch: Arch, context: int, output_on_gpu: bool = True) -> in
     width, float32) or, with the output layer there, its logits, whichever is larger, and
     the f16 attention masks (global context and sliding window). Measured on lavapipe to
     within 0.5 MiB (docs/notes/fit-model.md, "GPU offload")."""
-    width = max(arch.hidden, arch.heads * arch.head_dim)
+    width = max(arch.hidden, arch.heads * max(arch.head_dim, arch.global_head_dim or 0))
     activations = UBATCH * (3 * arch.ffn + 2 * width) * 4
     cells = set(layer_cells(arch, context))
     masks = UBATCH * 2 * sum(cells)

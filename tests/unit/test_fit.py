@@ -206,3 +206,29 @@ def test_an_installed_qwen35_file_gives_the_hybrid_layout(tmp_path):
     kv = 2 * 2 * 1 * 8 * 2 * 100  # 2 attention layers x K and V x 1 head x 8 x f16 x 100 cells
     state = 6 * 4 * (3 * (2 * 2 * 8 + 4 * 8) + 4 * 8 * 8)  # 6 linear layers, float32
     assert kv_cache_bytes(arch, 100) == kv + state
+
+
+def test_gemma4_global_layers_hold_their_own_kv_heads_and_width():
+    from dataclasses import replace
+
+    from app.fit.cuda import kv_cache_bytes as cuda_kv_cache_bytes
+    from app.fit.offload import kv_split
+    from app.registry import Arch
+
+    # Gemma 4 31B's numbers (models.yaml): 60 layers, every 6th global; sliding layers 16 KV
+    # heads x 256 over a 1,024 window, global ones 4 KV heads x 512 over the whole context
+    arch = Arch(type="gemma4", layers=60, hidden=5376, heads=32, kv_heads=16, head_dim=256,
+                vocab=262144, ffn=21504, sliding_window=1024, sliding_pattern=6,
+                tied_embeddings=True, global_kv_heads=4, global_head_dim=512)
+    sliding = 50 * (1024 + 512) * 2 * 16 * 256 * 2  # cells: the window + a ubatch
+    global_ = 10 * 8192 * 2 * 4 * 512 * 2
+    assert kv_cache_bytes(arch, 8192) == sliding + global_ == 1_929_379_840
+    # the last 6 layers on the GPU: 5 sliding and the last global one
+    gpu, cpu = kv_split(arch, 8192, 6)
+    assert gpu == sliding // 10 + global_ // 10 and gpu + cpu == sliding + global_
+    # with the sliding layers' shape for all, the global layers' cache would come out twice
+    same = replace(arch, global_kv_heads=None, global_head_dim=None)
+    assert kv_cache_bytes(same, 8192) == sliding + 2 * global_
+    # the cuda engine's estimate gives the global layers the same shape
+    assert cuda_kv_cache_bytes(arch, 8192, 1, "bfloat16") < cuda_kv_cache_bytes(same, 8192, 1,
+                                                                          "bfloat16")

@@ -48,6 +48,10 @@ def recomputed_params(arch) -> int:
         mlp = mlp * arch.experts + arch.hidden * arch.experts
     embeddings = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
     layers = arch.layers * (attention + mlp + 2 * arch.hidden) + arch.hidden
+    if arch.global_head_dim:  # Gemma 4's global layers: their own KV heads and head width
+        gq, gkv = arch.heads * arch.global_head_dim, arch.global_kv_heads * arch.global_head_dim
+        glob = arch.hidden * gq + 2 * arch.hidden * gkv + gq * arch.hidden
+        layers += (arch.layers // arch.sliding_pattern) * (glob - attention)
     if arch.full_attention_interval:  # Gated DeltaNet layers in place of attention
         d, keys, values = arch.linear_head_dim, arch.linear_key_heads, arch.linear_value_heads
         conv_dim = (2 * keys + values) * d
