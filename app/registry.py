@@ -29,6 +29,19 @@ class Arch:
     experts: int | None = None  # MoE: experts per layer (ffn is one expert's size)
     experts_per_token: int | None = None
     gated_ffn: bool = True  # SwiGLU/GeGLU (3 matrices); False: BERT's plain 2-matrix MLP
+    # Hybrid linear attention (Qwen3.5's Gated DeltaNet, llama.cpp's qwen35): only every Nth
+    # layer (il % N == N - 1) is full attention with a KV cache; the others keep a fixed-size
+    # float32 recurrent state per sequence (a short convolution's history and the delta
+    # rule's key x value matrix per value head) whatever the context
+    full_attention_interval: int | None = None
+    linear_key_heads: int | None = None
+    linear_value_heads: int | None = None
+    linear_head_dim: int | None = None  # the key and value width of a linear-attention head
+    linear_conv_kernel: int | None = None
+    # Gemma 4: the global (full-attention) layers' KV heads and head width where they differ
+    # from the sliding-window layers' (kv_heads, head_dim); None: the same
+    global_kv_heads: int | None = None
+    global_head_dim: int | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,9 @@ class ModelSpec:
     # "search_query: " / "search_document: "); empty for most
     query_prefix: str = ""
     document_prefix: str = ""
+    # the id of the registry model that replaces this one (the same maker's newer release
+    # at about the same size); the catalog still lists this one and points at that one
+    superseded_by: str = ""
 
     def variant(self, quant: str | None = None, fmt: str = "gguf") -> Variant:
         candidates = [v for v in self.variants if v.format == fmt]
@@ -128,7 +144,8 @@ def _spec(raw: dict) -> ModelSpec:
         variants=tuple(_variant(v) for v in raw["variants"]),
         embedding=bool(raw.get("embedding", False)),
         query_prefix=str((raw.get("prefixes") or {}).get("query", "")),
-        document_prefix=str((raw.get("prefixes") or {}).get("document", "")))
+        document_prefix=str((raw.get("prefixes") or {}).get("document", "")),
+        superseded_by=str(raw.get("superseded_by") or ""))
 
 
 @dataclass(frozen=True)
@@ -137,6 +154,12 @@ class Registry:
 
     def ids(self) -> list[str]:
         return [m.id for m in self.models]
+
+    def newest(self, spec: ModelSpec) -> ModelSpec:
+        """The model that replaces `spec` (following superseded_by to its end), or `spec`."""
+        while spec.superseded_by:
+            spec = self.get(spec.superseded_by)
+        return spec
 
     def get(self, name: str) -> ModelSpec:
         """Look a model up by id (case-insensitive); unknown names get close matches."""
@@ -153,13 +176,37 @@ def suggest(name: str, candidates: list[str]) -> list[str]:
     return list(dict.fromkeys(close + contains))[:3]
 
 
+def check_superseded(models: tuple[ModelSpec, ...]) -> list[str]:
+    """What is wrong with the registry's superseded_by links: each must name another model
+    of the registry, and following them must end (no cycle)."""
+    by_id = {m.id: m for m in models}
+    problems = []
+    for m in models:
+        seen = {m.id}
+        target = m.superseded_by
+        while target:
+            if target not in by_id:
+                problems.append(f"{m.id}: superseded_by {target!r} is not a registry model")
+                break
+            if target in seen:
+                problems.append(f"{m.id}: superseded_by makes a cycle through {target!r}")
+                break
+            seen.add(target)
+            target = by_id[target].superseded_by
+    return problems
+
+
 @cache
 def _load(path: Path, mtime: float) -> Registry:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return Registry(tuple(_spec(m) for m in raw["models"]))
+        models = tuple(_spec(m) for m in raw["models"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: cannot read the model registry ({e})") from e
+    problems = check_superseded(models)
+    if problems:
+        raise ConfigError(f"{path}: " + "; ".join(problems))
+    return Registry(models)
 
 
 def load_registry(path: Path | None = None) -> Registry:

@@ -109,6 +109,7 @@ def catalog(as_json: bool, with_fit: bool) -> None:
                "description": spec.description, "license": spec.license, "params": spec.params,
                "context": {"default": spec.context_default, "max": spec.context_max},
                "chat": spec.chat, "embedding": spec.embedding, "arch": asdict(spec.arch),
+               "superseded_by": spec.superseded_by or None,
                "variants": [_variant_json(v) for v in spec.variants]}
         if profile is not None:
             fit = recommend(spec, profile)
@@ -121,6 +122,8 @@ def catalog(as_json: bool, with_fit: bool) -> None:
     for row in rows:
         quants = ", ".join(sorted({v["quant"] for v in row["variants"] if v["format"] == "gguf"}))
         line = f"{row['id']:34} {row['params'] / 1e9:6.2f}B  {quants}"
+        if row["superseded_by"]:
+            line += f"  (superseded: try {row['superseded_by']})"
         if row.get("fit"):
             line += f"  -> {row['fit']['quant']}: {row['fit']['explanation']}"
         click.echo(line)

@@ -65,35 +65,45 @@ def weight_bytes(arch: Arch, params: int, weight_dtype: str, dtype: str) -> int:
 
 
 def layer_kinds(arch: Arch) -> tuple[int, int]:
-    """(global, sliding) layers."""
+    """(global, sliding) layers (a hybrid model's linear-attention layers: neither)."""
+    if arch.full_attention_interval:
+        return arch.layers // arch.full_attention_interval, 0
     if arch.sliding_window and arch.sliding_pattern:
         glob = arch.layers // arch.sliding_pattern
         return glob, arch.layers - glob
     return arch.layers, 0
 
 
+def global_width(arch: Arch) -> int:
+    """K values a global layer's slot holds (Gemma 4's global layers: their own heads, width)."""
+    if arch.global_head_dim:
+        return (arch.global_kv_heads or arch.kv_heads) * arch.global_head_dim
+    return arch.kv_heads * arch.head_dim
+
+
 def kv_cache_bytes(arch: Arch, context: int, parallel: int, dtype: str,
                    max_tokens: int = MAX_TOKENS) -> int:
     per_slot = 2 * arch.kv_heads * arch.head_dim * COMPUTE_BYTES[dtype]
+    per_global_slot = 2 * global_width(arch) * COMPUTE_BYTES[dtype]
     per_seq = blocks_per_context(context)
     glob, local = layer_kinds(arch)
     window_blocks = 0
+    global_slots = pool_slots(global_blocks(context, parallel))
     if local and arch.sliding_window:  # layer_kinds: no sliding layers without a window
         # the engine's window pool (window_pool_size); none when the window spans a context
         window_blocks = blocks_per_seq(arch.sliding_window, max_tokens)
-        if window_blocks >= per_seq:
-            glob, local = arch.layers, 0
-    global_slots = pool_slots(global_blocks(context, parallel))
+        if window_blocks >= per_seq:  # the sliding layers keep the whole context too
+            return per_global_slot * glob * global_slots + per_slot * local * global_slots
     local_slots = pool_slots(window_blocks * parallel) if local else 0
-    return per_slot * (glob * global_slots + local * local_slots)
+    return per_global_slot * glob * global_slots + per_slot * local * local_slots
 
 
 def kv_read_bytes(arch: Arch, fill: int, dtype: str) -> int:
     """K and V one decode step reads with `fill` tokens in the context."""
     glob, local = layer_kinds(arch)
     seen = min(fill, arch.sliding_window or fill)
-    return 2 * arch.kv_heads * arch.head_dim * COMPUTE_BYTES[dtype] * (glob * fill
-                                                                       + local * seen)
+    return 2 * COMPUTE_BYTES[dtype] * (global_width(arch) * glob * fill
+                                       + arch.kv_heads * arch.head_dim * local * seen)
 
 
 def workspace_bytes(arch: Arch, context: int, parallel: int, dtype: str,

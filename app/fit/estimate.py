@@ -27,8 +27,8 @@ from app.fit.offload import (
     OVERHEAD_BYTES,
     buffer_bytes,
     gpu_buffer_bytes,
-    kv_bytes,
     layer_cells,
+    layers_kv_bytes,
     logits_buffer_bytes,
     offload_plan,
     output_fits,
@@ -36,6 +36,7 @@ from app.fit.offload import (
     parts,
     ram_bytes,
     read_split,
+    state_split,
 )
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
@@ -93,8 +94,10 @@ def weight_bytes(variant: Variant, params: int) -> int:
 
 
 def kv_cache_bytes(arch: Arch, context: int, parallel: int = 1, kv: str = "f16") -> int:
-    """All layers' KV cache (app.fit.offload.layer_cells)."""
-    return kv_bytes(arch, sum(layer_cells(arch, context)), parallel, kv)
+    """All layers' KV cache (app.fit.offload.layer_cells), and a hybrid model's recurrent
+    states (app.fit.offload.state_split)."""
+    return (layers_kv_bytes(arch, layer_cells(arch, context), 0, parallel, kv)
+            + sum(state_split(arch, arch.layers, parallel)))
 
 
 def repacked_bytes(variant: Variant, weights: int, hw: HardwareProfile) -> int:
@@ -193,7 +196,7 @@ def arch_from_gguf(info: GGUFInfo) -> Arch:
     hidden = info.arch_int("embedding_length", 0)
     window = info.arch_int("attention.sliding_window", 0)
     tokens = info.metadata.get("tokenizer.ggml.tokens")  # the array's length (not read)
-    return Arch(
+    arch = Arch(
         type=info.architecture, layers=info.arch_int("block_count", 1), hidden=hidden,
         heads=heads, kv_heads=info.arch_int("attention.head_count_kv", heads),
         head_dim=info.arch_int("attention.key_length", hidden // max(heads, 1)),
@@ -202,6 +205,16 @@ def arch_from_gguf(info: GGUFInfo) -> Arch:
         sliding_window=window or None,
         sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None,
         tied_embeddings=info.output[1] == 0)  # no output.weight: llama.cpp uses token_embd
+    interval = info.arch_int("full_attention_interval", 0)
+    if not interval:
+        return arch
+    # qwen35's Gated DeltaNet layers, from llama.cpp's ssm.* keys for them (inner_size: the
+    # value heads x their width, state_size: the width, group_count: the key heads)
+    d = info.arch_int("ssm.state_size", 0)
+    return replace(arch, full_attention_interval=interval, linear_head_dim=d,
+                   linear_key_heads=info.arch_int("ssm.group_count", 0),
+                   linear_value_heads=info.arch_int("ssm.inner_size", 0) // max(d, 1),
+                   linear_conv_kernel=info.arch_int("ssm.conv_kernel", 0))
 
 
 # Every Nth layer is global in these architectures (the rest use the sliding window).

@@ -59,10 +59,41 @@ def parts(arch: Arch, params: int, weights: int, embedding: int | None = None,
     return Parts(embd, embd if tied else out_in_file, layer, tied)
 
 
+def is_recurrent(arch: Arch, il: int) -> bool:
+    """Layer il of a hybrid model is linear attention (no KV cache): all but every Nth
+    (llama.cpp's qwen35: recurrent unless (il + 1) % full_attention_interval == 0)."""
+    n = arch.full_attention_interval
+    return n is not None and n > 0 and il % n != n - 1
+
+
+def state_bytes(arch: Arch) -> int:
+    """One sequence's recurrent state in one linear-attention layer, float32 as llama.cpp
+    keeps it: the convolution's last kernel - 1 inputs of q, k and v (n_embd_r) and the delta
+    rule's key x value matrix per value head (n_embd_s)."""
+    if not arch.full_attention_interval:
+        return 0
+    d = arch.linear_head_dim or 0
+    keys, values = arch.linear_key_heads or 0, arch.linear_value_heads or 0
+    conv = max(0, (arch.linear_conv_kernel or 1) - 1) * (2 * keys * d + values * d)
+    return 4 * (conv + values * d * d)
+
+
+def state_split(arch: Arch, n: int, parallel: int = 1) -> tuple[int, int]:
+    """(GPU, CPU) bytes of the recurrent states with the last n layers on the GPU."""
+    cut = arch.layers - n
+    per_layer = state_bytes(arch) * max(1, parallel)
+    gpu = sum(is_recurrent(arch, il) for il in range(cut, arch.layers))
+    cpu = sum(is_recurrent(arch, il) for il in range(cut))
+    return gpu * per_layer, cpu * per_layer
+
+
 def layer_cells(arch: Arch, context: int) -> list[int]:
     """KV cells of each layer, in llama.cpp's order: a sliding-window layer holds
     min(context, window + ubatch), a global one the whole context. Layer il is global when
-    il % pattern == pattern - 1 (Gemma 3: every 6th)."""
+    il % pattern == pattern - 1 (Gemma 3: every 6th). A hybrid model's linear-attention
+    layers hold none (their fixed state: state_bytes)."""
+    if arch.full_attention_interval:
+        return [0 if is_recurrent(arch, il) else context for il in range(arch.layers)]
     if not (arch.sliding_window and arch.sliding_pattern):
         return [context] * arch.layers
     local = min(context, arch.sliding_window + UBATCH)
@@ -75,13 +106,38 @@ def kv_bytes(arch: Arch, cells: int, parallel: int = 1, kv: str = "f16") -> int:
     return int(2 * arch.kv_heads * arch.head_dim * KV_BYTES[kv] * cells * parallel)
 
 
+def is_global(arch: Arch, il: int) -> bool:
+    """Layer il attends over the whole context (every layer without a sliding window)."""
+    p = arch.sliding_pattern
+    return not (arch.sliding_window and p) or il % p == p - 1
+
+
+def kv_width(arch: Arch, il: int) -> int:
+    """K (and V) values a cell of layer il holds: Gemma 4's global layers have KV heads and a
+    head width of their own (llama.cpp keeps V beside K even where the model reuses K as V)."""
+    if arch.global_head_dim and is_global(arch, il):
+        return (arch.global_kv_heads or arch.kv_heads) * arch.global_head_dim
+    return arch.kv_heads * arch.head_dim
+
+
+def layers_kv_bytes(arch: Arch, cells: list[int], first: int, parallel: int = 1,
+                    kv: str = "f16") -> int:
+    """K and V of the layers first, first + 1, ... holding `cells` cells each."""
+    if not arch.global_head_dim:
+        return kv_bytes(arch, sum(cells), parallel, kv)
+    values = sum(kv_width(arch, first + i) * c for i, c in enumerate(cells))
+    return int(2 * KV_BYTES[kv] * values * parallel)
+
+
 def kv_split(arch: Arch, context: int, n: int, parallel: int = 1,
              kv: str = "f16") -> tuple[int, int]:
-    """(GPU, CPU) bytes of the KV cache with the last n layers on the GPU."""
+    """(GPU, CPU) bytes of the KV cache (and of a hybrid model's recurrent states) with the
+    last n layers on the GPU."""
     cells = layer_cells(arch, context)
     cut = arch.layers - n
-    return (kv_bytes(arch, sum(cells[cut:]), parallel, kv),
-            kv_bytes(arch, sum(cells[:cut]), parallel, kv))
+    gpu_state, cpu_state = state_split(arch, n, parallel)
+    return (layers_kv_bytes(arch, cells[cut:], cut, parallel, kv) + gpu_state,
+            layers_kv_bytes(arch, cells[:cut], 0, parallel, kv) + cpu_state)
 
 
 def buffer_bytes(arch: Arch, context: int, on_gpu: bool) -> int:
@@ -102,7 +158,7 @@ def gpu_buffer_bytes(arch: Arch, context: int, output_on_gpu: bool = True) -> in
     width, float32) or, with the output layer there, its logits, whichever is larger, and
     the f16 attention masks (global context and sliding window). Measured on lavapipe to
     within 0.5 MiB (docs/notes/fit-model.md, "GPU offload")."""
-    width = max(arch.hidden, arch.heads * arch.head_dim)
+    width = max(arch.hidden, arch.heads * max(arch.head_dim, arch.global_head_dim or 0))
     activations = UBATCH * (3 * arch.ffn + 2 * width) * 4
     cells = set(layer_cells(arch, context))
     masks = UBATCH * 2 * sum(cells)

@@ -145,3 +145,90 @@ def test_sliding_window_layers_hold_only_their_window():
     qwen = load_registry().get("qwen2.5-coder-0.5b-instruct").arch
     assert kv_cache_bytes(qwen, 2048) == 24 * 2**20  # measured: 24.00 MiB
     assert kv_cache_bytes(qwen, 2048, parallel=4) == 96 * 2**20
+
+
+def test_a_hybrid_models_linear_layers_hold_a_fixed_state_not_a_kv_cache():
+    from dataclasses import replace
+
+    from app.fit.offload import kv_split, layer_cells
+    from app.registry import Arch
+
+    # Qwen3.5-4B's numbers (models.yaml): 32 layers, every 4th full attention with 4 KV heads
+    # of 256; the 24 Gated DeltaNet layers keep, per sequence, float32 conv history
+    # 3 x (2 x 16 x 128 + 32 x 128) and a 128 x 128 state for each of 32 value heads
+    arch = Arch(type="qwen35", layers=32, hidden=2560, heads=16, kv_heads=4, head_dim=256,
+                vocab=248320, ffn=9216, tied_embeddings=True, full_attention_interval=4,
+                linear_key_heads=16, linear_value_heads=32, linear_head_dim=128,
+                linear_conv_kernel=4)
+    cells = layer_cells(arch, 8192)
+    assert [il for il, c in enumerate(cells) if c] == [3, 7, 11, 15, 19, 23, 27, 31]
+    kv = 8 * 2 * 4 * 256 * 2 * 8192  # 8 layers x K and V x 4 heads x 256 x f16 x context
+    state = 24 * 4 * (3 * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128)  # ~50 MiB
+    assert kv_cache_bytes(arch, 8192) == kv + state == 256 * 2**20 + 52_690_944
+    # the state does not grow with the context and is one per sequence
+    assert kv_cache_bytes(arch, 16384) - kv_cache_bytes(arch, 8192) == kv
+    assert kv_cache_bytes(arch, 8192, parallel=2) == 2 * (kv + state)
+    # offloading the last 4 layers takes one attention layer and 3 linear ones to the GPU
+    gpu, cpu = kv_split(arch, 8192, 4)
+    assert gpu == kv // 8 + 3 * state // 24 and gpu + cpu == kv + state
+    # the same numbers without the hybrid field would count 32 KV layers (4x the cache)
+    dense = replace(arch, full_attention_interval=None)
+    assert kv_cache_bytes(dense, 8192) == 4 * kv
+
+
+def test_an_installed_qwen35_file_gives_the_hybrid_layout(tmp_path):
+    import gguf
+    import numpy as np
+
+    from app.fit.estimate import arch_from_gguf
+    from app.gguf_file import read_gguf
+
+    # the keys llama.cpp's qwen35 loader reads (src/models/qwen35.cpp): ssm.state_size is the
+    # linear heads' width, ssm.group_count the key heads, ssm.inner_size value heads x width
+    path = tmp_path / "hybrid.gguf"
+    writer = gguf.GGUFWriter(str(path), "qwen35")
+    for key, value in {"block_count": 8, "embedding_length": 16, "feed_forward_length": 32,
+                       "attention.head_count": 2, "attention.head_count_kv": 1,
+                       "attention.key_length": 8, "full_attention_interval": 4,
+                       "ssm.conv_kernel": 4, "ssm.state_size": 8, "ssm.group_count": 2,
+                       "ssm.inner_size": 32}.items():
+        writer.add_uint32(f"qwen35.{key}", value)
+    writer.add_context_length(256)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tensor("token_embd.weight", np.zeros((8, 16), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    arch = arch_from_gguf(read_gguf(path, check_architecture=False))
+    assert (arch.full_attention_interval, arch.linear_key_heads, arch.linear_value_heads,
+            arch.linear_head_dim, arch.linear_conv_kernel) == (4, 2, 4, 8, 4)
+    kv = 2 * 2 * 1 * 8 * 2 * 100  # 2 attention layers x K and V x 1 head x 8 x f16 x 100 cells
+    state = 6 * 4 * (3 * (2 * 2 * 8 + 4 * 8) + 4 * 8 * 8)  # 6 linear layers, float32
+    assert kv_cache_bytes(arch, 100) == kv + state
+
+
+def test_gemma4_global_layers_hold_their_own_kv_heads_and_width():
+    from dataclasses import replace
+
+    from app.fit.cuda import kv_cache_bytes as cuda_kv_cache_bytes
+    from app.fit.offload import kv_split
+    from app.registry import Arch
+
+    # Gemma 4 31B's numbers (models.yaml): 60 layers, every 6th global; sliding layers 16 KV
+    # heads x 256 over a 1,024 window, global ones 4 KV heads x 512 over the whole context
+    arch = Arch(type="gemma4", layers=60, hidden=5376, heads=32, kv_heads=16, head_dim=256,
+                vocab=262144, ffn=21504, sliding_window=1024, sliding_pattern=6,
+                tied_embeddings=True, global_kv_heads=4, global_head_dim=512)
+    sliding = 50 * (1024 + 512) * 2 * 16 * 256 * 2  # cells: the window + a ubatch
+    global_ = 10 * 8192 * 2 * 4 * 512 * 2
+    assert kv_cache_bytes(arch, 8192) == sliding + global_ == 1_929_379_840
+    # the last 6 layers on the GPU: 5 sliding and the last global one
+    gpu, cpu = kv_split(arch, 8192, 6)
+    assert gpu == sliding // 10 + global_ // 10 and gpu + cpu == sliding + global_
+    # with the sliding layers' shape for all, the global layers' cache would come out twice
+    same = replace(arch, global_kv_heads=None, global_head_dim=None)
+    assert kv_cache_bytes(same, 8192) == sliding + 2 * global_
+    # the cuda engine's estimate gives the global layers the same shape
+    assert cuda_kv_cache_bytes(arch, 8192, 1, "bfloat16") < cuda_kv_cache_bytes(same, 8192, 1,
+                                                                          "bfloat16")

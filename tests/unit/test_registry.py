@@ -1,8 +1,9 @@
 import re
 
 import pytest
+import yaml
 
-from app.errors import ModelNotFoundError
+from app.errors import ConfigError, ModelNotFoundError
 from app.registry import load_registry
 
 
@@ -46,7 +47,22 @@ def recomputed_params(arch) -> int:
     if arch.experts:
         mlp = mlp * arch.experts + arch.hidden * arch.experts
     embeddings = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
-    return embeddings + arch.layers * (attention + mlp + 2 * arch.hidden) + arch.hidden
+    layers = arch.layers * (attention + mlp + 2 * arch.hidden) + arch.hidden
+    if arch.global_head_dim:  # Gemma 4's global layers: their own KV heads and head width
+        gq, gkv = arch.heads * arch.global_head_dim, arch.global_kv_heads * arch.global_head_dim
+        glob = arch.hidden * gq + 2 * arch.hidden * gkv + gq * arch.hidden
+        layers += (arch.layers // arch.sliding_pattern) * (glob - attention)
+    if arch.full_attention_interval:  # Gated DeltaNet layers in place of attention
+        d, keys, values = arch.linear_head_dim, arch.linear_key_heads, arch.linear_value_heads
+        conv_dim = (2 * keys + values) * d
+        linear = (arch.hidden * (conv_dim + values * d)  # in_proj_qkvz
+                  + arch.hidden * 2 * values  # in_proj_ba
+                  + conv_dim * arch.linear_conv_kernel + values * d * arch.hidden  # conv, out
+                  + 2 * values + d)  # dt_bias, A_log, the gated norm
+        recurrent = sum(1 for il in range(arch.layers)
+                        if il % arch.full_attention_interval != arch.full_attention_interval - 1)
+        layers += recurrent * (linear - attention)
+    return embeddings + layers
 
 
 def test_parameter_counts_follow_from_the_architecture_numbers():
@@ -74,6 +90,10 @@ def test_every_variant_is_complete():
     for m in load_registry().models:
         assert m.description and m.license and m.context_default <= m.context_max, m.id
         assert m.arch.kv_heads <= m.arch.heads and m.arch.heads % m.arch.kv_heads == 0, m.id
+        if m.arch.full_attention_interval:  # the hybrid's linear layers, all numbers given
+            assert m.arch.layers % m.arch.full_attention_interval == 0, m.id
+            assert all((m.arch.linear_key_heads, m.arch.linear_value_heads,
+                        m.arch.linear_head_dim, m.arch.linear_conv_kernel)), m.id
         formats = {v.format for v in m.variants}
         assert "gguf" in formats, m.id
         for v in m.variants:
@@ -85,3 +105,51 @@ def test_every_variant_is_complete():
                 if s.kind == "hf":
                     assert s.repo and "/" in s.repo, (m.id, v.quant)
                     assert v.format != "gguf" or s.file, (m.id, v.quant)
+
+
+def _registry_with(tmp_path, links: dict[str, str]):
+    """A two-model registry file whose models carry the superseded_by links given."""
+    models = []
+    for model_id in ("old-model", "new-model"):
+        model = {"id": model_id, "family": "f", "name": model_id, "description": "d",
+                 "license": "mit", "params": 1000, "context": {"default": 512, "max": 1024},
+                 "arch": {"type": "llama", "layers": 1, "hidden": 8, "heads": 1, "kv_heads": 1,
+                          "head_dim": 8, "vocab": 10, "ffn": 8},
+                 "variants": [{"format": "gguf", "quant": "Q4_K_M", "file": "m.gguf",
+                               "size_bytes": 1, "sha256": None,
+                               "sources": [{"kind": "hf", "repo": "a/b", "file": "m.gguf"}]}]}
+        if model_id in links:
+            model["superseded_by"] = links[model_id]
+        models.append(model)
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"models": models}), encoding="utf-8")
+    return path
+
+
+def test_a_superseded_model_is_still_listed_and_names_the_one_that_replaces_it(tmp_path):
+    reg = load_registry(_registry_with(tmp_path, {"old-model": "new-model"}))
+    assert reg.ids() == ["old-model", "new-model"]
+    old = reg.get("old-model")
+    assert old.superseded_by == "new-model"
+    assert reg.newest(old).id == "new-model"
+    assert reg.newest(reg.get("new-model")).id == "new-model"
+
+
+@pytest.mark.parametrize("links, why", [
+    ({"old-model": "no-such-model"}, "'no-such-model' is not a registry model"),
+    ({"old-model": "new-model", "new-model": "old-model"}, "makes a cycle"),
+    ({"old-model": "old-model"}, "makes a cycle"),
+])
+def test_a_superseded_by_link_must_name_another_registry_model(tmp_path, links, why):
+    with pytest.raises(ConfigError, match=why):
+        load_registry(_registry_with(tmp_path, links))
+
+
+def test_every_superseded_model_points_at_a_current_one_of_its_kind():
+    reg = load_registry()
+    superseded = [m for m in reg.models if m.superseded_by]
+    assert superseded  # the 2026 refresh marks the older generations
+    for m in superseded:
+        newer = reg.newest(m)
+        assert not newer.superseded_by and newer.id != m.id, m.id
+        assert newer.chat == m.chat and newer.embedding == m.embedding, m.id
