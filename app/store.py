@@ -28,6 +28,7 @@ from pathlib import Path
 from app import config
 from app.errors import ModelNotFoundError
 from app.gguf_file import read_gguf, split_parts
+from app.hub_name import has_hub_prefix, parse_hub_name
 from app.registry import ModelSpec, Variant, load_registry, suggest
 from backends.errors import EmberError
 
@@ -116,6 +117,10 @@ class Store:
     def get(self, name: str, prefer: str | None = None) -> InstalledModel:
         """`id` or `id:quant`; an id with several quantizations gives the first installed,
         in the format `prefer` if one is (app.runtime.backend_choice.preferred_format)."""
+        if has_hub_prefix(name):  # hf.co/OWNER/REPO[:QUANT]: the model pulled by that name
+            found = self.from_hub(name)
+            if found is not None:
+                return found
         base, _, quant = name.partition(":")
         installed = self.list()
         matches = [m for m in installed if m.id == base.lower()
@@ -131,6 +136,20 @@ class Store:
         except EmberError:
             pass
         raise ModelNotFoundError(name, hints, where)
+
+    def from_hub(self, name: str) -> InstalledModel | None:
+        """The installed model a Hub name means (app.hub_name): of that repo, and of that
+        quantization if the name gives one; None when none is installed (or the name is no
+        Hub name at all)."""
+        try:
+            hub = parse_hub_name(name)
+        except EmberError:
+            return None
+        for m in self.list():
+            if m.repo.lower() == hub.repo.lower() and (
+                    not hub.quant or m.quant.lower() == hub.quant.lower()):
+                return m
+        return None
 
     # -- writing ---------------------------------------------------------------------------
     def target_path(self, spec: ModelSpec, variant: Variant) -> Path:

@@ -13,14 +13,20 @@ named after the repo (app.store.Store.install_hub_gguf / install_hub_directory).
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass
 
 from app.errors import ChecksumError, DownloadError
 from app.hardware import HardwareProfile, detect
+from app.hub_name import (
+    PREFIXES,
+    HubName,
+    has_hub_prefix,
+    hub_model_id,
+    is_hub_name,
+    parse_hub_name,
+)
 from app.pull import hf_hub
 from app.pull.hf_fit import fit_repo, read_gguf_set, recommended
 from app.pull.hf_repo import Quant, RepoListing, list_quants
@@ -31,65 +37,12 @@ from app.store import InstalledModel, Store, slug
 from backends.errors import ModelFileError
 
 log = logging.getLogger(__name__)
-PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "https://hf.co/",
-            "huggingface.co/", "hf.co/")
-_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-
-
-@dataclass(frozen=True)
-class HubName:
-    repo: str  # owner/name, as the Hub spells it
-    quant: str | None
-
-    @property
-    def model_id(self) -> str:
-        """The store's id: the repo as one slug (a "/" would name a remote endpoint)."""
-        return hub_model_id(self.repo)
-
-
-def hub_model_id(repo: str) -> str:
-    return slug(repo.replace("/", "-"))
-
-
-def has_hub_prefix(name: str) -> bool:
-    """Whether `name` says it is a Hub repo (hf.co/..., huggingface.co/...): for the commands
-    where a bare OWNER/REPO is a remote endpoint's model instead (`ember run`, `chat`)."""
-    return name.lower().startswith(PREFIXES)
-
-
+__all__ = ["PREFIXES", "HubName", "has_hub_prefix", "hub_model_id", "installed_from",
+           "is_hub_name", "parse_hub_name", "pull_hub"]
 def installed_from(store: Store, name: str) -> InstalledModel | None:
     """The installed model a Hub name means: of that repo, and that quantization if given."""
-    hub = parse_hub_name(name)
-    for m in store.list():
-        if m.repo.lower() == hub.repo.lower() and (
-                not hub.quant or m.quant.lower() == hub.quant.lower()):
-            return m
-    return None
-
-
-def is_hub_name(name: str) -> bool:
-    """Whether `name` names a Hub repo rather than a registry model (whose ids have no "/")."""
-    return name.lower().startswith(PREFIXES) or "/" in name.partition(":")[0]
-
-
-def parse_hub_name(name: str) -> HubName:
-    """OWNER/REPO[:QUANT] from any of the spellings; a clear error for anything else."""
-    rest = name.strip()
-    for prefix in PREFIXES:
-        if rest.lower().startswith(prefix):
-            rest = rest[len(prefix):]
-            break
-    path, _, quant = rest.partition(":")
-    parts = [p for p in path.split("/") if p]
-    if len(parts) > 2 and parts[2] in ("tree", "blob", "resolve"):  # a pasted page URL
-        parts = parts[:2]
-    if len(parts) != 2 or not all(_REPO_PART.match(p) and p not in (".", "..") and
-                                  ".." not in p for p in parts):
-        raise DownloadError(f"{name!r} is not a Hub model: use hf.co/OWNER/REPO[:QUANT]")
-    quant = quant.strip()
-    if quant and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", quant):
-        raise DownloadError(f"{quant!r} is not a quantization name (e.g. Q4_K_M)")
-    return HubName("/".join(parts), quant or None)
+    parse_hub_name(name)  # a clear error for a name that is no Hub name
+    return store.from_hub(name)
 
 
 def choose_quant(listing: RepoListing, quant: str | None,

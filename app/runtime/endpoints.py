@@ -18,6 +18,7 @@ import tomlkit
 
 from app import config
 from app.errors import ConfigError, ModelNotFoundError
+from app.hub_name import has_hub_prefix
 from app.registry import suggest
 from backends.remote import READ_TIMEOUT_S, Endpoint, RemoteBackend
 
@@ -96,7 +97,10 @@ def remove(name: str, paths: config.Paths | None = None) -> Endpoint:
 
 
 def split_ref(ref: str) -> tuple[str, str] | None:
-    """`NAME/model` -> (NAME, model); None for a local model reference."""
+    """`NAME/model` -> (NAME, model); None for a local model reference (a Hugging Face
+    repo's name too, hf.co/OWNER/REPO: what was pulled by it is local)."""
+    if has_hub_prefix(ref):
+        return None
     name, slash, model = ref.partition("/")
     return (name, model) if slash else None
 

@@ -21,6 +21,7 @@ from app.gguf_file import read_model_gguf
 from app.pull import hf_pull
 from app.pull.hf_pull import parse_hub_name
 from app.pull.install import Cancelled, pull
+from app.runtime import Runtime
 from app.store import Store
 from backends.errors import ModelFileError
 from tests.support.hub_repos import add_gguf_repo, add_mlx_repo, model_gguf
@@ -80,6 +81,12 @@ def test_a_quantization_is_pulled_verified_and_installed_under_the_repo(hub):
     assert model.architecture == "llama" and model.chat and model.context_length == 8192
     assert hub["store"].list() == [model]
     assert hub["store"].get("someone-tiny-chat-gguf:Q8_0") == model
+    # and by the name it was pulled by, as an Ollama client asks for it next (not as a
+    # remote endpoint's model)
+    for name in ("hf.co/someone/Tiny-Chat-GGUF:Q8_0", "hf.co/someone/tiny-chat-gguf",
+                 "huggingface.co/someone/Tiny-Chat-GGUF:q8_0"):
+        assert hub["store"].get(name) == model
+        assert not Runtime.is_remote(name)
     # only the asked-for file came down
     assert {r["path"].rsplit("/", 1)[1] for r in downloads(hub["hub"])} == {
         "Tiny-Chat-Q8_0.gguf"}
