@@ -20,7 +20,8 @@ from pydantic_core import PydanticCustomError
 
 _LOCAL = r"[A-Za-z0-9](?:\.?[A-Za-z0-9_-]){0,127}(?::[A-Za-z0-9_-](?:\.?[A-Za-z0-9_-]){0,31})?"
 _REMOTE = r"[a-z0-9][a-z0-9_-]{0,31}/[A-Za-z0-9_:@/+-](?:\.?[A-Za-z0-9_:@/+-]){0,159}"
-# any Hugging Face repo, as Ollama names one: hf.co/OWNER/REPO[:QUANT] (pulls only)
+# any Hugging Face repo, as Ollama names one: hf.co/OWNER/REPO[:QUANT] (to pull it, and
+# then to use the model pulled by that name)
 _HUB_PART = r"[A-Za-z0-9](?:\.?[A-Za-z0-9_-]){0,95}"
 _HUB = (rf"(?:hf\.co|huggingface\.co)/{_HUB_PART}/{_HUB_PART}"
         r"(?::[A-Za-z0-9_-](?:\.?[A-Za-z0-9_-]){0,63})?")
