@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from backends.base import OutputEvent
 
-# How a family writes tool calls (WIRE-FORMATS.md C.5):
-#   none     the template offers no tools and Ember does not add them (a base model)
-#   hermes   <tool_call>{"name": .., "arguments": {..}}</tool_call> (Qwen2.5, Qwen3, SmolLM3)
-#   llama3   {"name": .., "parameters": {..}}, or <|python_tag|> (Llama 3.1-3.3)
-#   mistral  [TOOL_CALLS][{"name": .., "arguments": {..}, "id": ..}] (Mistral 7B v0.3, Nemo)
-#   phi4     <|tool_call|>[{"name": .., "arguments": {..}}]<|/tool_call|> (Phi-4-mini)
-#   harmony  <|channel|>commentary to=functions.NAME ...<|message|>{..}<|call|> (gpt-oss)
+# How a model writes tool calls: the name of its family (backends.chat_format.families, one
+# module each: hermes, llama3, mistral, phi4, harmony, ...), or
+#   none     no chat template (a base model): no tools
 #   generic  a template without tool support (Gemma 3): Ember describes the tools and the
 #            call format in the system prompt itself
-ToolFormat = Literal["none", "hermes", "llama3", "mistral", "phi4", "harmony", "generic"]
+#   unknown  a template that renders tools in a way no family knows: plain chat only
+ToolFormat = str
 
 
 @dataclass(frozen=True)

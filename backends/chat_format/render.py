@@ -5,13 +5,15 @@ that follows the prompt. Every local backend renders through one `ChatTemplate`.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from backends.base import GenerationRequest, Message
 from backends.chat_format.base import ChatFormat, OutputParser
 from backends.chat_format.detect import detect_format
-from backends.chat_format.generic import plain_turns
+from backends.chat_format.families import by_name
+from backends.chat_format.families.base import Family
+from backends.chat_format.markers import TokenMarkedParser, marker_pieces, token_markers
 from backends.chat_format.parsers import PlainParser, make_parser
 from backends.chat_format.turns import named_results, template_messages
 from backends.chat_template import render_chat
@@ -39,7 +41,9 @@ def template_variables(fmt: ChatFormat, request: GenerationRequest) -> dict:
     template only has a switch (Qwen3); "off" is the lowest effort where it only has an
     effort (gpt-oss cannot stop thinking)."""
     variables: dict = {}
-    if offers_tools(request) and fmt.native_tools and fmt.tools != "phi4":
+    family = by_name(fmt.tools)
+    if offers_tools(request) and fmt.native_tools and family.tools_placer is None \
+            and family.tools_prompt is None:
         variables["tools"] = tool_dicts(request)
     enabled, effort = request.thinking.enabled, request.thinking.effort
     if enabled is None and effort is not None and not fmt.thinking_effort:
@@ -60,6 +64,9 @@ class ChatTemplate:
     eos_text: str = ""
     model_ref: str = "this model"
     fmt: ChatFormat = field(init=False)
+    # the format's markers that come as tokens of the model's vocabulary (the backend's
+    # marker_pieces): only those tokens count as markers (backends.chat_format.markers)
+    token_markers: tuple[str, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
         self.fmt = detect_format(self.source)
@@ -69,12 +76,21 @@ class ChatTemplate:
             raise InvalidRequestError(
                 f"{self.model_ref} has no chat template (a base model): send a plain prompt "
                 "instead of a conversation")
-        if self.fmt.tools == "generic":
-            messages = plain_turns(named_results(messages),
-                                   request.tools if offers_tools(request) else ())
+        family = self.family
+        tools = request.tools if offers_tools(request) else ()
+        if tools and not family.parses_calls:
+            raise InvalidRequestError(
+                f"{self.model_ref} writes tool calls in a format Ember does not know (its "
+                "chat template matches no model family Ember reads, or more than one), so "
+                "its calls would come back as plain text; send the request without tools, "
+                "or use a model whose family Ember supports", "tools")
+        if family.history_as_text is not None:
+            messages = family.history_as_text(named_results(messages), tools)
+        elif tools and family.tools_prompt is not None:
+            messages = _with_system_text(messages, family.tools_prompt(tools))
         dicts = template_messages(messages, self.fmt)
-        if self.fmt.tools == "phi4" and offers_tools(request):
-            dicts = _phi4_tools(dicts, tool_dicts(request))
+        if tools and family.tools_placer is not None:
+            dicts = family.tools_placer(dicts, tool_dicts(request))
         variables = template_variables(self.fmt, request)
         folded = fold_later_system_turns(dicts)
         try:
@@ -96,6 +112,10 @@ class ChatTemplate:
             prompt = self._render([first, *dicts[2:]], variables)
         return self._thinking_closed(prompt, request)
 
+    @property
+    def family(self) -> Family:
+        return by_name(self.fmt.tools)
+
     def _render(self, dicts: list[dict], variables: dict) -> str:
         return render_chat(self.source or "", dicts, bos_token=self.bos_text,
                            eos_token=self.eos_text, **variables)
@@ -113,21 +133,31 @@ class ChatTemplate:
     def parser(self, request: GenerationRequest, prompt: str | None) -> OutputParser:
         """The parser of the answer to `prompt` (the rendered conversation; None for a raw
         completion, whose text is all answer)."""
+        parser: OutputParser
         if prompt is None:
-            return PlainParser()
-        opens = (self.fmt.thinking is not None
-                 and prompt.rstrip().endswith(self.fmt.thinking.open))
-        return make_parser(self.fmt, thinking_open=opens, tools_offered=offers_tools(request),
-                           tool_names=frozenset(t.name for t in request.tools))
+            parser = PlainParser()
+        else:
+            opens = (self.fmt.thinking is not None
+                     and prompt.rstrip().endswith(self.fmt.thinking.open))
+            parser = make_parser(self.fmt, thinking_open=opens,
+                                 tools_offered=offers_tools(request), tools=request.tools)
+        return TokenMarkedParser(parser, self.token_markers) if self.token_markers else parser
+
+    def use_marker_tokens(self, tokenize: Callable[[str], list[int]]) -> dict[int, bytes]:
+        """What the format's marker tokens detokenize to (a backend shows them so), and
+        from now on only those tokens count as markers."""
+        pieces = marker_pieces(self.fmt.special_markers, tokenize)
+        self.token_markers = token_markers(pieces)
+        return pieces
 
 
-def _phi4_tools(dicts: list[dict], tools: list[dict]) -> list[dict]:
-    """Phi-4-mini reads the tools from the system message's own `tools` field, as JSON text
-    (its template: `'<|tool|>' + message['tools'] + '<|/tool|>'`)."""
-    listed = json.dumps([t["function"] for t in tools], ensure_ascii=False)
-    if dicts and dicts[0]["role"] == "system":
-        return [{**dicts[0], "tools": listed}, *dicts[1:]]
-    return [{"role": "system", "content": "", "tools": listed}, *dicts]
+def _with_system_text(messages: tuple[Message, ...], text: str) -> tuple[Message, ...]:
+    """`text` (a family's description of the tools) at the end of the system prompt."""
+    if messages and messages[0].role == "system":
+        first = messages[0]
+        return (Message("system", f"{first.content}\n\n{text}" if first.content else text),
+                *messages[1:])
+    return (Message("system", text), *messages)
 
 
 def _shows_later_system_turns(prompt: str, dicts: list[dict]) -> bool:

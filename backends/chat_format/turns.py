@@ -7,11 +7,11 @@ before it), gpt-oss refuses a tool-call turn with both content and thinking."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 from backends.base import Message
 from backends.chat_format.base import ChatFormat
+from backends.chat_format.families import by_name
 
 
 def template_messages(messages: tuple[Message, ...], fmt: ChatFormat) -> list[dict]:
@@ -19,7 +19,7 @@ def template_messages(messages: tuple[Message, ...], fmt: ChatFormat) -> list[di
     an object, reasoning as `reasoning_content` (Qwen3) and `thinking` (gpt-oss), a tool
     result with the name of the tool it answers."""
     messages = named_results(messages)
-    if fmt.tools in ("llama3", "harmony"):
+    if by_name(fmt.tools).one_call_per_turn:
         messages = one_call_per_turn(messages)
     out: list[dict] = []
     for m in messages:
@@ -45,13 +45,10 @@ def template_messages(messages: tuple[Message, ...], fmt: ChatFormat) -> list[di
 
 
 def call_id(given: str, fmt: ChatFormat) -> str:
-    """Mistral's templates accept only 9-character alphanumeric ids: Ember's `call_...` ids
-    (and any client's) map to one, the same for the call and its result."""
-    if fmt.tools != "mistral" or (len(given) == 9 and given.isalnum()):
-        return given
-    digest = hashlib.sha256(given.encode()).digest()
-    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    return "".join(alphabet[b % len(alphabet)] for b in digest[:9])
+    """A call's id as the family's template insists on it (Mistral's: 9 letters and
+    digits), the same for the call and its result."""
+    shaped = by_name(fmt.tools).call_id
+    return shaped(given) if shaped is not None else given
 
 
 def named_results(messages: tuple[Message, ...]) -> tuple[Message, ...]:

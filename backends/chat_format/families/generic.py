@@ -10,8 +10,12 @@ force, and a shape models already meet in the wild."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from backends.base import Message, Tool
+from backends.chat_format.call_grammar import CallGrammar, Markers, call_rules
+from backends.chat_format.families.base import Family
+from backends.chat_format.tagged import CallSyntax
 
 OPEN, CLOSE = "[TOOL_REQUEST]", "[END_TOOL_REQUEST]"
 
@@ -60,3 +64,28 @@ def plain_turns(messages: tuple[Message, ...], tools: tuple[Tool, ...]) -> tuple
         else:
             out.append(m)
     return tuple(out)
+
+
+# -- the family: what a template without tool support gets (never matched by its text: the
+# registry gives it to a template that does not read `tools` and matches no family) -------
+def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
+    _, rules = call_rules(tools)
+    open_, close = m(OPEN), m(CLOSE)
+    rules.append(f"rest: call {close}" + (' ("\\n" block)*' if parallel and tools else ""))
+    rules.append(f"block: {open_} call {close}")
+    rules.append(f"calls: {open_} rest")
+    return CallGrammar(rules, OPEN)
+
+
+def _never(template: str) -> bool:
+    return False
+
+
+FAMILY = Family(
+    name="generic",
+    matches=_never,
+    json_calls=CallSyntax((OPEN,), CLOSE, bare_json=True),
+    native_tools=False,
+    history_as_text=plain_turns,
+    grammar=grammar,
+)

@@ -14,10 +14,13 @@ is whole when its JSON is."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from backends.base import ToolCallEvent
+from backends.base import Tool, ToolCallEvent
+from backends.chat_format.call_grammar import CallGrammar, Markers, args_rule, lit
+from backends.chat_format.families.base import Family
 from backends.chat_format.json_call import ValueReader
 from backends.chat_format.scan import (
     Sink,
@@ -159,3 +162,32 @@ class HarmonyParser(SteppedParser):
         self.buf = self.buf[at + len(marker):]
         self._after_marker(marker)
         return True
+
+
+# -- the family ------------------------------------------------------------------------------
+def matches(template: str) -> bool:
+    return CHANNEL in template and MESSAGE in template
+
+
+def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
+    # <|call|> ends generation (llama.cpp and mlx-lm count it among the end tokens): the
+    # grammar's end then allows exactly the end tokens, and llguidance reserves those
+    call_end = "" if m.ends_generation(CALL) else f" {m(CALL)}"
+    rules = []
+    for i, tool in enumerate(tools):
+        rules.append(f"hcall_{i}: {lit(f' to=functions.{tool.name} ')} "
+                     f"{m(CONSTRAIN)} \"json\" {m(MESSAGE)} {args_rule(tool)}{call_end}")
+    rules.append("rest: " + " | ".join(f"hcall_{i}" for i in range(len(tools))))
+    # the model stops at <|call|>: one call per turn, whatever `parallel` says
+    rules.append(f"calls: {m(CHANNEL)} \"commentary\" rest")
+    return CallGrammar(rules, CHANNEL)
+
+
+FAMILY = Family(
+    name="harmony",
+    matches=matches,
+    call_markers=MARKERS,
+    harmony=True,
+    one_call_per_turn=True,
+    grammar=grammar,
+)

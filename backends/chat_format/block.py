@@ -1,0 +1,260 @@
+"""The parser of every family whose calls are not one JSON object in tags: a block of calls
+opened by a marker (`<tool_call>`, `<minimax:tool_call>`, `<｜tool▁calls▁begin｜>`,
+`[TOOL_CALLS]`, ...) is held back whole until it ends, then read by the family's own
+`parse` (XML parameters, a name before JSON, pythonic calls). What comes before and after
+is answer text; thinking first, in the family's markers.
+
+Holding the block back costs streaming of one call's arguments (they arrive whole, at the
+block's end), and buys a parser per family that is a plain function of the block's text:
+the same calls whichever way the output is cut, and a call the output cut off is never
+reported (`cut_call`). A block the family cannot read is shown as the answer text it was,
+never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from backends.base import Tool, ToolCallEvent
+from backends.chat_format.base import ThinkingMarkers
+from backends.chat_format.scan import (
+    Sink,
+    SteppedParser,
+    find_marker,
+    is_marker_start,
+    new_call_id,
+    safe_length,
+)
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    name: str
+    arguments: dict  # the call's arguments, typed (an XML value as its schema says)
+
+
+# name -> the tool's JSON schema of its parameters (to type values written as text)
+Schemas = Mapping[str, dict]
+# the block's text (without its opener and closer) -> its calls, or None: not calls
+BlockReader = Callable[[str, Schemas], "list[ParsedCall] | None"]
+# the block's text so far -> where the block ends in it (just past its last character), or
+# None while it may go on; `final`: the output ended
+BlockEnd = Callable[[str, bool], "int | None"]
+
+
+@dataclass(frozen=True)
+class BlockSyntax:
+    opens: tuple[str, ...]  # markers that start a block
+    parse: BlockReader
+    close: str | None = None  # the marker that ends a block
+    end: BlockEnd | None = None  # where a block without a closer ends
+    # a block that may start only at the answer's start, with its opener part of the
+    # block's text (Llama 4's pythonic `[name(...)]`)
+    lead: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.close is None) == (self.end is None):
+            raise ValueError("a block syntax has a close marker or an end rule, not both")
+
+
+State = Literal["start", "think", "lead", "text", "block"]
+
+
+@dataclass
+class BlockParser(SteppedParser):
+    syntax: BlockSyntax | None  # None: no tools offered, only thinking is read
+    thinking_markers: ThinkingMarkers | None
+    thinking_open: bool = False
+    schemas: Schemas = field(default_factory=dict)
+    state: State = "text"
+    buf: str = ""
+    sink: Sink = field(default_factory=Sink)
+    opener: str = ""  # of the block being read
+    calls: int = 0  # reported so far
+    cut: bool = False
+
+    def __post_init__(self) -> None:
+        if self.thinking_markers is not None:
+            self.state = "think" if self.thinking_open else "start"
+        else:
+            self.state = self._answer_state()
+
+    @property
+    def thinking(self) -> bool:
+        return self.state == "think"
+
+    @property
+    def cut_call(self) -> bool:
+        return self.cut
+
+    def _answer_state(self) -> State:
+        return "lead" if self.syntax is not None and self.syntax.lead else "text"
+
+    def _step(self, final: bool) -> bool:
+        return getattr(self, f"_{self.state}")(final)
+
+    def _start(self, final: bool) -> bool:
+        assert self.thinking_markers is not None
+        opener, text = self.thinking_markers.open, self.buf.lstrip()
+        if text.startswith(opener):
+            self.buf, self.state = text[len(opener):], "think"
+            self.sink.marker()
+            return True
+        if (not text or is_marker_start(text, (opener,))) and not final:
+            return False
+        self.state = self._answer_state()
+        return True
+
+    def _think(self, final: bool) -> bool:
+        assert self.thinking_markers is not None
+        closer = self.thinking_markers.close
+        hit = find_marker(self.buf, (closer,))
+        if hit is not None:
+            self.sink.put(self.buf[:hit[0]], thinking=True)
+            self.buf, self.state = self.buf[hit[0] + len(closer):], self._answer_state()
+            self.sink.marker()
+            return True
+        self._put_safe((closer,), thinking=True, final=final)
+        return False
+
+    def _lead(self, final: bool) -> bool:
+        assert self.syntax is not None
+        text = self.buf.lstrip()
+        if not text and not final:
+            return False
+        opener = next((o for o in self.syntax.opens if text.startswith(o)), None)
+        if opener is not None:
+            self.buf, self.opener, self.state = text, opener, "block"
+            return True
+        if is_marker_start(text, self.syntax.opens) and not final:
+            return False
+        self.state = "text"
+        return True
+
+    def _text_markers(self) -> tuple[str, ...]:
+        markers: tuple[str, ...] = ()
+        if self.syntax is not None:
+            if not self.syntax.lead:
+                markers += self.syntax.opens
+            if self.syntax.close:
+                markers += (self.syntax.close,)
+        if self.thinking_markers is not None:
+            markers += (self.thinking_markers.open, self.thinking_markers.close)
+        return markers
+
+    def _text(self, final: bool) -> bool:
+        markers = self._text_markers()
+        hit = find_marker(self.buf, markers)
+        if hit is None:
+            self._put_safe(markers, thinking=False, final=final)
+            return False
+        at, marker = hit
+        self.sink.put(self.buf[:at], thinking=False)
+        self.buf = self.buf[at + len(marker):]
+        self.sink.marker()  # a stray closer or thinking marker is dropped
+        if self.syntax is not None and marker in self.syntax.opens:
+            self.opener, self.state = marker, "block"
+        return True
+
+    def _block(self, final: bool) -> bool:
+        syntax = self.syntax
+        assert syntax is not None
+        if syntax.close is not None:
+            hit = find_marker(self.buf, (syntax.close,))
+            if hit is None:
+                if final:
+                    self._cut_off()
+                return False
+            body, rest = self.buf[:hit[0]], self.buf[hit[0] + len(syntax.close):]
+        else:
+            assert syntax.end is not None
+            end = syntax.end(self.buf, final)
+            if end is None:
+                if final:
+                    self._cut_off()
+                return False
+            body, rest = self.buf[:end], self.buf[end:]
+        self._read_block(body)
+        self.buf, self.state = rest, "text"
+        self.sink.marker()
+        return True
+
+    def _read_block(self, body: str) -> None:
+        assert self.syntax is not None
+        try:
+            calls = self.syntax.parse(body, self.schemas)
+        except (ValueError, KeyError, TypeError, IndexError):
+            calls = None
+        if not calls:
+            shown = body if self.syntax.lead else self.opener + body + (self.syntax.close or "")
+            self.sink.put(shown, thinking=False)
+            return
+        for call in calls:
+            self.sink.events.append(ToolCallEvent(self.calls, id=new_call_id(),
+                                                  name=call.name))
+            self.sink.events.append(ToolCallEvent(
+                self.calls, arguments=json.dumps(call.arguments, ensure_ascii=False)))
+            self.calls += 1
+
+    def _cut_off(self) -> None:
+        self.buf, self.cut, self.state = "", True, "text"
+
+    def _put_safe(self, markers: tuple[str, ...], *, thinking: bool, final: bool) -> None:
+        """Send what cannot be a marker; at the end, a marker cut short is dropped."""
+        n = safe_length(self.buf, markers)
+        self.sink.put(self.buf[:n], thinking=thinking)
+        self.buf = "" if final else self.buf[n:]
+
+
+def schemas_of(tools: tuple[Tool, ...]) -> dict[str, dict]:
+    return {t.name: t.parameters for t in tools}
+
+
+def typed_value(text: str, schema: dict | None) -> object:
+    """A parameter written as text (XML formats), as the JSON value its schema asks for:
+    a string stays the text; a number, boolean, object or array is read as JSON (a value
+    that is not valid JSON stays text, as llama.cpp and vLLM keep it)."""
+    kinds = _types(schema)
+    if not kinds or kinds == {"string"}:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if "string" in kinds and not _fits(value, kinds):
+        return text  # ["string", "integer"] and "abc" is not a number: the text it was
+    return value
+
+
+def _fits(value: object, kinds: set[str]) -> bool:
+    checks = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+              "boolean": lambda v: isinstance(v, bool), "null": lambda v: v is None,
+              "object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list)}
+    return any(check(value) for kind, check in checks.items() if kind in kinds)
+
+
+def _types(schema: dict | None) -> set[str]:
+    if not isinstance(schema, dict):
+        return set()
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {kind}
+    if isinstance(kind, list):
+        return {k for k in kind if isinstance(k, str)}
+    found: set[str] = set()
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key) or ():
+            found |= _types(branch)
+    return found or ({"object"} if "properties" in schema else set())
+
+
+def parameter_schema(schemas: Schemas, tool: str, name: str) -> dict | None:
+    props = (schemas.get(tool) or {}).get("properties")
+    if isinstance(props, dict):
+        prop = props.get(name)
+        return prop if isinstance(prop, dict) else None
+    return None

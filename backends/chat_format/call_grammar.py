@@ -1,0 +1,112 @@
+"""The pieces a family's call grammar is written with (llguidance Lark text): marker texts as
+grammar symbols, literals, and `%json` rules of a tool's argument schema.
+
+A family's `grammar` (backends.chat_format.families.base.Family) returns its calls' rules,
+the trigger text that opens the first call (where `auto` lets free text run until the model
+opens one) and the rule for what follows the trigger; backends.grammar.lark puts them
+together with JSON mode and thinking. This module imports no grammar library, so the
+families can be read (and their text parsers used) without one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from backends.base import Tool
+
+if TYPE_CHECKING:
+    from backends.grammar.vocab import GrammarVocab
+
+# Arguments are written as Python's json.dumps writes them (", " and ": ", no newlines), the
+# form Qwen, Llama and Mistral print their calls in: a fixed spelling also leaves a small
+# model no room to loop on whitespace.
+TOOL_JSON = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False,
+             "lenient": True}
+
+
+@dataclass(frozen=True)
+class CallGrammar:
+    rules: list[str]  # defining `calls` (one or more calls) and `rest`
+    trigger: str  # the text that opens the first call
+    rest: str = "rest"  # the rule for what follows the trigger
+
+
+class Markers:
+    """Marker texts as grammar symbols of one vocabulary: a marker that is one special
+    token is that token (`<[id]>`), so the model writes it as the token it was trained on;
+    other markers are text."""
+
+    def __init__(self, vocab: GrammarVocab) -> None:
+        self.vocab = vocab
+
+    def special(self, text: str) -> bool:
+        return self.vocab.special_id(text) is not None
+
+    def ends_generation(self, text: str) -> bool:
+        token = self.vocab.special_id(text)
+        return token is not None and token in self.vocab.eog
+
+    def __call__(self, text: str) -> str:
+        token = self.vocab.special_id(text)
+        return f"<[{token}]>" if token is not None else lit(text)
+
+
+def lit(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def regex_text(text: str) -> str:
+    """`text` as a literal inside a Lark /regex/."""
+    return re.escape(text).replace("/", "\\/")
+
+
+def closed(schema: object) -> object:
+    """`schema` with objects that list their properties and say nothing of others closed to
+    others (additionalProperties false), as llama.cpp's schema-to-grammar converter reads
+    them: a small model otherwise invents arguments the schema permits but no tool reads.
+    Branches of allOf stay open (closing them would reject each other's properties)."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (v if k in ("allOf", "const", "enum", "default", "examples")
+               else {n: closed(s) for n, s in v.items()}
+               if k in ("properties", "$defs", "definitions") and isinstance(v, dict)
+               else closed(v)) for k, v in schema.items()}
+    if "properties" in out and not any(k in out for k in (
+            "additionalProperties", "patternProperties", "unevaluatedProperties", "allOf")):
+        out["additionalProperties"] = False
+    return out
+
+
+def json_rule(schema: dict, options: dict) -> str:
+    """`%json` of a schema (closed, see `closed`), written with the given llguidance options
+    (x-guidance)."""
+    shut = closed(schema)
+    merged = dict(shut) if isinstance(shut, dict) else {}
+    merged["x-guidance"] = {**options, **schema.get("x-guidance", {})}
+    return "%json " + json.dumps(merged, ensure_ascii=False)
+
+
+def args_rule(tool: Tool) -> str:
+    """A tool's arguments: a JSON object of its schema."""
+    return json_rule(tool.parameters, TOOL_JSON)
+
+
+def call_rules(tools: Sequence[Tool], key: str = "arguments") -> tuple[str, list[str]]:
+    """`call`: one call object of any of `tools` ({"name": .., key: {..}}), and its rules."""
+    rules = []
+    for i, tool in enumerate(tools):
+        head = lit(f'{{"name": "{tool.name}", "{key}": ')
+        rules.append(f"call_{i}: {head} {args_rule(tool)} \"}}\"")
+    rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
+    return "call", rules
+
+
+def one_of(name: str, alternatives: Sequence[str]) -> str:
+    return f"{name}: " + " | ".join(alternatives)
+

@@ -1,0 +1,103 @@
+"""What every model family must get right, as data: the conformance test
+(tests/unit/test_family_conformance.py) runs each case through its family's real chat
+template, parser, vocabulary and grammar.
+
+A case is one output shape of one family: the text its model writes (thinking, answer,
+calls), and the content, reasoning and calls that text must parse into. A family module
+under backends/chat_format/families/ adds its cases here: at least one with parallel
+calls and arguments holding the family's markers, braces, quotes and unicode inside
+strings, and one with thinking where the family thinks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from backends.base import Tool
+
+WEATHER = Tool("get_weather", "The weather in a city",
+               {"type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                               "unit": {"enum": ["celsius", "fahrenheit"]}},
+                "required": ["city"]})
+TIME = Tool("get_time", "The time now", {"type": "object", "properties": {}})
+NOTE = Tool("write_note", "Write a note",
+            {"type": "object",
+             "properties": {"text": {"type": "string"},
+                            "tags": {"type": "array", "items": {"type": "string"}}},
+             "required": ["text"]})
+TOOLS = (WEATHER, TIME, NOTE)
+
+
+@dataclass(frozen=True)
+class FamilyCase:
+    family: str  # the ChatFormat.tools name its templates detect as
+    templates: tuple[str, ...]  # llama.cpp's vendored templates (or tests/data/templates)
+    output: str  # what the model writes after the prompt
+    calls: tuple[tuple[str, dict], ...] = ()
+    content: str = ""
+    reasoning: str = ""
+    vocab: str | None = None  # a vendored ggml-vocab-NAME.gguf the output is replayed through
+    # the exact text the family's grammar writes for `required` (a call of get_weather with
+    # {"city": "Paris"}); None: the family's grammar is checked by its own test
+    forced: str | None = None
+    thinking_open: bool = False  # the prompt opened the thinking
+    id: str = ""
+    markers: tuple[str, ...] = field(default_factory=tuple)  # never in content or calls
+
+    def __str__(self) -> str:
+        return self.id or self.family
+
+
+TRICKY = "Zürich \"quoted\" {braces} [x] </tool_call> 🙂"
+
+CASES: list[FamilyCase] = [
+    FamilyCase(
+        "hermes", ("Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "ibm-granite-granite-4.0"),
+        "<think>\nLet me look.\n</think>\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>\n'
+        "<tool_call>\n"
+        '{"name": "write_note", "arguments": {"text": "Zürich \\"quoted\\" {braces} [x] '
+        '</tool_call> 🙂"}}\n</tool_call>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}), ("write_note", {"text": TRICKY})),
+        reasoning="Let me look.", vocab="qwen2",
+        forced='<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+               "</tool_call>",
+        id="hermes-qwen3", markers=("<tool_call>", "</tool_call>", "<think>", "</think>")),
+    FamilyCase(
+        "llama3", ("meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct"),
+        '{"name": "get_weather", "parameters": {"city": "Zürich {x}"}}',
+        calls=(("get_weather", {"city": "Zürich {x}"}),), vocab="llama-bpe",
+        forced='{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        markers=("<|python_tag|>",)),
+    FamilyCase(
+        "mistral", ("mistralai-Mistral-7B-Instruct-v0.3", "mistralai-Mistral-Nemo-Instruct-2407"),
+        'Checking. [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, '
+        '"id": "abcdefghi"}, {"name": "get_time", "arguments": {}}]',
+        calls=(("get_weather", {"city": "Paris"}), ("get_time", {})), content="Checking.",
+        forced='[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        id="mistral-list", markers=("[TOOL_CALLS]",)),
+    FamilyCase(
+        "phi4", ("microsoft-Phi-4-mini-instruct",),
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+        '{"name": "get_time", "arguments": {}}]<|/tool_call|>',
+        calls=(("get_weather", {"city": "Paris"}), ("get_time", {})),
+        forced='<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+               "<|/tool_call|>",
+        markers=("<|tool_call|>", "<|/tool_call|>")),
+    FamilyCase(
+        "harmony", ("openai-gpt-oss-120b",),
+        "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant"
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        '{"city": "Zürich <|call|> {x}"}<|call|>',
+        calls=(("get_weather", {"city": "Zürich <|call|> {x}"}),), reasoning="Need weather.",
+        markers=("<|channel|>", "<|message|>")),
+    FamilyCase(
+        "generic", ("google-gemma-3-it", "microsoft-Phi-3.5-mini-instruct"),
+        'Sure.\n[TOOL_REQUEST]{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        "[END_TOOL_REQUEST]",
+        calls=(("get_weather", {"city": "Paris"}),), content="Sure.",
+        forced='[TOOL_REQUEST]{"name": "get_weather", "arguments": {"city": "Paris"}}'
+               "[END_TOOL_REQUEST]",
+        markers=("[TOOL_REQUEST]", "[END_TOOL_REQUEST]")),
+]
