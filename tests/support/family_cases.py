@@ -100,4 +100,23 @@ CASES: list[FamilyCase] = [
         forced='[TOOL_REQUEST]{"name": "get_weather", "arguments": {"city": "Paris"}}'
                "[END_TOOL_REQUEST]",
         markers=("[TOOL_REQUEST]", "[END_TOOL_REQUEST]")),
+    FamilyCase(
+        "nemotron_v2", ("NVIDIA-Nemotron-Nano-v2",),
+        "Two calls.\n</think>\n\n<TOOLCALL>["
+        '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, '
+        '{"name": "write_note", "arguments": {"text": "Zürich \\"quoted\\" {braces} [x] '
+        '</TOOLCALL> 🙂", "tags": ["a]", "}b"]}}]</TOOLCALL>\n',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] </TOOLCALL> 🙂",
+                               "tags": ["a]", "}b"]})),
+        reasoning="Two calls.", vocab="qwen2", thinking_open=True,
+        forced='<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+               "</TOOLCALL>",
+        id="nemotron-v2", markers=("<TOOLCALL>", "</TOOLCALL>", "<think>", "</think>")),
+    FamilyCase(
+        "nemotron_v2", ("NVIDIA-Nemotron-Nano-v2",),
+        "The user greets.\n</think>\nHello! Ask me about the weather.",
+        content="Hello! Ask me about the weather.", reasoning="The user greets.",
+        thinking_open=True, id="nemotron-v2-answer",
+        markers=("<TOOLCALL>", "</TOOLCALL>", "<think>", "</think>")),
 ]

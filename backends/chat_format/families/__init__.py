@@ -21,12 +21,14 @@ from backends.chat_format.families import (
     hermes,
     llama3,
     mistral_list,
+    nemotron_v2,
     phi4,
 )
 from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
+    nemotron_v2,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
