@@ -53,7 +53,8 @@ TRICKY = "Zürich \"quoted\" {braces} [x] </tool_call> 🙂"
 
 CASES: list[FamilyCase] = [
     FamilyCase(
-        "hermes", ("Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "ibm-granite-granite-4.0"),
+        "hermes", ("Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "ibm-granite-granite-4.0",
+                   "ibm-granite-granite-4.1"),
         "<think>\nLet me look.\n</think>\n\n<tool_call>\n"
         '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>\n'
         "<tool_call>\n"
@@ -119,4 +120,25 @@ CASES: list[FamilyCase] = [
         content="Hello! Ask me about the weather.", reasoning="The user greets.",
         thinking_open=True, id="nemotron-v2-answer",
         markers=("<TOOLCALL>", "</TOOLCALL>", "<think>", "</think>")),
+    FamilyCase(
+        "granite", ("ibm-granite-granite-3.3-2B-Instruct",),
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, '
+        '{"name": "write_note", "arguments": {"text": "Zürich \\"quoted\\" {braces} [x] '
+        '<|tool_call|> 🙂"}}]',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] <|tool_call|> 🙂"})),
+        vocab="qwen2",
+        forced='<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        id="granite-3", markers=("<|tool_call|>", "<think>", "</think>")),
+    FamilyCase(
+        "granite", ("ibm-granite-granite-3.3-2B-Instruct",),
+        "<think>A greeting, no tool needed.</think>Hello! What city?",
+        content="Hello! What city?", reasoning="A greeting, no tool needed.", vocab="qwen2",
+        id="granite-3-thinking", markers=("<|tool_call|>", "<think>", "</think>")),
+    FamilyCase(
+        "hermes", ("ibm-granite-granite-4.1", "ibm-granite-granite-4.0"),
+        'Checking both.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+        calls=(("get_weather", {"city": "Paris"}), ("get_time", {})), content="Checking both.",
+        vocab="qwen2", id="hermes-granite-4", markers=("<tool_call>", "</tool_call>")),
 ]

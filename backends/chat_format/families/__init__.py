@@ -17,6 +17,7 @@ from types import ModuleType
 
 from backends.chat_format.families import (
     generic,
+    granite,
     harmony,
     hermes,
     llama3,
@@ -28,7 +29,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    nemotron_v2,
+    nemotron_v2, granite,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
