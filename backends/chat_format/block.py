@@ -54,6 +54,9 @@ class BlockSyntax:
     # a block that may start only at the answer's start, with its opener part of the
     # block's text (Llama 4's pythonic `[name(...)]`)
     lead: bool = False
+    # markers dropped wherever the answer has them, a lead block's opener may follow them
+    # (Llama 4's `<|python_start|>`/`<|python_end|>` around its calls)
+    drop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.close is None) == (self.end is None):
@@ -123,13 +126,18 @@ class BlockParser(SteppedParser):
     def _lead(self, final: bool) -> bool:
         assert self.syntax is not None
         text = self.buf.lstrip()
+        dropped = next((d for d in self.syntax.drop if text.startswith(d)), None)
+        if dropped is not None:
+            self.buf = text[len(dropped):]
+            self.sink.marker()
+            return True
         if not text and not final:
             return False
         opener = next((o for o in self.syntax.opens if text.startswith(o)), None)
         if opener is not None:
             self.buf, self.opener, self.state = text, opener, "block"
             return True
-        if is_marker_start(text, self.syntax.opens) and not final:
+        if is_marker_start(text, self.syntax.opens + self.syntax.drop) and not final:
             return False
         self.state = "text"
         return True
@@ -141,6 +149,7 @@ class BlockParser(SteppedParser):
                 markers += self.syntax.opens
             if self.syntax.close:
                 markers += (self.syntax.close,)
+            markers += self.syntax.drop
         if self.thinking_markers is not None:
             markers += (self.thinking_markers.open, self.thinking_markers.close)
         return markers

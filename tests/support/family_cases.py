@@ -141,4 +141,33 @@ CASES: list[FamilyCase] = [
         '</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
         calls=(("get_weather", {"city": "Paris"}), ("get_time", {})), content="Checking both.",
         vocab="qwen2", id="hermes-granite-4", markers=("<tool_call>", "</tool_call>")),
+    FamilyCase(
+        "llama4", ("meta-llama-Llama-4-Scout-17B-16E-Instruct",),
+        "[get_weather(city='Zürich \"quoted\" {braces} [x] <|python_end|> 🙂', days=2), "
+        'write_note(text="it\'s (1, 2)]", tags=["a]", \'b)\'], ), get_time()]',
+        calls=(("get_weather", {"city": "Zürich \"quoted\" {braces} [x] <|python_end|> 🙂",
+                                "days": 2}),
+               ("write_note", {"text": "it's (1, 2)]", "tags": ["a]", "b)"]}),
+               ("get_time", {})),
+        vocab="llama-bpe",
+        forced='{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        id="llama4-pythonic", markers=("<|python_start|>", "<|python_end|>")),
+    FamilyCase(
+        "llama4", ("meta-llama-Llama-4-Scout-17B-16E-Instruct",),
+        '<|python_start|><|python_end|>{"name": "get_weather", "parameters": {"city": "Paris", '
+        '"unit": "celsius"}}{"name": "write_note", "parameters": {"text": "{\\"a\\": [1]} '
+        '<|eot|>"}}',
+        calls=(("get_weather", {"city": "Paris", "unit": "celsius"}),
+               ("write_note", {"text": '{"a": [1]} <|eot|>'})),
+        vocab="llama-bpe", id="llama4-json", markers=("<|python_start|>", "<|python_end|>")),
+    FamilyCase(
+        "llama4", ("meta-llama-Llama-4-Scout-17B-16E-Instruct",),
+        '<|python_start|>[get_weather(city="Paris", days=-1)]<|python_end|>',
+        calls=(("get_weather", {"city": "Paris", "days": -1}),),
+        id="llama4-wrapped", markers=("<|python_start|>", "<|python_end|>")),
+    FamilyCase(
+        "llama4", ("meta-llama-Llama-4-Scout-17B-16E-Instruct",),
+        "[1] Paris is sunny; see [get_weather(city='Paris')].",
+        content="[1] Paris is sunny; see [get_weather(city='Paris')].",
+        id="llama4-answer", markers=("<|python_start|>", "<|python_end|>")),
 ]

@@ -21,6 +21,7 @@ from backends.chat_format.families import (
     harmony,
     hermes,
     llama3,
+    llama4,
     mistral_list,
     nemotron_v2,
     phi4,
@@ -29,7 +30,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    nemotron_v2, granite,
+    nemotron_v2, granite, llama4,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
