@@ -55,7 +55,8 @@ class BlockSyntax:
     # block's text (Llama 4's pythonic `[name(...)]`)
     lead: bool = False
     # markers dropped wherever the answer has them, a lead block's opener may follow them
-    # (Llama 4's `<|python_start|>`/`<|python_end|>` around its calls)
+    # (Llama 4's `<|python_start|>`/`<|python_end|>` around its calls; a stray closer of a
+    # block that ends by its `end` rule)
     drop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -6,16 +6,22 @@ is ever evaluated, and anything else (a positional argument, `**kw`, a variable,
 expression) makes the whole list not calls.
 
 `list_end` finds where such a list ends in streamed text, skipping brackets inside strings;
-backends.chat_format.block holds the list back until then."""
+backends.chat_format.block holds the list back until then. `call_text` writes a call the
+same way (for templates that show earlier calls only as text), and `call_rules` is the
+grammar of one call: each argument's value is JSON, which this reader takes as Python."""
 
 from __future__ import annotations
 
 import ast
+import json
 import math
 import re
-from collections.abc import Collection
+import warnings
+from collections.abc import Collection, Sequence
 
+from backends.base import Tool
 from backends.chat_format.block import ParsedCall
+from backends.chat_format.call_grammar import TOOL_JSON, json_rule, lit
 
 # a list that starts like a call: `[name(` (a dotted name too: `Calendar.create_event(`)
 CALL_HEAD = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
@@ -56,7 +62,9 @@ def read_calls(text: str, names: Collection[str] = ()) -> list[ParsedCall] | Non
     """The calls of a pythonic list, or None when `text` is not exactly one (or names a
     function not in `names`, when given)."""
     try:
-        node = ast.parse(text.strip(), mode="eval").body
+        with warnings.catch_warnings():  # an invalid escape ("\\/") only warns
+            warnings.simplefilter("ignore")
+            node = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     if not isinstance(node, ast.List) or not node.elts:
@@ -115,3 +123,53 @@ def literal(node: ast.expr) -> object:
     if isinstance(node, ast.Name) and node.id in JSON_NAMES:
         return JSON_NAMES[node.id]
     raise ValueError("not a literal")
+
+
+def python_value(value: object) -> str:
+    """A JSON value as a Python literal (JSON strings and numbers already are)."""
+    if value is None or isinstance(value, bool):
+        return {None: "None", True: "True", False: "False"}[value]
+    if isinstance(value, list):
+        return "[" + ", ".join(python_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k), ensure_ascii=False)}: {python_value(v)}"
+                               for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def call_text(name: str, arguments: dict) -> str:
+    """`name(key=value, ..)`, as the model writes it."""
+    return f"{name}(" + ", ".join(f"{k}={python_value(v)}" for k, v in arguments.items()) + ")"
+
+
+def call_rules(tools: Sequence[Tool]) -> list[str]:
+    """`call`: one call of any of `tools`, `name(key=value, ..)`, its arguments in the
+    schema's order (required ones always, others optional) and each value `%json` of its
+    property's schema. A property whose name is no Python identifier cannot be written."""
+    rules = []
+    for i, tool in enumerate(tools):
+        props = tool.parameters.get("properties") or {}
+        required = set(tool.parameters.get("required") or ())
+        keys = [k for k in props if isinstance(k, str) and k.isidentifier()]
+        for j, key in enumerate(keys):
+            schema = props[key] if isinstance(props[key], dict) else {}
+            rules.append(f"call_{i}_{j}: {json_rule(schema, TOOL_JSON)}")
+        pairs = [(key, f"call_{i}_{j}", key in required) for j, key in enumerate(keys)]
+        rules.append(f"call_{i}: {lit(tool.name + '(')} {_arguments(pairs, True)} \")\"")
+    rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
+    return rules
+
+
+def _arguments(pairs: list[tuple[str, str, bool]], first: bool) -> str:
+    """The grammar of the arguments `pairs` (key, value rule, required), `first`: none
+    written before them (so no comma leads)."""
+    if not pairs:
+        return ""
+    (key, value, needed), rest = pairs[0], pairs[1:]
+    head = f"{lit(('' if first else ', ') + key + '=')} {value} {_arguments(rest, False)}"
+    if needed:
+        return head
+    if not first:
+        return f"({lit(', ' + key + '=')} {value})? {_arguments(rest, False)}"
+    skip = _arguments(rest, True)
+    return f"({head} | {skip})" if skip else f"({head})?"

@@ -170,4 +170,22 @@ CASES: list[FamilyCase] = [
         "[1] Paris is sunny; see [get_weather(city='Paris')].",
         content="[1] Paris is sunny; see [get_weather(city='Paris')].",
         id="llama4-answer", markers=("<|python_start|>", "<|python_end|>")),
+    FamilyCase(
+        "lfm2", ("LFM2-8B-A1B", "LFM2.5-Instruct", "LFM2.5-8B-A1B"),
+        "Checking.<|tool_call_start|>[get_weather(city='Zürich \"quoted\" {braces} [x] "
+        "<|tool_call_end|> 🙂', days=2), write_note(text=\"a\\nb\", tags=['x)', \"]y\"]), "
+        "get_time()]<|tool_call_end|>",
+        calls=(("get_weather", {"city": "Zürich \"quoted\" {braces} [x] <|tool_call_end|> 🙂",
+                                "days": 2}),
+               ("write_note", {"text": "a\nb", "tags": ["x)", "]y"]}), ("get_time", {})),
+        content="Checking.", vocab="qwen2",
+        forced='<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>',
+        id="lfm2", markers=("<|tool_call_start|>", "<|tool_call_end|>")),
+    FamilyCase(
+        "lfm2", ("LFM2.5-8B-A1B",),
+        "<think>Let me think about <|tool_call_start|>[get_time()]<|tool_call_end|> hmm</think>"
+        '<|tool_call_start|>[get_weather(city="Paris", unit="celsius")]<|tool_call_end|>',
+        calls=(("get_weather", {"city": "Paris", "unit": "celsius"}),),
+        reasoning="Let me think about <|tool_call_start|>[get_time()]<|tool_call_end|> hmm",
+        vocab="qwen2", id="lfm2-thinking", markers=("<think>", "</think>")),
 ]

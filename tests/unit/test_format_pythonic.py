@@ -127,3 +127,61 @@ def test_llama4_parallel_grammar_takes_calls_back_to_back():
     assert constraint.valid_prefix(ids) == len(ids)
     assert constraint.matcher.consume_tokens(ids) and constraint.matcher.is_accepting()
     assert run(forced)[1] == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+
+
+LFM2 = "LFM2-8B-A1B"
+
+
+def test_lfm2_writes_earlier_calls_into_the_turn_as_its_model_does():
+    from backends.base import ToolCall
+
+    messages = (Message("user", "Weather in Paris?"),
+                Message("assistant", "Checking.", tool_calls=(
+                    ToolCall("call_p", "get_weather", '{"city": "Paris", "days": 2}'),
+                    ToolCall("call_n", "write_note", '{"text": "a\\"b", "tags": [], "x": true}'))),
+                Message("tool", "18 degrees", tool_call_id="call_p"))
+    request = GenerationRequest(messages=messages, tools=TOOLS)
+    prompt = chat(LFM2).render(messages, request)
+    assert ('<|im_start|>assistant\nChecking.<|tool_call_start|>[get_weather(city="Paris", '
+            'days=2), write_note(text="a\\"b", tags=[], x=True)]<|tool_call_end|><|im_end|>'
+            in prompt)
+    assert "<|tool_response_start|>18 degrees<|tool_response_end|>" in prompt
+
+
+@pytest.mark.parametrize("output", [
+    "<|tool_call_start|>[get_weather(city=Paris)]<|tool_call_end|>",
+    "<|tool_call_start|>[launch(code=1)]<|tool_call_end|>",
+    "<|tool_call_start|>not a list<|tool_call_end|>",
+])
+def test_lfm2_a_block_it_cannot_read_is_shown_as_it_was(output):
+    text, calls, cut = run(output, template=LFM2)
+    assert (text, calls, cut) == (output, [], False)
+
+
+def test_lfm2_a_stray_closer_is_dropped_and_a_cut_block_never_shown():
+    assert run("Done.<|tool_call_end|> Bye.", template=LFM2)[:2] == ("Done.Bye.", [])
+    text, calls, cut = run("Ok.<|tool_call_start|>[get_weather(city='Par", template=LFM2)
+    assert (text, calls, cut) == ("Ok.", [], True)
+
+
+def test_lfm2_grammar_takes_parallel_calls_with_optional_arguments():
+    from backends.grammar import Constraint, vocab_from_llama
+    from backends.grammar.lark import Answer, grammar_text
+    from tests.support.token_stream import load_vocab
+
+    model = load_vocab("qwen2").model
+    vocab = vocab_from_llama(model.vocab, model.n_vocab())
+    fmt = chat(LFM2).fmt
+    answer = Answer(tools=TOOLS, choice="required", parallel=True)
+    forced = ('<|tool_call_start|>[get_weather(city="Paris", unit="celsius"), get_time(), '
+              'write_note(text="x", tags=["a", "b"])]<|tool_call_end|>')
+    for text, ok in ((forced, True), (forced.replace('city="Paris", ', ""), False),
+                     (forced.replace("get_time()", "get_time(x=1)"), False)):
+        constraint = Constraint(vocab, grammar_text(answer, fmt, "after", vocab))
+        ids = vocab.tokenizer.tokenize_str(text, parse_special=True)
+        took = constraint.valid_prefix(ids) == len(ids)
+        assert (took and constraint.matcher.consume_tokens(ids)
+                and constraint.matcher.is_accepting()) == ok, text
+    assert run(forced, template=LFM2)[1] == [
+        ("get_weather", {"city": "Paris", "unit": "celsius"}), ("get_time", {}),
+        ("write_note", {"text": "x", "tags": ["a", "b"]})]

@@ -20,6 +20,7 @@ from backends.chat_format.families import (
     granite,
     harmony,
     hermes,
+    lfm2,
     llama3,
     llama4,
     mistral_list,
@@ -30,7 +31,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    nemotron_v2, granite, llama4,
+    nemotron_v2, granite, llama4, lfm2,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
