@@ -49,6 +49,23 @@ def bracket_end(text: str, start: int = 0) -> int | None:
     return None
 
 
+def closed_list_end(text: str, final: bool, close: str) -> int | None:
+    """Past `close` after the list (pythonic or JSON) that starts `text`, so a closer inside
+    one of its strings is text; without a list, past the first closer. None while the
+    block may go on."""
+    start = len(text) - len(text.lstrip())
+    if not text.startswith("[", start):
+        at = text.find(close)
+        return at + len(close) if at >= 0 else None
+    end = bracket_end(text, start)
+    if end is None:
+        return None
+    tail = text[end:].lstrip()
+    if tail.startswith(close):
+        return len(text) - len(tail) + len(close)
+    return None if close.startswith(tail) and not final else end
+
+
 def list_end(text: str, final: bool) -> int | None:
     """Where a pythonic call list at the start of `text` ends: 0 when `text` is not one
     (answer text that happens to start with `[`), None while it may still be."""

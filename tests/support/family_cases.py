@@ -188,4 +188,22 @@ CASES: list[FamilyCase] = [
         calls=(("get_weather", {"city": "Paris", "unit": "celsius"}),),
         reasoning="Let me think about <|tool_call_start|>[get_time()]<|tool_call_end|> hmm",
         vocab="qwen2", id="lfm2-thinking", markers=("<think>", "</think>")),
+    FamilyCase(
+        "command_r7b", ("CohereForAI-c4ai-command-r7b-12-2024-tool_use",),
+        "<|START_THINKING|>I will check both.<|END_THINKING|><|START_ACTION|>[\n"
+        '    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", '
+        '"days": 2}},\n    {"tool_call_id": "1", "tool_name": "write_note", "parameters": '
+        '{"text": "Zürich \\"quoted\\" {braces} [x] <|END_ACTION|> 🙂"}}\n]<|END_ACTION|>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] <|END_ACTION|> 🙂"})),
+        reasoning="I will check both.", vocab="command-r",
+        forced='<|START_ACTION|>[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}]'
+               "<|END_ACTION|>",
+        id="command-r7b", markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
+                                   "<|END_THINKING|>", "<|START_RESPONSE|>")),
+    FamilyCase(
+        "command_r7b", ("CohereForAI-c4ai-command-r7b-12-2024-tool_use",),
+        "<|START_RESPONSE|>Hello, world!\nWhat's up?<|END_RESPONSE|>",
+        content="Hello, world!\nWhat's up?", vocab="command-r", id="command-r7b-answer",
+        markers=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_ACTION|>")),
 ]

@@ -16,6 +16,7 @@ import re
 from types import ModuleType
 
 from backends.chat_format.families import (
+    command_r7b,
     generic,
     granite,
     harmony,
@@ -31,7 +32,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    nemotron_v2, granite, llama4, lfm2,
+    nemotron_v2, granite, llama4, lfm2, command_r7b,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY

@@ -25,18 +25,7 @@ def matches(template: str) -> bool:
 
 
 def block_end(text: str, final: bool) -> int | None:
-    """Past the closer that follows the call list (a closer inside a string is text)."""
-    start = len(text) - len(text.lstrip())
-    if not text.startswith("[", start):
-        at = text.find(CLOSE)
-        return at + len(CLOSE) if at >= 0 else None
-    end = pythonic.bracket_end(text, start)
-    if end is None:
-        return None
-    tail = text[end:].lstrip()
-    if tail.startswith(CLOSE):
-        return len(text) - len(tail) + len(CLOSE)
-    return None if CLOSE.startswith(tail) and not final else end
+    return pythonic.closed_list_end(text, final, CLOSE)
 
 
 def parse(text: str, schemas: Schemas) -> list[ParsedCall] | None:

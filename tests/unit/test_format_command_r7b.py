@@ -1,0 +1,37 @@
+"""Command R7B's action blocks: a block it cannot read is shown as the text it was, a cut
+one is never reported, the response markers never reach the answer, and hostile nesting
+does not blow up."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_format_pythonic import run
+
+R7B = "CohereForAI-c4ai-command-r7b-12-2024-tool_use"
+
+
+@pytest.mark.parametrize("output", [
+    '<|START_ACTION|>[{"tool_name": "launch", "parameters": {}}]<|END_ACTION|>',
+    '<|START_ACTION|>[{"tool_name": "get_weather", "parameters": [1]}]<|END_ACTION|>',
+    '<|START_ACTION|>{"tool_name": "get_weather"}<|END_ACTION|>',
+    "<|START_ACTION|>[" + "[" * 50_000 + "]" * 50_000 + "]<|END_ACTION|>",
+])
+def test_an_action_it_cannot_read_is_shown_as_it_was(output):
+    text, calls, cut = run(output, pieces=4096, template=R7B)
+    assert (text, calls, cut) == (output, [], False)
+
+
+def test_thinking_then_a_response_and_a_cut_action():
+    text, calls, cut = run("<|START_THINKING|>Easy.<|END_THINKING|><|START_RESPONSE|>Hi!"
+                           "<|END_RESPONSE|>", template=R7B)
+    assert (text, calls, cut) == ("Hi!", [], False)
+    text, calls, cut = run('<|START_ACTION|>[{"tool_name": "get_weather", "parameters": {"ci',
+                           template=R7B)
+    assert (text, calls, cut) == ("", [], True)
+
+
+def test_an_action_without_its_closer_still_counts_at_the_end():
+    text, calls, _ = run('<|START_ACTION|>[{"tool_name": "get_time", "parameters": {}}]',
+                         template=R7B)
+    assert (text, calls) == ("", [("get_time", {})])
