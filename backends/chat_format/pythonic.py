@@ -49,12 +49,12 @@ def bracket_end(text: str, start: int = 0) -> int | None:
     return None
 
 
-def closed_list_end(text: str, final: bool, close: str) -> int | None:
-    """Past `close` after the list (pythonic or JSON) that starts `text`, so a closer inside
-    one of its strings is text; without a list, past the first closer. None while the
-    block may go on."""
+def closed_list_end(text: str, final: bool, close: str, opener: str = "[") -> int | None:
+    """Past `close` after the list (pythonic or JSON; an object for `opener` "{") that
+    starts `text`, so a closer inside one of its strings is text; without one, past the
+    first closer. None while the block may go on."""
     start = len(text) - len(text.lstrip())
-    if not text.startswith("[", start):
+    if not text.startswith(opener, start):
         at = text.find(close)
         return at + len(close) if at >= 0 else None
     end = bracket_end(text, start)

@@ -206,4 +206,15 @@ CASES: list[FamilyCase] = [
         "<|START_RESPONSE|>Hello, world!\nWhat's up?<|END_RESPONSE|>",
         content="Hello, world!\nWhat's up?", vocab="command-r", id="command-r7b-answer",
         markers=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_ACTION|>")),
+    FamilyCase(
+        "functionary_v3_1", ("meetkai-functionary-medium-v3.1",),
+        'Looking.<function=get_weather>{"city": "Paris", "days": 2}</function>'
+        '<function=write_note>{"text": "Zürich \\"quoted\\" {braces} [x] </function> 🙂", '
+        '"tags": ["<function=x>"]}</function>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] </function> 🙂",
+                               "tags": ["<function=x>"]})),
+        content="Looking.", vocab="llama-bpe",
+        forced='<function=get_weather>{"city": "Paris"}</function>',
+        id="functionary-v3.1", markers=("<function=", "</function>")),
 ]

@@ -17,6 +17,7 @@ from types import ModuleType
 
 from backends.chat_format.families import (
     command_r7b,
+    functionary_v3_1,
     generic,
     granite,
     harmony,
@@ -32,7 +33,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    nemotron_v2, granite, llama4, lfm2, command_r7b,
+    nemotron_v2, granite, llama4, lfm2, command_r7b, functionary_v3_1,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY

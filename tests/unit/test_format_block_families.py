@@ -1,6 +1,6 @@
-"""Command R7B's action blocks: a block it cannot read is shown as the text it was, a cut
-one is never reported, the response markers never reach the answer, and hostile nesting
-does not blow up."""
+"""Command R7B's action blocks and Functionary v3.1's `<function=..>` tags: a block it
+cannot read is shown as the text it was, a cut one is never reported, the response markers
+never reach the answer, and hostile nesting does not blow up."""
 
 from __future__ import annotations
 
@@ -35,3 +35,22 @@ def test_an_action_without_its_closer_still_counts_at_the_end():
     text, calls, _ = run('<|START_ACTION|>[{"tool_name": "get_time", "parameters": {}}]',
                          template=R7B)
     assert (text, calls) == ("", [("get_time", {})])
+
+
+FUNCTIONARY = "meetkai-functionary-medium-v3.1"
+
+
+@pytest.mark.parametrize("output", [
+    "<function=launch>{}</function>",
+    '<function=get_weather>["Paris"]</function>',
+    "<function=get_weather>{oops}</function>",
+])
+def test_functionary_v3_1_a_call_it_cannot_read_is_shown_as_it_was(output):
+    assert run(output, template=FUNCTIONARY) == (output, [], False)
+
+
+def test_functionary_v3_1_cut_calls_and_a_tag_that_is_no_call():
+    assert run('<function=get_weather>{"city": "Pa', template=FUNCTIONARY) == ("", [], True)
+    text, calls, _ = run("Use <function= tags. <function=get_time>{}</function>",
+                         template=FUNCTIONARY)
+    assert calls == [("get_time", {})] and text.startswith("Use") and "tags." in text
