@@ -217,4 +217,17 @@ CASES: list[FamilyCase] = [
         content="Looking.", vocab="llama-bpe",
         forced='<function=get_weather>{"city": "Paris"}</function>',
         id="functionary-v3.1", markers=("<function=", "</function>")),
+    FamilyCase(
+        "apertus", ("Apertus-8B-Instruct",),
+        "<|inner_prefix|>Two tools.<|inner_suffix|>"
+        '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 2}}, {"write_note": '
+        '{"text": "Zürich \\"quoted\\" {braces} [x] <|tools_suffix|> 🙂", "tags": ["]"]}}]'
+        "<|tools_suffix|>",
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] <|tools_suffix|> 🙂",
+                               "tags": ["]"]})),
+        reasoning="Two tools.", vocab="qwen2",
+        forced='<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>',
+        id="apertus", markers=("<|tools_prefix|>", "<|tools_suffix|>", "<|inner_prefix|>",
+                               "<|inner_suffix|>")),
 ]

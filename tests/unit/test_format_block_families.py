@@ -1,6 +1,6 @@
-"""Command R7B's action blocks and Functionary v3.1's `<function=..>` tags: a block it
-cannot read is shown as the text it was, a cut one is never reported, the response markers
-never reach the answer, and hostile nesting does not blow up."""
+"""Command R7B's action blocks, Functionary v3.1's `<function=..>` tags and Apertus' tool
+lists: a block it cannot read is shown as the text it was, a cut one is never reported,
+the response markers never reach the answer, and hostile nesting does not blow up."""
 
 from __future__ import annotations
 
@@ -54,3 +54,15 @@ def test_functionary_v3_1_cut_calls_and_a_tag_that_is_no_call():
     text, calls, _ = run("Use <function= tags. <function=get_time>{}</function>",
                          template=FUNCTIONARY)
     assert calls == [("get_time", {})] and text.startswith("Use") and "tags." in text
+
+
+APERTUS = "Apertus-8B-Instruct"
+
+
+@pytest.mark.parametrize("output", [
+    '<|tools_prefix|>[{"get_weather": {"city": "Paris"}, "get_time": {}}]<|tools_suffix|>',
+    '<|tools_prefix|>[{"launch": {}}]<|tools_suffix|>',
+    '<|tools_prefix|>[{"get_weather": "Paris"}]<|tools_suffix|>',
+])
+def test_apertus_a_list_it_cannot_read_is_shown_as_it_was(output):
+    assert run(output, template=APERTUS) == (output, [], False)

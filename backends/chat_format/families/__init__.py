@@ -16,6 +16,7 @@ import re
 from types import ModuleType
 
 from backends.chat_format.families import (
+    apertus,
     command_r7b,
     functionary_v3_1,
     generic,
@@ -33,7 +34,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    nemotron_v2, granite, llama4, lfm2, command_r7b, functionary_v3_1,
+    nemotron_v2, granite, llama4, lfm2, command_r7b, functionary_v3_1, apertus,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
