@@ -30,8 +30,12 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(f"chat template refused the conversation: {message}")
 
 
-def _tojson(value: object, indent: int | None = None) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+def _tojson(value: object, indent: int | None = None, ensure_ascii: bool = False,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """Hugging Face's `tojson` (its keyword arguments too: GigaChat passes ensure_ascii)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                      separators=tuple(separators) if separators else None,  # type: ignore[arg-type]
+                      sort_keys=sort_keys)
 
 
 class _GenerationTag(jinja2.ext.Extension):
