@@ -230,4 +230,13 @@ CASES: list[FamilyCase] = [
         forced='<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>',
         id="apertus", markers=("<|tools_prefix|>", "<|tools_suffix|>", "<|inner_prefix|>",
                                "<|inner_suffix|>")),
+    FamilyCase(
+        "gigachat", ("GigaChat3.1-10B-A1.8B",),
+        'One moment.<|function_call|>{"name": "write_note", "arguments": {"text": '
+        '"Zürich \\"quoted\\" {braces} [x] <|function_call|> 🙂", "tags": ["a", "}"]}}',
+        calls=(("write_note", {"text": "Zürich \"quoted\" {braces} [x] <|function_call|> 🙂",
+                               "tags": ["a", "}"]}),),
+        content="One moment.", vocab="qwen2",
+        forced='<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        id="gigachat-3.1", markers=("<|function_call|>",)),
 ]

@@ -20,6 +20,7 @@ from backends.chat_format.families import (
     command_r7b,
     functionary_v3_1,
     generic,
+    gigachat,
     granite,
     harmony,
     hermes,
@@ -35,6 +36,7 @@ from backends.chat_format.families.base import THINK, Family
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
     nemotron_v2, granite, llama4, lfm2, command_r7b, functionary_v3_1, apertus,
+    gigachat,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
