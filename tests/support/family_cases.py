@@ -189,7 +189,7 @@ CASES: list[FamilyCase] = [
         reasoning="Let me think about <|tool_call_start|>[get_time()]<|tool_call_end|> hmm",
         vocab="qwen2", id="lfm2-thinking", markers=("<think>", "</think>")),
     FamilyCase(
-        "command_r7b", ("CohereForAI-c4ai-command-r7b-12-2024-tool_use",),
+        "cohere_action", ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Cohere2MoE"),
         "<|START_THINKING|>I will check both.<|END_THINKING|><|START_ACTION|>[\n"
         '    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", '
         '"days": 2}},\n    {"tool_call_id": "1", "tool_name": "write_note", "parameters": '
@@ -202,10 +202,22 @@ CASES: list[FamilyCase] = [
         id="command-r7b", markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
                                    "<|END_THINKING|>", "<|START_RESPONSE|>")),
     FamilyCase(
-        "command_r7b", ("CohereForAI-c4ai-command-r7b-12-2024-tool_use",),
+        "cohere_action", ("CohereForAI-c4ai-command-r7b-12-2024-tool_use",),
         "<|START_RESPONSE|>Hello, world!\nWhat's up?<|END_RESPONSE|>",
         content="Hello, world!\nWhat's up?", vocab="command-r", id="command-r7b-answer",
         markers=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_ACTION|>")),
+    FamilyCase(
+        "cohere_action", ("Cohere2MoE",),
+        "I'm\nthinking<|END_THINKING|><|START_ACTION|>[\n"
+        '    {"tool_call_id": "0", "tool_name": "get_time", "parameters": {}}\n]<|END_ACTION|>',
+        calls=(("get_time", {}),), reasoning="I'm\nthinking", vocab="command-r",
+        thinking_open=True, id="cohere2-moe",
+        markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|END_THINKING|>")),
+    FamilyCase(
+        "cohere_action", ("Cohere2MoE",),
+        "Easy.<|END_THINKING|><|START_TEXT|>Hello, world!<|END_TEXT|>",
+        content="Hello, world!", reasoning="Easy.", thinking_open=True, id="cohere2-moe-answer",
+        markers=("<|START_TEXT|>", "<|END_TEXT|>", "<|END_THINKING|>")),
     FamilyCase(
         "functionary_v3_1", ("meetkai-functionary-medium-v3.1",),
         'Looking.<function=get_weather>{"city": "Paris", "days": 2}</function>'

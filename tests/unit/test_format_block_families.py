@@ -1,6 +1,7 @@
-"""Command R7B's action blocks, Functionary v3.1's `<function=..>` tags and Apertus' tool
-lists: a block it cannot read is shown as the text it was, a cut one is never reported,
-the response markers never reach the answer, and hostile nesting does not blow up."""
+"""Cohere's action blocks (Command R7B, Cohere2 MoE), Functionary v3.1's `<function=..>`
+tags and Apertus' tool lists: a block it cannot read is shown as the text it was, a cut one
+is never reported, the answer markers never reach the answer, and hostile nesting does not
+blow up."""
 
 from __future__ import annotations
 

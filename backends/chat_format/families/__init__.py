@@ -17,7 +17,7 @@ from types import ModuleType
 
 from backends.chat_format.families import (
     apertus,
-    command_r7b,
+    cohere_action,
     functionary_v3_1,
     generic,
     gigachat,
@@ -35,7 +35,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    nemotron_v2, granite, llama4, lfm2, command_r7b, functionary_v3_1, apertus,
+    nemotron_v2, granite, llama4, lfm2, cohere_action, functionary_v3_1, apertus,
     gigachat,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)

@@ -1,10 +1,10 @@
-"""Cohere Command R7B (c4ai-command-r7b-12-2024): the model plans in
-`<|START_THINKING|>..<|END_THINKING|>`, then either calls,
-`<|START_ACTION|>[{"tool_call_id": "0", "tool_name": .., "parameters": {..}}, ..]
-<|END_ACTION|>`, or answers, `<|START_RESPONSE|>..<|END_RESPONSE|>` (the response markers
-are dropped). Its template renders tools, earlier calls with their plan, and results
-itself. Command R+ writes "Action:" and a ```json fence instead, and Cohere2 MoE wraps text
-in `<|START_TEXT|>`: neither is this family."""
+"""Cohere's action blocks, Command R7B (c4ai-command-r7b-12-2024) and Cohere2 MoE: the model
+plans in `<|START_THINKING|>..<|END_THINKING|>` (Cohere2 MoE's prompt opens it), then
+either calls, `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": .., "parameters": {..}},
+..]<|END_ACTION|>`, or answers, `<|START_RESPONSE|>..<|END_RESPONSE|>` (R7B) or
+`<|START_TEXT|>..<|END_TEXT|>` (Cohere2 MoE); the answer markers are dropped. Their
+templates render tools, earlier calls with their plan, and results themselves. Command R+
+writes "Action:" and a ```json fence instead: not this family."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from backends.chat_format.call_grammar import CallGrammar, Markers, args_rule, l
 from backends.chat_format.families.base import Family
 
 OPEN, CLOSE = "<|START_ACTION|>", "<|END_ACTION|>"
-RESPONSE = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
+ANSWER = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
 THINKING = ThinkingMarkers("<|START_THINKING|>", "<|END_THINKING|>")
 
 
 def matches(template: str) -> bool:
-    return OPEN in template and RESPONSE[0] in template and "<|START_TEXT|>" not in template
+    return OPEN in template and (ANSWER[0] in template or ANSWER[2] in template)
 
 
 def block_end(text: str, final: bool) -> int | None:
@@ -61,10 +61,10 @@ def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
 
 
 FAMILY = Family(
-    name="command_r7b",
+    name="cohere_action",
     matches=matches,
-    call_markers=(OPEN, CLOSE, *RESPONSE),
+    call_markers=(OPEN, CLOSE, *ANSWER),
     thinking=THINKING,
-    blocks=BlockSyntax((OPEN,), parse, end=block_end, drop=(CLOSE, *RESPONSE)),
+    blocks=BlockSyntax((OPEN,), parse, end=block_end, drop=(CLOSE, *ANSWER)),
     grammar=grammar,
 )
