@@ -251,4 +251,16 @@ CASES: list[FamilyCase] = [
         content="One moment.", vocab="qwen2",
         forced='<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
         id="gigachat-3.1", markers=("<|function_call|>",)),
+    FamilyCase(
+        "minicpm5", ("openbmb-MiniCPM5-1B",),
+        "<think>\nTwo calls.\n</think>\n\nSure.\n"
+        '<function name="get_weather"><param name="city">Zürich "quoted" {braces} [x] 🙂'
+        '</param><param name="days">2</param></function>\n<function name="write_note">'
+        '<param name="text"><![CDATA[a <b> </param></function> & c]]></param>'
+        '<param name="tags">["x", "}"]</param></function>',
+        calls=(("get_weather", {"city": 'Zürich "quoted" {braces} [x] 🙂', "days": 2}),
+               ("write_note", {"text": "a <b> </param></function> & c", "tags": ["x", "}"]})),
+        content="Sure.", reasoning="Two calls.", vocab="qwen2",
+        forced='<function name="get_weather"><param name="city">Paris</param></function>',
+        id="minicpm5", markers=('<function name="', "</function>", "<think>", "</think>")),
 ]

@@ -1,7 +1,7 @@
 """Cohere's action blocks (Command R7B, Cohere2 MoE), Functionary v3.1's `<function=..>`
-tags and Apertus' tool lists: a block it cannot read is shown as the text it was, a cut one
-is never reported, the answer markers never reach the answer, and hostile nesting does not
-blow up."""
+tags, Apertus' tool lists and MiniCPM 5's XML calls: a block it cannot read is shown as
+the text it was, a cut one is never reported, the answer markers never reach the answer,
+and hostile nesting does not blow up."""
 
 from __future__ import annotations
 
@@ -67,3 +67,25 @@ APERTUS = "Apertus-8B-Instruct"
 ])
 def test_apertus_a_list_it_cannot_read_is_shown_as_it_was(output):
     assert run(output, template=APERTUS) == (output, [], False)
+
+
+MINICPM = "openbmb-MiniCPM5-1B"
+
+
+@pytest.mark.parametrize("output", [
+    '<function name="launch"></function>',
+    '<function name="get_weather"><oops/></function>',
+    '<function name="get_weather"><param name="city"><![CDATA[x]]>y</param></function>',
+])
+def test_minicpm5_a_call_it_cannot_read_is_text(output):
+    text, calls, cut = run(output, template=MINICPM)
+    assert calls == [] and not cut
+    assert ("launch" if "launch" in output else "get_weather") in text
+
+
+def test_minicpm5_a_cut_call_is_never_shown_and_values_are_typed():
+    assert run('<function name="get_weather"><param name="city">Par', template=MINICPM) \
+        == ("", [], True)
+    text, calls, _ = run('<function name="get_weather"><param name="city">12</param>'
+                         '<param name="days">3</param></function>', template=MINICPM)
+    assert calls == [("get_weather", {"city": "12", "days": 3})]
