@@ -263,4 +263,27 @@ CASES: list[FamilyCase] = [
         content="Sure.", reasoning="Two calls.", vocab="qwen2",
         forced='<function name="get_weather"><param name="city">Paris</param></function>',
         id="minicpm5", markers=('<function name="', "</function>", "<think>", "</think>")),
+    FamilyCase(
+        "apriel", ("Apriel-1.6-15b-Thinker-fixed", "unsloth-Apriel-1.5"),
+        "The user wants two things.\n[BEGIN FINAL RESPONSE]\n<tool_calls>["
+        '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, '
+        '{"name": "write_note", "arguments": {"text": "Zürich \\"quoted\\" {braces} [x] '
+        '</tool_calls> [BEGIN FINAL RESPONSE] 🙂"}}]</tool_calls>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] </tool_calls> "
+                                       "[BEGIN FINAL RESPONSE] 🙂"})),
+        reasoning="The user wants two things.", vocab="qwen2", thinking_open=True,
+        forced='<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+               "</tool_calls>",
+        id="apriel-1.6", markers=("<tool_calls>", "</tool_calls>", "[BEGIN FINAL RESPONSE]")),
+    FamilyCase(
+        "apriel", ("Apriel-1.6-15b-Thinker-fixed",),
+        "Just a greeting.\n[BEGIN FINAL RESPONSE]\nHello, world!\nWhat's up?",
+        content="Hello, world!\nWhat's up?", reasoning="Just a greeting.", thinking_open=True,
+        id="apriel-1.6-answer", markers=("[BEGIN FINAL RESPONSE]",)),
+    FamilyCase(
+        "apriel", ("unsloth-Apriel-1.5",),
+        '<tool_calls>[{"name": "get_time", "arguments": {}}]</tool_calls>',
+        calls=(("get_time", {}),), vocab="qwen2", id="apriel-1.5",
+        markers=("<tool_calls>", "</tool_calls>")),
 ]

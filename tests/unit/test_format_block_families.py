@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.families import chat
 from tests.unit.test_format_pythonic import run
 
 R7B = "CohereForAI-c4ai-command-r7b-12-2024-tool_use"
@@ -89,3 +90,30 @@ def test_minicpm5_a_cut_call_is_never_shown_and_values_are_typed():
     text, calls, _ = run('<function name="get_weather"><param name="city">12</param>'
                          '<param name="days">3</param></function>', template=MINICPM)
     assert calls == [("get_weather", {"city": "12", "days": 3})]
+
+
+@pytest.mark.parametrize(("template", "output", "start"), [
+    ("Apriel-1.6-15b-Thinker-fixed", 'Hmm.\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": '
+     '"get_weather", "arguments": {"city": "Paris"}}]</tool_calls>', "inside"),
+    ("Cohere2MoE", 'Hmm.<|END_THINKING|><|START_ACTION|>[{"tool_name": "get_weather", '
+     '"parameters": {"city": "Paris"}}]<|END_ACTION|>', "inside"),
+    ("NVIDIA-Nemotron-Nano-v2", 'Hmm.\n</think>\n<TOOLCALL>[{"name": "get_weather", '
+     '"arguments": {"city": "Paris"}}]</TOOLCALL>', "inside"),
+    (MINICPM, '<think>\nHmm.\n</think>\n\n<function name="get_weather"><param name="city">'
+     "Paris</param></function>", "maybe"),
+])
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_the_grammar_takes_a_call_after_the_family_s_own_thinking(template, output, start,
+                                                                  choice):
+    from backends.grammar import Constraint, vocab_from_llama
+    from backends.grammar.lark import Answer, grammar_text
+    from tests.support.family_cases import WEATHER
+    from tests.support.token_stream import load_vocab
+
+    model = load_vocab("qwen2").model
+    vocab = vocab_from_llama(model.vocab, model.n_vocab())
+    answer = Answer(tools=(WEATHER,), choice=choice, parallel=True)
+    constraint = Constraint(vocab, grammar_text(answer, chat(template).fmt, start, vocab))
+    ids = vocab.tokenizer.tokenize_str(output, parse_special=True)
+    assert constraint.valid_prefix(ids) == len(ids)
+    assert constraint.matcher.consume_tokens(ids) and constraint.matcher.is_accepting()
