@@ -132,9 +132,10 @@ CASES: list[FamilyCase] = [
         id="granite-3", markers=("<|tool_call|>", "<think>", "</think>")),
     FamilyCase(
         "granite", ("ibm-granite-granite-3.3-2B-Instruct",),
-        "<think>A greeting, no tool needed.</think>Hello! What city?",
+        "<think>A greeting, no tool needed.</think><response>Hello! What city?</response>",
         content="Hello! What city?", reasoning="A greeting, no tool needed.", vocab="qwen2",
-        id="granite-3-thinking", markers=("<|tool_call|>", "<think>", "</think>")),
+        id="granite-3-thinking",
+        markers=("<|tool_call|>", "<think>", "</think>", "<response>", "</response>")),
     FamilyCase(
         "hermes", ("ibm-granite-granite-4.1", "ibm-granite-granite-4.0"),
         'Checking both.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'

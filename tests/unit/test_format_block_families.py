@@ -1,7 +1,7 @@
 """Cohere's action blocks (Command R7B, Cohere2 MoE), Functionary v3.1's `<function=..>`
-tags, Apertus' tool lists and MiniCPM 5's XML calls: a block it cannot read is shown as
-the text it was, a cut one is never reported, the answer markers never reach the answer,
-and hostile nesting does not blow up."""
+tags, Apertus' tool lists, MiniCPM 5's XML calls and Granite 3's lists: a block it cannot
+read is shown as the text it was, a cut one is never reported, the answer markers never
+reach the answer, and hostile nesting does not blow up."""
 
 from __future__ import annotations
 
@@ -117,3 +117,32 @@ def test_the_grammar_takes_a_call_after_the_family_s_own_thinking(template, outp
     ids = vocab.tokenizer.tokenize_str(output, parse_special=True)
     assert constraint.valid_prefix(ids) == len(ids)
     assert constraint.matcher.consume_tokens(ids) and constraint.matcher.is_accepting()
+
+
+GRANITE = "ibm-granite-granite-3.3-2B-Instruct"
+
+
+def test_granite_3_thinking_is_switched_by_its_own_variable():
+    from backends.base import GenerationRequest, Message, Thinking
+
+    ct, messages = chat(GRANITE), (Message("user", "Hi"),)
+    assert ct.fmt.thinking_toggle
+    on = ct.render(messages, GenerationRequest(messages=messages,
+                                               thinking=Thinking(enabled=True)))
+    off = ct.render(messages, GenerationRequest(messages=messages))
+    assert "<think></think>" in on and "<think>" not in off
+
+
+@pytest.mark.parametrize("output", [
+    '<|tool_call|>[{"name": "launch", "arguments": {}}]',
+    '<|tool_call|>[{"name": "get_weather", "arguments": "Paris"}]',
+])
+def test_granite_3_a_list_it_cannot_read_is_shown_as_it_was(output):
+    assert run(output, template=GRANITE) == (output, [], False)
+
+
+def test_granite_3_a_cut_list_is_never_shown_and_text_may_follow_a_list():
+    assert run('<|tool_call|>[{"name": "get_time", "argu', template=GRANITE) == ("", [], True)
+    text, calls, _ = run('<|tool_call|>[{"name": "get_time", "arguments": {}}] Done.',
+                         template=GRANITE)
+    assert (text, calls) == ("Done.", [("get_time", {})])
