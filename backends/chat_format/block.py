@@ -65,6 +65,11 @@ class BlockSyntax:
 
 
 State = Literal["start", "think", "lead", "text", "block"]
+# An end rule reads the whole block each time it is asked, so it is asked again only once
+# a character that can end a block arrived, or this much more text (a long argument
+# streamed token by token would otherwise cost its length squared).
+ENDING = "])}>\n"
+ASK_EVERY = 256
 
 
 @dataclass
@@ -79,6 +84,7 @@ class BlockParser(SteppedParser):
     opener: str = ""  # of the block being read
     calls: int = 0  # reported so far
     cut: bool = False
+    asked: int = 0  # how much of the block its end rule saw without finding the end
 
     def __post_init__(self) -> None:
         if self.thinking_markers is not None:
@@ -136,7 +142,7 @@ class BlockParser(SteppedParser):
             return False
         opener = next((o for o in self.syntax.opens if text.startswith(o)), None)
         if opener is not None:
-            self.buf, self.opener, self.state = text, opener, "block"
+            self.buf, self.opener, self.state, self.asked = text, opener, "block", 0
             return True
         if is_marker_start(text, self.syntax.opens + self.syntax.drop) and not final:
             return False
@@ -166,7 +172,7 @@ class BlockParser(SteppedParser):
         self.buf = self.buf[at + len(marker):]
         self.sink.marker()  # a stray closer or thinking marker is dropped
         if self.syntax is not None and marker in self.syntax.opens:
-            self.opener, self.state = marker, "block"
+            self.opener, self.state, self.asked = marker, "block", 0
         return True
 
     def _block(self, final: bool) -> bool:
@@ -181,8 +187,12 @@ class BlockParser(SteppedParser):
             body, rest = self.buf[:hit[0]], self.buf[hit[0] + len(syntax.close):]
         else:
             assert syntax.end is not None
+            new = self.buf[self.asked:]
+            if not final and len(new) < ASK_EVERY and not any(c in new for c in ENDING):
+                return False
             end = syntax.end(self.buf, final)
             if end is None:
+                self.asked = len(self.buf)
                 if final:
                     self._cut_off()
                 return False

@@ -185,3 +185,13 @@ def test_lfm2_grammar_takes_parallel_calls_with_optional_arguments():
     assert run(forced, template=LFM2)[1] == [
         ("get_weather", {"city": "Paris", "unit": "celsius"}), ("get_time", {}),
         ("write_note", {"text": "x", "tags": ["a", "b"]})]
+
+
+def test_a_long_argument_streamed_in_small_pieces_does_not_cost_its_length_squared():
+    import time
+
+    big = "ab c" * 50_000  # 200 kB: read whole at every piece, this would take minutes
+    started = time.monotonic()
+    text, calls, _ = run(f"[write_note(text='{big}')]", pieces=4)
+    assert calls == [("write_note", {"text": big})] and text == ""
+    assert time.monotonic() - started < 30
