@@ -15,6 +15,8 @@ from functools import lru_cache
 
 import jinja2
 import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
 from jinja2.exceptions import SecurityError
 from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -28,8 +30,22 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(f"chat template refused the conversation: {message}")
 
 
-def _tojson(value: object, indent: int | None = None) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+def _tojson(value: object, indent: int | None = None, ensure_ascii: bool = False,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """Hugging Face's `tojson` (its keyword arguments too: GigaChat passes ensure_ascii)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                      separators=tuple(separators) if separators else None,  # type: ignore[arg-type]
+                      sort_keys=sort_keys)
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """Hugging Face's `{% generation %}..{% endgeneration %}` (it marks the assistant's text
+    for training masks; LFM2.5, Laguna): the body renders as it is."""
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> list[jinja2.nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
 @lru_cache(maxsize=16)
@@ -39,7 +55,7 @@ def compile_template(source: str) -> jinja2.Template:
         raise TemplateError("chat template refused: it tries to reach Python internals "
                             f"({match.group(0)!r}), which a chat template never needs")
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+                                        extensions=[jinja2.ext.loopcontrols, _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

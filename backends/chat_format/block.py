@@ -54,6 +54,10 @@ class BlockSyntax:
     # a block that may start only at the answer's start, with its opener part of the
     # block's text (Llama 4's pythonic `[name(...)]`)
     lead: bool = False
+    # markers dropped wherever the answer has them, a lead block's opener may follow them
+    # (Llama 4's `<|python_start|>`/`<|python_end|>` around its calls; a stray closer of a
+    # block that ends by its `end` rule)
+    drop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.close is None) == (self.end is None):
@@ -61,6 +65,11 @@ class BlockSyntax:
 
 
 State = Literal["start", "think", "lead", "text", "block"]
+# An end rule reads the whole block each time it is asked, so it is asked again only once
+# a character that can end a block arrived, or this much more text (a long argument
+# streamed token by token would otherwise cost its length squared).
+ENDING = "])}>\n"
+ASK_EVERY = 256
 
 
 @dataclass
@@ -75,6 +84,7 @@ class BlockParser(SteppedParser):
     opener: str = ""  # of the block being read
     calls: int = 0  # reported so far
     cut: bool = False
+    asked: int = 0  # how much of the block its end rule saw without finding the end
 
     def __post_init__(self) -> None:
         if self.thinking_markers is not None:
@@ -123,13 +133,18 @@ class BlockParser(SteppedParser):
     def _lead(self, final: bool) -> bool:
         assert self.syntax is not None
         text = self.buf.lstrip()
+        dropped = next((d for d in self.syntax.drop if text.startswith(d)), None)
+        if dropped is not None:
+            self.buf = text[len(dropped):]
+            self.sink.marker()
+            return True
         if not text and not final:
             return False
         opener = next((o for o in self.syntax.opens if text.startswith(o)), None)
         if opener is not None:
-            self.buf, self.opener, self.state = text, opener, "block"
+            self.buf, self.opener, self.state, self.asked = text, opener, "block", 0
             return True
-        if is_marker_start(text, self.syntax.opens) and not final:
+        if is_marker_start(text, self.syntax.opens + self.syntax.drop) and not final:
             return False
         self.state = "text"
         return True
@@ -141,6 +156,7 @@ class BlockParser(SteppedParser):
                 markers += self.syntax.opens
             if self.syntax.close:
                 markers += (self.syntax.close,)
+            markers += self.syntax.drop
         if self.thinking_markers is not None:
             markers += (self.thinking_markers.open, self.thinking_markers.close)
         return markers
@@ -156,7 +172,7 @@ class BlockParser(SteppedParser):
         self.buf = self.buf[at + len(marker):]
         self.sink.marker()  # a stray closer or thinking marker is dropped
         if self.syntax is not None and marker in self.syntax.opens:
-            self.opener, self.state = marker, "block"
+            self.opener, self.state, self.asked = marker, "block", 0
         return True
 
     def _block(self, final: bool) -> bool:
@@ -171,8 +187,12 @@ class BlockParser(SteppedParser):
             body, rest = self.buf[:hit[0]], self.buf[hit[0] + len(syntax.close):]
         else:
             assert syntax.end is not None
+            new = self.buf[self.asked:]
+            if not final and len(new) < ASK_EVERY and not any(c in new for c in ENDING):
+                return False
             end = syntax.end(self.buf, final)
             if end is None:
+                self.asked = len(self.buf)
                 if final:
                     self._cut_off()
                 return False

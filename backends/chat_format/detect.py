@@ -26,7 +26,8 @@ def detect_format(template: str | None) -> ChatFormat:
         native_tools=family.native_tools,
         thinking=thinking,
         harmony=family.harmony,
-        thinking_toggle="enable_thinking" in template,
+        thinking_toggle="enable_thinking" in template or (
+            family.thinking_variable is not None and family.thinking_variable in template),
         thinking_effort="reasoning_effort" in template,
         special_markers=markers,
     )

@@ -50,6 +50,8 @@ def template_variables(fmt: ChatFormat, request: GenerationRequest) -> dict:
         enabled = True
     if enabled is not None:
         variables["enable_thinking"] = enabled
+        if family.thinking_variable is not None:
+            variables[family.thinking_variable] = enabled
     if effort is None and enabled is False and fmt.thinking_effort:
         effort = "low"
     if effort is not None:

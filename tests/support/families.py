@@ -1,5 +1,5 @@
 """Chat templates of the registry's families: llama.cpp's vendored copies, and ours for the
-three it lacks (tests/data/templates/SOURCES.md says where those come from)."""
+ones it lacks (tests/data/templates/SOURCES.md says where those come from)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,8 @@ TRICKY = "Zürich \"quoted\" {braces} [x] </tool_call> 🙂"
 
 CASES: list[FamilyCase] = [
     FamilyCase(
-        "hermes", ("Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "ibm-granite-granite-4.0"),
+        "hermes", ("Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "ibm-granite-granite-4.0",
+                   "ibm-granite-granite-4.1"),
         "<think>\nLet me look.\n</think>\n\n<tool_call>\n"
         '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>\n'
         "<tool_call>\n"
@@ -100,4 +101,190 @@ CASES: list[FamilyCase] = [
         forced='[TOOL_REQUEST]{"name": "get_weather", "arguments": {"city": "Paris"}}'
                "[END_TOOL_REQUEST]",
         markers=("[TOOL_REQUEST]", "[END_TOOL_REQUEST]")),
+    FamilyCase(
+        "nemotron_v2", ("NVIDIA-Nemotron-Nano-v2",),
+        "Two calls.\n</think>\n\n<TOOLCALL>["
+        '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, '
+        '{"name": "write_note", "arguments": {"text": "Zürich \\"quoted\\" {braces} [x] '
+        '</TOOLCALL> 🙂", "tags": ["a]", "}b"]}}]</TOOLCALL>\n',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] </TOOLCALL> 🙂",
+                               "tags": ["a]", "}b"]})),
+        reasoning="Two calls.", vocab="qwen2", thinking_open=True,
+        forced='<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+               "</TOOLCALL>",
+        id="nemotron-v2", markers=("<TOOLCALL>", "</TOOLCALL>", "<think>", "</think>")),
+    FamilyCase(
+        "nemotron_v2", ("NVIDIA-Nemotron-Nano-v2",),
+        "The user greets.\n</think>\nHello! Ask me about the weather.",
+        content="Hello! Ask me about the weather.", reasoning="The user greets.",
+        thinking_open=True, id="nemotron-v2-answer",
+        markers=("<TOOLCALL>", "</TOOLCALL>", "<think>", "</think>")),
+    FamilyCase(
+        "granite", ("ibm-granite-granite-3.3-2B-Instruct",),
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, '
+        '{"name": "write_note", "arguments": {"text": "Zürich \\"quoted\\" {braces} [x] '
+        '<|tool_call|> 🙂"}}]',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] <|tool_call|> 🙂"})),
+        vocab="qwen2",
+        forced='<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        id="granite-3", markers=("<|tool_call|>", "<think>", "</think>")),
+    FamilyCase(
+        "granite", ("ibm-granite-granite-3.3-2B-Instruct",),
+        "<think>A greeting, no tool needed.</think><response>Hello! What city?</response>",
+        content="Hello! What city?", reasoning="A greeting, no tool needed.", vocab="qwen2",
+        id="granite-3-thinking",
+        markers=("<|tool_call|>", "<think>", "</think>", "<response>", "</response>")),
+    FamilyCase(
+        "hermes", ("ibm-granite-granite-4.1", "ibm-granite-granite-4.0"),
+        'Checking both.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+        calls=(("get_weather", {"city": "Paris"}), ("get_time", {})), content="Checking both.",
+        vocab="qwen2", id="hermes-granite-4", markers=("<tool_call>", "</tool_call>")),
+    FamilyCase(
+        "llama4", ("meta-llama-Llama-4-Scout-17B-16E-Instruct",),
+        "[get_weather(city='Zürich \"quoted\" {braces} [x] <|python_end|> 🙂', days=2), "
+        'write_note(text="it\'s (1, 2)]", tags=["a]", \'b)\'], ), get_time()]',
+        calls=(("get_weather", {"city": "Zürich \"quoted\" {braces} [x] <|python_end|> 🙂",
+                                "days": 2}),
+               ("write_note", {"text": "it's (1, 2)]", "tags": ["a]", "b)"]}),
+               ("get_time", {})),
+        vocab="llama-bpe",
+        forced='{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        id="llama4-pythonic", markers=("<|python_start|>", "<|python_end|>")),
+    FamilyCase(
+        "llama4", ("meta-llama-Llama-4-Scout-17B-16E-Instruct",),
+        '<|python_start|><|python_end|>{"name": "get_weather", "parameters": {"city": "Paris", '
+        '"unit": "celsius"}}{"name": "write_note", "parameters": {"text": "{\\"a\\": [1]} '
+        '<|eot|>"}}',
+        calls=(("get_weather", {"city": "Paris", "unit": "celsius"}),
+               ("write_note", {"text": '{"a": [1]} <|eot|>'})),
+        vocab="llama-bpe", id="llama4-json", markers=("<|python_start|>", "<|python_end|>")),
+    FamilyCase(
+        "llama4", ("meta-llama-Llama-4-Scout-17B-16E-Instruct",),
+        '<|python_start|>[get_weather(city="Paris", days=-1)]<|python_end|>',
+        calls=(("get_weather", {"city": "Paris", "days": -1}),),
+        id="llama4-wrapped", markers=("<|python_start|>", "<|python_end|>")),
+    FamilyCase(
+        "llama4", ("meta-llama-Llama-4-Scout-17B-16E-Instruct",),
+        "[1] Paris is sunny; see [get_weather(city='Paris')].",
+        content="[1] Paris is sunny; see [get_weather(city='Paris')].",
+        id="llama4-answer", markers=("<|python_start|>", "<|python_end|>")),
+    FamilyCase(
+        "lfm2", ("LFM2-8B-A1B", "LFM2.5-Instruct", "LFM2.5-8B-A1B"),
+        "Checking.<|tool_call_start|>[get_weather(city='Zürich \"quoted\" {braces} [x] "
+        "<|tool_call_end|> 🙂', days=2), write_note(text=\"a\\nb\", tags=['x)', \"]y\"]), "
+        "get_time()]<|tool_call_end|>",
+        calls=(("get_weather", {"city": "Zürich \"quoted\" {braces} [x] <|tool_call_end|> 🙂",
+                                "days": 2}),
+               ("write_note", {"text": "a\nb", "tags": ["x)", "]y"]}), ("get_time", {})),
+        content="Checking.", vocab="qwen2",
+        forced='<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>',
+        id="lfm2", markers=("<|tool_call_start|>", "<|tool_call_end|>")),
+    FamilyCase(
+        "lfm2", ("LFM2.5-8B-A1B",),
+        "<think>Let me think about <|tool_call_start|>[get_time()]<|tool_call_end|> hmm</think>"
+        '<|tool_call_start|>[get_weather(city="Paris", unit="celsius")]<|tool_call_end|>',
+        calls=(("get_weather", {"city": "Paris", "unit": "celsius"}),),
+        reasoning="Let me think about <|tool_call_start|>[get_time()]<|tool_call_end|> hmm",
+        vocab="qwen2", id="lfm2-thinking", markers=("<think>", "</think>")),
+    FamilyCase(
+        "cohere_action", ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Cohere2MoE"),
+        "<|START_THINKING|>I will check both.<|END_THINKING|><|START_ACTION|>[\n"
+        '    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", '
+        '"days": 2}},\n    {"tool_call_id": "1", "tool_name": "write_note", "parameters": '
+        '{"text": "Zürich \\"quoted\\" {braces} [x] <|END_ACTION|> 🙂"}}\n]<|END_ACTION|>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] <|END_ACTION|> 🙂"})),
+        reasoning="I will check both.", vocab="command-r",
+        forced='<|START_ACTION|>[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}]'
+               "<|END_ACTION|>",
+        id="command-r7b", markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
+                                   "<|END_THINKING|>", "<|START_RESPONSE|>")),
+    FamilyCase(
+        "cohere_action", ("CohereForAI-c4ai-command-r7b-12-2024-tool_use",),
+        "<|START_RESPONSE|>Hello, world!\nWhat's up?<|END_RESPONSE|>",
+        content="Hello, world!\nWhat's up?", vocab="command-r", id="command-r7b-answer",
+        markers=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_ACTION|>")),
+    FamilyCase(
+        "cohere_action", ("Cohere2MoE",),
+        "I'm\nthinking<|END_THINKING|><|START_ACTION|>[\n"
+        '    {"tool_call_id": "0", "tool_name": "get_time", "parameters": {}}\n]<|END_ACTION|>',
+        calls=(("get_time", {}),), reasoning="I'm\nthinking", vocab="command-r",
+        thinking_open=True, id="cohere2-moe",
+        markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|END_THINKING|>")),
+    FamilyCase(
+        "cohere_action", ("Cohere2MoE",),
+        "Easy.<|END_THINKING|><|START_TEXT|>Hello, world!<|END_TEXT|>",
+        content="Hello, world!", reasoning="Easy.", thinking_open=True, id="cohere2-moe-answer",
+        markers=("<|START_TEXT|>", "<|END_TEXT|>", "<|END_THINKING|>")),
+    FamilyCase(
+        "functionary_v3_1", ("meetkai-functionary-medium-v3.1",),
+        'Looking.<function=get_weather>{"city": "Paris", "days": 2}</function>'
+        '<function=write_note>{"text": "Zürich \\"quoted\\" {braces} [x] </function> 🙂", '
+        '"tags": ["<function=x>"]}</function>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] </function> 🙂",
+                               "tags": ["<function=x>"]})),
+        content="Looking.", vocab="llama-bpe",
+        forced='<function=get_weather>{"city": "Paris"}</function>',
+        id="functionary-v3.1", markers=("<function=", "</function>")),
+    FamilyCase(
+        "apertus", ("Apertus-8B-Instruct",),
+        "<|inner_prefix|>Two tools.<|inner_suffix|>"
+        '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 2}}, {"write_note": '
+        '{"text": "Zürich \\"quoted\\" {braces} [x] <|tools_suffix|> 🙂", "tags": ["]"]}}]'
+        "<|tools_suffix|>",
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] <|tools_suffix|> 🙂",
+                               "tags": ["]"]})),
+        reasoning="Two tools.", vocab="qwen2",
+        forced='<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>',
+        id="apertus", markers=("<|tools_prefix|>", "<|tools_suffix|>", "<|inner_prefix|>",
+                               "<|inner_suffix|>")),
+    FamilyCase(
+        "gigachat", ("GigaChat3.1-10B-A1.8B",),
+        'One moment.<|function_call|>{"name": "write_note", "arguments": {"text": '
+        '"Zürich \\"quoted\\" {braces} [x] <|function_call|> 🙂", "tags": ["a", "}"]}}',
+        calls=(("write_note", {"text": "Zürich \"quoted\" {braces} [x] <|function_call|> 🙂",
+                               "tags": ["a", "}"]}),),
+        content="One moment.", vocab="qwen2",
+        forced='<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        id="gigachat-3.1", markers=("<|function_call|>",)),
+    FamilyCase(
+        "minicpm5", ("openbmb-MiniCPM5-1B",),
+        "<think>\nTwo calls.\n</think>\n\nSure.\n"
+        '<function name="get_weather"><param name="city">Zürich "quoted" {braces} [x] 🙂'
+        '</param><param name="days">2</param></function>\n<function name="write_note">'
+        '<param name="text"><![CDATA[a <b> </param></function> & c]]></param>'
+        '<param name="tags">["x", "}"]</param></function>',
+        calls=(("get_weather", {"city": 'Zürich "quoted" {braces} [x] 🙂', "days": 2}),
+               ("write_note", {"text": "a <b> </param></function> & c", "tags": ["x", "}"]})),
+        content="Sure.", reasoning="Two calls.", vocab="qwen2",
+        forced='<function name="get_weather"><param name="city">Paris</param></function>',
+        id="minicpm5", markers=('<function name="', "</function>", "<think>", "</think>")),
+    FamilyCase(
+        "apriel", ("Apriel-1.6-15b-Thinker-fixed", "unsloth-Apriel-1.5"),
+        "The user wants two things.\n[BEGIN FINAL RESPONSE]\n<tool_calls>["
+        '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, '
+        '{"name": "write_note", "arguments": {"text": "Zürich \\"quoted\\" {braces} [x] '
+        '</tool_calls> [BEGIN FINAL RESPONSE] 🙂"}}]</tool_calls>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": "Zürich \"quoted\" {braces} [x] </tool_calls> "
+                                       "[BEGIN FINAL RESPONSE] 🙂"})),
+        reasoning="The user wants two things.", vocab="qwen2", thinking_open=True,
+        forced='<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+               "</tool_calls>",
+        id="apriel-1.6", markers=("<tool_calls>", "</tool_calls>", "[BEGIN FINAL RESPONSE]")),
+    FamilyCase(
+        "apriel", ("Apriel-1.6-15b-Thinker-fixed",),
+        "Just a greeting.\n[BEGIN FINAL RESPONSE]\nHello, world!\nWhat's up?",
+        content="Hello, world!\nWhat's up?", reasoning="Just a greeting.", thinking_open=True,
+        id="apriel-1.6-answer", markers=("[BEGIN FINAL RESPONSE]",)),
+    FamilyCase(
+        "apriel", ("unsloth-Apriel-1.5",),
+        '<tool_calls>[{"name": "get_time", "arguments": {}}]</tool_calls>',
+        calls=(("get_time", {}),), vocab="qwen2", id="apriel-1.5",
+        markers=("<tool_calls>", "</tool_calls>")),
 ]

@@ -57,3 +57,16 @@ def test_jinja2_is_pinned_past_its_sandbox_escapes():
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert "jinja2>=3.1.6" in deps
     assert tuple(int(p) for p in version("jinja2").split(".")[:3]) >= (3, 1, 6)
+
+
+def test_generation_blocks_render_their_body():
+    source = ("{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}"
+              "{% endfor %}")
+    assert render_chat(source, [{"role": "user", "content": "hi"}]) == "[hi]"
+
+
+def test_tojson_takes_hugging_face_s_keyword_arguments():
+    source = "{{ messages[0] | tojson(ensure_ascii=False, sort_keys=True) }}"
+    assert render_chat(source, [{"role": "user", "content": "é"}]) == \
+        '{"content": "é", "role": "user"}'
+    assert render_chat("{{ 'é' | tojson(ensure_ascii=True) }}", []) == '"\\u00e9"'

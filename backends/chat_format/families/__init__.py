@@ -16,17 +16,29 @@ import re
 from types import ModuleType
 
 from backends.chat_format.families import (
+    apertus,
+    apriel,
+    cohere_action,
+    functionary_v3_1,
     generic,
+    gigachat,
+    granite,
     harmony,
     hermes,
+    lfm2,
     llama3,
+    llama4,
+    minicpm5,
     mistral_list,
+    nemotron_v2,
     phi4,
 )
 from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
+    nemotron_v2, granite, llama4, lfm2, cohere_action, functionary_v3_1, apertus,
+    gigachat, minicpm5, apriel,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY

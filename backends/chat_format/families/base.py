@@ -51,6 +51,9 @@ class Family:
     tools_placer: ToolsPlacer | None = None
     tools_prompt: ToolsPrompt | None = None
     one_call_per_turn: bool = False  # its template takes one call per assistant turn
+    # the template's own name for its thinking switch, given with enable_thinking (Granite
+    # 3.x: `thinking`)
+    thinking_variable: str | None = None
     call_id: Callable[[str], str] | None = None  # ids as its template insists on them
     grammar: GrammarFn | None = None
     # history: Ember rewrites calls and results as text turns (the generic format)

@@ -15,8 +15,9 @@ PYTHON_TAG = "<|python_tag|>"
 
 
 def matches(template: str) -> bool:
-    return PYTHON_TAG in template or ("<|start_header_id|>" in template
-                                      and '"parameters": ' in template)
+    return (PYTHON_TAG in template or ("<|start_header_id|>" in template
+                                       and '"parameters": ' in template)) \
+        and "<function=" not in template  # Functionary v3.1's calls (functionary_v3_1)
 
 
 def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:

@@ -1,0 +1,39 @@
+"""NVIDIA Nemotron Nano v2 (NVIDIA-Nemotron-Nano-9B-v2, 12B-v2): the model thinks first (its
+template ends the prompt with `<think>\\n`, or `<think></think>` for `/no_think`), then
+answers `<TOOLCALL>[{"name": .., "arguments": {..}}, ..]</TOOLCALL>`, one list of all the
+turn's calls. Its template names the format itself (`<AVAILABLE_TOOLS>[..]` then "use the
+following format: <TOOLCALL>[..]"), and renders earlier calls the same way. Nemotron 3 Nano
+writes Qwen3-Coder's XML calls instead, and its template names no `<TOOLCALL>`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from backends.base import Tool
+from backends.chat_format.call_grammar import CallGrammar, Markers, call_rules
+from backends.chat_format.families.base import THINK, Family
+from backends.chat_format.tagged import CallSyntax
+
+OPEN, CLOSE = "<TOOLCALL>", "</TOOLCALL>"
+
+
+def matches(template: str) -> bool:
+    return OPEN in template and CLOSE in template
+
+
+def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
+    _, rules = call_rules(tools)
+    more = ' (", " call)*' if parallel and tools else ""
+    rules.append(f'rest: "[" call{more} "]" {m(CLOSE)}')
+    rules.append(f"calls: {m(OPEN)} rest")
+    return CallGrammar(rules, OPEN)
+
+
+FAMILY = Family(
+    name="nemotron_v2",
+    matches=matches,
+    call_markers=(OPEN, CLOSE),
+    thinking=THINK,
+    json_calls=CallSyntax((OPEN,), CLOSE),
+    grammar=grammar,
+)
