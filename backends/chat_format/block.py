@@ -51,12 +51,15 @@ class BlockSyntax:
     parse: BlockReader
     close: str | None = None  # the marker that ends a block
     end: BlockEnd | None = None  # where a block without a closer ends
+    # or: makes that rule anew for each block, so it may keep what it has read (within a
+    # block the text only grows) instead of reading the block from its start each time
+    block_end: Callable[[], BlockEnd] | None = None
     # a block that may start only at the answer's start, with its opener part of the
     # block's text (Llama 4's pythonic `[name(...)]`)
     lead: bool = False
 
     def __post_init__(self) -> None:
-        if (self.close is None) == (self.end is None):
+        if sum(x is not None for x in (self.close, self.end, self.block_end)) != 1:
             raise ValueError("a block syntax has a close marker or an end rule, not both")
 
 
@@ -73,6 +76,7 @@ class BlockParser(SteppedParser):
     buf: str = ""
     sink: Sink = field(default_factory=Sink)
     opener: str = ""  # of the block being read
+    block_end: BlockEnd | None = None  # the end rule of the block being read
     calls: int = 0  # reported so far
     cut: bool = False
 
@@ -127,7 +131,8 @@ class BlockParser(SteppedParser):
             return False
         opener = next((o for o in self.syntax.opens if text.startswith(o)), None)
         if opener is not None:
-            self.buf, self.opener, self.state = text, opener, "block"
+            self.buf = text
+            self._open_block(opener)
             return True
         if is_marker_start(text, self.syntax.opens) and not final:
             return False
@@ -156,8 +161,14 @@ class BlockParser(SteppedParser):
         self.buf = self.buf[at + len(marker):]
         self.sink.marker()  # a stray closer or thinking marker is dropped
         if self.syntax is not None and marker in self.syntax.opens:
-            self.opener, self.state = marker, "block"
+            self._open_block(marker)
         return True
+
+    def _open_block(self, opener: str) -> None:
+        assert self.syntax is not None
+        self.opener, self.state = opener, "block"
+        make = self.syntax.block_end
+        self.block_end = make() if make is not None else self.syntax.end
 
     def _block(self, final: bool) -> bool:
         syntax = self.syntax
@@ -170,8 +181,8 @@ class BlockParser(SteppedParser):
                 return False
             body, rest = self.buf[:hit[0]], self.buf[hit[0] + len(syntax.close):]
         else:
-            assert syntax.end is not None
-            end = syntax.end(self.buf, final)
+            assert self.block_end is not None
+            end = self.block_end(self.buf, final)
             if end is None:
                 if final:
                     self._cut_off()

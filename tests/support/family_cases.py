@@ -100,4 +100,25 @@ CASES: list[FamilyCase] = [
         forced='[TOOL_REQUEST]{"name": "get_weather", "arguments": {"city": "Paris"}}'
                "[END_TOOL_REQUEST]",
         markers=("[TOOL_REQUEST]", "[END_TOOL_REQUEST]")),
+    # -- Mistral 2025 (families/mistral_args.py) --
+    FamilyCase(
+        "mistral_args", ("mistralai-Ministral-3-14B-Reasoning-2512",),
+        "[THINK]Paris, and a note [TOOL_CALLS]x[ARGS]{}.[/THINK]Checking."
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 2}'
+        '[TOOL_CALLS]write_note[ARGS]{"text": "Zürich \\"quoted\\" {braces} [x] '
+        '[TOOL_CALLS]n[ARGS]{} 🙂", "tags": ["a]", "}"]}',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": 'Zürich "quoted" {braces} [x] [TOOL_CALLS]n[ARGS]{} 🙂',
+                               "tags": ["a]", "}"]})),
+        content="Checking.", reasoning="Paris, and a note [TOOL_CALLS]x[ARGS]{}.",
+        forced='[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+        id="mistral-args-ministral", markers=("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")),
+    FamilyCase(
+        "mistral_args", ("Mistral-Small-3.2-24B-Instruct-2506",
+                         "unsloth-mistral-Devstral-Small-2507"),
+        '[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}'
+        "[TOOL_CALLS]get_time[CALL_ID]000000002[ARGS]{}",
+        calls=(("get_weather", {"city": "Paris"}), ("get_time", {})),
+        forced='[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}',
+        id="mistral-args-call-id", markers=("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")),
 ]

@@ -20,6 +20,7 @@ from backends.chat_format.families import (
     harmony,
     hermes,
     llama3,
+    mistral_args,
     mistral_list,
     phi4,
 )
@@ -27,6 +28,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
+    mistral_args,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY

@@ -1,0 +1,84 @@
+"""The families whose calls are a name and JSON arguments between special markers (Mistral
+2025, DeepSeek, Kimi K2) and Gemma 4: what the conformance cases do not show, that hostile
+output is text (never a crash, never a lost answer), a cut call is never reported, and huge or
+deeply nested arguments cost their length."""
+
+from __future__ import annotations
+
+import time
+
+from backends.base import GenerationRequest, Message
+from backends.chat_format.json_extent import JsonCallsEnd, JsonScan
+from tests.support.families import chat
+from tests.support.family_cases import TOOLS
+from tests.unit.test_family_conformance import summary
+
+MINISTRAL = "mistralai-Ministral-3-14B-Reasoning-2512"
+
+
+def run(template: str, pieces: list[str]):
+    messages = (Message("user", "Weather in Paris?"),)
+    request = GenerationRequest(messages=messages, tools=TOOLS)
+    ct = chat(template)
+    parser = ct.parser(request, ct.render(messages, request))
+    events = []
+    for piece in pieces:
+        events += parser.feed(piece)
+    events += parser.finish()
+    return summary(events), parser.cut_call  # a block parser never reports a cut call
+
+
+def by_char(text: str) -> list[str]:
+    return list(text)
+
+
+# -- the JSON scan -------------------------------------------------------------------------
+def test_the_scan_finds_a_value_s_end_past_strings_escapes_and_nesting():
+    text = '{"a": "}\\"{", "b": [1, {"c": "]"}]} tail'
+    for size in (1, 2, 5, len(text)):
+        scan, pos = JsonScan(), 0
+        for end in range(size, len(text) + size, size):
+            pos = scan.advance(text[:end], pos)
+            if scan.done:
+                break
+        assert scan.done and text[:pos].endswith("]}")
+
+
+def test_the_scan_calls_what_is_no_object_bad():
+    scan = JsonScan()
+    assert scan.advance("  hello", 0) == 2 and scan.bad
+
+
+def test_a_close_marker_inside_a_value_does_not_end_the_block():
+    end = JsonCallsEnd(("<sep>",), "<end>")
+    text = 'f<sep>{"a": "<end>"}<end>rest'
+    assert end(text, False) == len(text) - len("rest")
+
+
+# -- Mistral 2025 --------------------------------------------------------------------------
+def test_mistral_a_head_that_is_no_call_is_text():
+    (content, _, calls), cut = run(MINISTRAL, ["[TOOL_CALLS]hello there, no call"])
+    assert calls == () and not cut
+    assert content == "[TOOL_CALLS]hello there, no call"
+
+
+def test_mistral_arguments_that_are_no_object_are_text():
+    (content, _, calls), _ = run(MINISTRAL, ["[TOOL_CALLS]get_time[ARGS]nope"])
+    assert calls == () and content.startswith("[TOOL_CALLS]get_time[ARGS]")
+
+
+def test_mistral_a_call_cut_off_is_never_reported():
+    out = '[TOOL_CALLS]get_time[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{"city": "Par'
+    (content, _, calls), cut = run(MINISTRAL, by_char(out))
+    assert calls == (("get_time", {}),) and cut and content == ""
+
+
+def test_mistral_deep_nesting_and_huge_arguments_do_not_blow_up():
+    deep = "[TOOL_CALLS]write_note[ARGS]" + "[" * 100_000 + "]" * 100_000
+    (content, _, calls), _ = run(MINISTRAL, [deep])
+    assert calls == () and content.startswith("[TOOL_CALLS]")
+    big = '[TOOL_CALLS]write_note[ARGS]{"text": "' + "x{" * 50_000 + '"}'
+    started = time.monotonic()
+    (_, _, calls), _ = run(MINISTRAL, [big[i:i + 4] for i in range(0, len(big), 4)])
+    assert calls == (("write_note", {"text": "x{" * 50_000}),)
+    assert time.monotonic() - started < 10
