@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from functools import lru_cache
 
@@ -29,7 +30,15 @@ def _raise_exception(message: str) -> None:
 
 
 def _tojson(value: object, indent: int | None = None) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+    # a filter's generator (`tools | map(attribute='function') | tojson`, DeepSeek R1's
+    # template) is the list it yields, as llama.cpp's minja reads it
+    return json.dumps(value, ensure_ascii=False, indent=indent, default=_yielded)
+
+
+def _yielded(value: object) -> list:
+    if isinstance(value, Iterator):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 @lru_cache(maxsize=16)

@@ -121,4 +121,36 @@ CASES: list[FamilyCase] = [
         calls=(("get_weather", {"city": "Paris"}), ("get_time", {})),
         forced='[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}',
         id="mistral-args-call-id", markers=("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")),
+    # -- DeepSeek (families/deepseek_v3.py, deepseek_r1.py) --
+    FamilyCase(
+        "deepseek_v3", ("deepseek-ai-DeepSeek-V3.1",),
+        "<think>Two calls.</think>Checking both."
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        '{"city": "Paris", "days": 2}<｜tool▁call▁end｜>'
+        "<｜tool▁call▁begin｜>write_note<｜tool▁sep｜>"
+        '{"text": "Zürich \\"quoted\\" {braces} [x] <｜tool▁call▁end｜><｜tool▁calls▁end｜> 🙂", '
+        '"tags": ["}"]}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": 'Zürich "quoted" {braces} [x] <｜tool▁call▁end｜>'
+                                       '<｜tool▁calls▁end｜> 🙂', "tags": ["}"]})),
+        content="Checking both.", reasoning="Two calls.", vocab="deepseek-llm",
+        forced="<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+               '{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        id="deepseek-v3.1",
+        markers=("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+                 "<think>", "</think>")),
+    FamilyCase(
+        "deepseek_r1", ("llama-cpp-deepseek-r1",),
+        "The user wants Paris.\n</think>\n\n"
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        '```json\n{"city": "Zürich ```json {x}"}\n```<｜tool▁call▁end｜>\n'
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        calls=(("get_weather", {"city": "Zürich ```json {x}"}), ("get_time", {})),
+        reasoning="The user wants Paris.", vocab="deepseek-llm",
+        forced="<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+               '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        id="deepseek-r1",
+        markers=("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+                 "<think>", "</think>")),
 ]

@@ -82,3 +82,45 @@ def test_mistral_deep_nesting_and_huge_arguments_do_not_blow_up():
     (_, _, calls), _ = run(MINISTRAL, [big[i:i + 4] for i in range(0, len(big), 4)])
     assert calls == (("write_note", {"text": "x{" * 50_000}),)
     assert time.monotonic() - started < 10
+
+
+# -- DeepSeek ------------------------------------------------------------------------------
+V31, R1 = "deepseek-ai-DeepSeek-V3.1", "llama-cpp-deepseek-r1"
+BEGIN, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+
+
+def test_deepseek_a_block_that_holds_no_call_is_text():
+    out = f"Hi{BEGIN}not a call{END}bye"
+    (content, _, calls), cut = run(V31, by_char(out))
+    assert calls == () and not cut and content == out
+
+
+def test_deepseek_reads_either_shape_whichever_template():
+    v3 = f'{BEGIN}<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{{}}<｜tool▁call▁end｜>{END}'
+    r1 = (f"{BEGIN}<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{{}}```"
+          f"<｜tool▁call▁end｜>{END}")
+    for template in (V31, R1):
+        for out in (v3, r1):
+            thinking = "</think>" if template == R1 else ""
+            (_, _, calls), _ = run(template, [thinking + out])
+            assert calls == (("get_time", {}),), (template, out)
+
+
+def test_deepseek_a_block_cut_off_is_never_reported():
+    out = (f'{BEGIN}<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{{}}<｜tool▁call▁end｜>'
+           '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Pa')
+    (content, _, calls), cut = run(V31, by_char(out))
+    assert calls == () and cut and content == ""
+
+
+def test_deepseek_deep_nesting_is_text_not_a_crash():
+    out = f"{BEGIN}<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>" + "[" * 50_000 + "]" * 50_000 \
+        + f"<｜tool▁call▁end｜>{END}"
+    (content, _, calls), _ = run(V31, [out])
+    assert calls == () and content.startswith(BEGIN)
+
+
+def test_r1_distill_templates_stay_generic():
+    for name in ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                 "deepseek-ai-DeepSeek-R1-Distill-Llama-8B"):
+        assert chat(name).fmt.tools == "generic"

@@ -16,6 +16,8 @@ import re
 from types import ModuleType
 
 from backends.chat_format.families import (
+    deepseek_r1,
+    deepseek_v3,
     generic,
     harmony,
     hermes,
@@ -28,7 +30,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    mistral_args,
+    mistral_args, deepseek_v3, deepseek_r1,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
