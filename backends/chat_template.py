@@ -41,13 +41,25 @@ def _yielded(value: object) -> list:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+class _ChatSandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox, but for a list a template grows and empties itself: Kimi K2's
+    templates queue call ids in a namespace (`ns.ids.append(id)`, `ns.ids.pop(0)`), as
+    llama.cpp's minja lets them. Every render gets lists of its own, and neither method
+    reaches anything but the list."""
+
+    def is_safe_attribute(self, obj: object, attr: str, value: object) -> bool:
+        if isinstance(obj, list) and attr in ("append", "pop"):
+            return True
+        return super().is_safe_attribute(obj, attr, value)
+
+
 @lru_cache(maxsize=16)
 def compile_template(source: str) -> jinja2.Template:
     match = _DUNDER.search(source)
     if match:
         raise TemplateError("chat template refused: it tries to reach Python internals "
                             f"({match.group(0)!r}), which a chat template never needs")
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+    env = _ChatSandbox(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception

@@ -153,4 +153,29 @@ CASES: list[FamilyCase] = [
         id="deepseek-r1",
         markers=("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
                  "<think>", "</think>")),
+    # -- Kimi K2 (families/kimi_k2.py) --
+    FamilyCase(
+        "kimi_k2", ("Kimi-K2-Thinking",),
+        "<think>Weather and a note.</think>On it."
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris", "days": 2}<|tool_call_end|>'
+        "<|tool_call_begin|>functions.write_note:1<|tool_call_argument_begin|>"
+        '{"text": "Zürich \\"quoted\\" {braces} [x] <|tool_call_end|><|tool_calls_section_end|>'
+        ' 🙂"}<|tool_call_end|><|tool_calls_section_end|>',
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": 'Zürich "quoted" {braces} [x] <|tool_call_end|>'
+                                       '<|tool_calls_section_end|> 🙂'})),
+        content="On it.", reasoning="Weather and a note.",
+        forced="<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+               '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+               "<|tool_calls_section_end|>",
+        id="kimi-k2-thinking",
+        markers=("<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+                 "<|tool_call_argument_begin|>", "<think>", "</think>")),
+    FamilyCase(
+        "kimi_k2", ("moonshotai-Kimi-K2", "Kimi-K2-Instruct"),
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0"
+        "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+        calls=(("get_time", {}),), id="kimi-k2",
+        markers=("<|tool_calls_section_begin|>", "<|tool_call_begin|>")),
 ]

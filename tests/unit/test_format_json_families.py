@@ -124,3 +124,42 @@ def test_r1_distill_templates_stay_generic():
     for name in ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
                  "deepseek-ai-DeepSeek-R1-Distill-Llama-8B"):
         assert chat(name).fmt.tools == "generic"
+
+
+# -- Kimi K2 -------------------------------------------------------------------------------
+K2 = "Kimi-K2-Thinking"
+SECTION, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+
+
+def test_kimi_a_section_that_holds_no_call_is_text():
+    out = f"Hm{SECTION}<|tool_call_begin|>functions.get_time:0 oops{SECTION_END}"
+    (content, _, calls), cut = run(K2, by_char(out))
+    assert calls == () and not cut and content == out
+
+
+def test_kimi_a_section_cut_off_is_never_reported():
+    out = (f"{SECTION}<|tool_call_begin|>functions.get_time:0<|tool_call_argument_begin|>{{}}"
+           "<|tool_call_end|><|tool_call_begin|>functions.get_weather:1"
+           '<|tool_call_argument_begin|>{"city": "Par')
+    (content, _, calls), cut = run(K2, by_char(out))
+    assert calls == () and cut and content == ""
+
+
+def test_kimi_calls_get_ids_of_kimi_s_shape_and_results_follow():
+    from backends.base import ToolCall
+
+    messages = (Message("user", "Hi"),
+                Message("assistant", "", tool_calls=(ToolCall("call_a", "get_time", "{}"),)),
+                Message("tool", "noon", tool_call_id="call_a"))
+    request = GenerationRequest(messages=messages, tools=TOOLS)
+    prompt = chat("moonshotai-Kimi-K2").render(messages, request)
+    assert "functions.get_time:0<|tool_call_argument_begin|>" in prompt
+    assert "## Return of functions.get_time:0" in prompt
+
+
+def test_a_template_may_queue_items_in_a_list_of_its_own():
+    from backends.chat_template import render_chat
+
+    source = ("{%- set q = namespace(ids=[]) -%}{%- for m in messages -%}"
+              "{%- set _ = q.ids.append(m.content) -%}{%- endfor -%}{{ q.ids.pop(0) }}")
+    assert render_chat(source, [{"role": "user", "content": "a"}]) == "a"

@@ -21,6 +21,7 @@ from backends.chat_format.families import (
     generic,
     harmony,
     hermes,
+    kimi_k2,
     llama3,
     mistral_args,
     mistral_list,
@@ -30,7 +31,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    mistral_args, deepseek_v3, deepseek_r1,
+    mistral_args, deepseek_v3, deepseek_r1, kimi_k2,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
