@@ -178,4 +178,25 @@ CASES: list[FamilyCase] = [
         "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
         calls=(("get_time", {}),), id="kimi-k2",
         markers=("<|tool_calls_section_begin|>", "<|tool_call_begin|>")),
+    # -- Gemma 4 (families/gemma4.py) --
+    FamilyCase(
+        "gemma4", ("google-gemma-4-31B-it", "google-gemma-4-31B-it-interleaved"),
+        "Checking.<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:2}<tool_call|>"
+        "<|tool_call>call:write_note{tags:[<|\"|>a}<|\"|>,<|\"|><tool_call|><|\"|>],"
+        "text:<|\"|>Zürich \"quoted\" {braces} [x] <tool_call|><|tool_call> 🙂<|\"|>}"
+        "<tool_call|>",
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"tags": ["a}", "<tool_call|>"],
+                               "text": 'Zürich "quoted" {braces} [x] <tool_call|>'
+                                       "<|tool_call> 🙂"})),
+        content="Checking.", vocab="gemma-4", id="gemma4",
+        markers=("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>")),
+    FamilyCase(
+        "gemma4", ("google-gemma-4-31B-it-interleaved",),
+        "<|channel>thought\nThe user wants Paris.<channel|>"
+        "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,unit:<|\"|>celsius<|\"|>}"
+        "<tool_call|>",
+        calls=(("get_weather", {"city": "Paris", "unit": "celsius"}),),
+        reasoning="The user wants Paris.", vocab="gemma-4", id="gemma4-thinking",
+        markers=("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>")),
 ]

@@ -163,3 +163,84 @@ def test_a_template_may_queue_items_in_a_list_of_its_own():
     source = ("{%- set q = namespace(ids=[]) -%}{%- for m in messages -%}"
               "{%- set _ = q.ids.append(m.content) -%}{%- endfor -%}{{ q.ids.pop(0) }}")
     assert render_chat(source, [{"role": "user", "content": "a"}]) == "a"
+
+
+# -- Gemma 4 -------------------------------------------------------------------------------
+GEMMA = "google-gemma-4-31B-it"
+Q = '<|"|>'
+
+
+def test_gemma_reads_its_notation_into_json_values():
+    from backends.chat_format.families.gemma4 import parse
+
+    block = (f"call:write_note{{text:{Q}a, b: {{c}}{Q},n:-1.5e2,ok:true,none:null,"
+             f"tags:[{Q}x{Q},{{k:[1,2]}}],{Q}quoted key{Q}:\"json \\\"s\\\"\"}}<tool_call|>")
+    [call] = parse(block, {})
+    assert call.arguments == {"text": "a, b: {c}", "n": -150.0, "ok": True, "none": None,
+                              "tags": ["x", {"k": [1, 2]}], "quoted key": 'json "s"'}
+
+
+def test_gemma_a_call_it_cannot_read_is_text():
+    for body in ("call:get_time{oops}", "call:get_time{a:x}", "call:get_time", "hello"):
+        out = f"<|tool_call>{body}<tool_call|>"
+        (content, _, calls), cut = run(GEMMA, by_char(out))
+        assert calls == () and not cut and content == out, body
+
+
+def test_gemma_a_call_cut_off_is_never_reported():
+    out = f"<|tool_call>call:get_time{{}}<tool_call|><|tool_call>call:get_weather{{city:{Q}Par"
+    (content, _, calls), cut = run(GEMMA, by_char(out))
+    assert calls == (("get_time", {}),) and cut and content == ""
+
+
+def test_gemma_deep_nesting_is_text_not_a_crash():
+    out = "<|tool_call>call:write_note{tags:" + "[" * 50_000 + "]" * 50_000 + "}<tool_call|>"
+    (content, _, calls), _ = run(GEMMA, [out])
+    assert calls == () and content.startswith("<|tool_call>")
+
+
+def _gemma_constraint(vocab_name: str, parallel: bool = False, start: str = "after"):
+    from backends.grammar import Constraint, vocab_from_llama
+    from backends.grammar.lark import Answer, grammar_text
+    from tests.support.family_cases import WEATHER
+    from tests.support.token_stream import load_vocab
+
+    model = load_vocab(vocab_name).model
+    vocab = vocab_from_llama(model.vocab, model.n_vocab())
+    answer = Answer(tools=(WEATHER, TOOLS[2]), choice="required", parallel=parallel)
+    fmt = chat(GEMMA).fmt
+    return vocab, lambda: Constraint(vocab, grammar_text(answer, fmt, start, vocab))
+
+
+def _takes(vocab, make, text: str) -> bool:
+    constraint = make()
+    ids = vocab.tokenizer.tokenize_str(text, parse_special=True)
+    return constraint.valid_prefix(ids) == len(ids) and constraint.matcher.consume_tokens(ids) \
+        and constraint.matcher.is_accepting()
+
+
+def test_gemma_s_grammar_writes_its_calls_with_the_tools_keys_and_types():
+    for name in ("gemma-4", "qwen2"):  # its quote a special token, and text
+        vocab, make = _gemma_constraint(name)
+        assert _takes(vocab, make, f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}<tool_call|>")
+        assert _takes(vocab, make, f"<|tool_call>call:get_weather{{city:{Q}Zürich {{x}}{Q},"
+                                   f"days:3,unit:{Q}celsius{Q}}}<tool_call|>")
+        assert _takes(vocab, make, f"<|tool_call>call:write_note{{text:{Q}hi{Q},"
+                                   f"tags:[{Q}a{Q}]}}<tool_call|>")
+        assert not _takes(vocab, make, f"<|tool_call>call:get_weather{{days:{Q}x{Q}}}<tool_call|>")
+        assert not _takes(vocab, make, f"<|tool_call>call:get_weather{{unit:{Q}kelvin{Q}}}"
+                                       "<tool_call|>")
+        assert not _takes(vocab, make, "<|tool_call>call:nope{}<tool_call|>")
+
+
+def test_gemma_s_grammar_takes_parallel_calls_when_asked():
+    vocab, make = _gemma_constraint("gemma-4", parallel=True)
+    call = f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}<tool_call|>"
+    assert _takes(vocab, make, call + call)
+
+
+def test_gemma_s_grammar_lets_it_think_in_its_channel_first():
+    vocab, make = _gemma_constraint("gemma-4", start="maybe")
+    call = f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}<tool_call|>"
+    assert _takes(vocab, make, "<|channel>thought\nParis, then.<channel|>" + call)
+    assert _takes(vocab, make, call)

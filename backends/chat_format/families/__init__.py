@@ -18,6 +18,7 @@ from types import ModuleType
 from backends.chat_format.families import (
     deepseek_r1,
     deepseek_v3,
+    gemma4,
     generic,
     harmony,
     hermes,
@@ -31,7 +32,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    mistral_args, deepseek_v3, deepseek_r1, kimi_k2,
+    mistral_args, deepseek_v3, deepseek_r1, kimi_k2, gemma4,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
