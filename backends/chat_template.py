@@ -29,10 +29,11 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(f"chat template refused the conversation: {message}")
 
 
-def _tojson(value: object, indent: int | None = None) -> str:
+def _tojson(value: object, indent: int | None = None, ensure_ascii: bool = False) -> str:
     # a filter's generator (`tools | map(attribute='function') | tojson`, DeepSeek R1's
-    # template) is the list it yields, as llama.cpp's minja reads it
-    return json.dumps(value, ensure_ascii=False, indent=indent, default=_yielded)
+    # template) is the list it yields, as llama.cpp's minja reads it; Kimi K3's template
+    # says `tojson(ensure_ascii=false)`
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, default=_yielded)
 
 
 def _yielded(value: object) -> list:

@@ -57,6 +57,9 @@ class BlockSyntax:
     # a block that may start only at the answer's start, with its opener part of the
     # block's text (Llama 4's pythonic `[name(...)]`)
     lead: bool = False
+    # markers of the answer's own frame, dropped wherever they stand outside a block, tools
+    # offered or not (Kimi K3's `<|open|>response<|sep|>`)
+    drop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.close, self.end, self.block_end)) != 1:
@@ -72,6 +75,7 @@ class BlockParser(SteppedParser):
     thinking_markers: ThinkingMarkers | None
     thinking_open: bool = False
     schemas: Schemas = field(default_factory=dict)
+    drop: tuple[str, ...] = ()  # the syntax's `drop`, kept when no tools are offered
     state: State = "text"
     buf: str = ""
     sink: Sink = field(default_factory=Sink)
@@ -148,7 +152,7 @@ class BlockParser(SteppedParser):
                 markers += (self.syntax.close,)
         if self.thinking_markers is not None:
             markers += (self.thinking_markers.open, self.thinking_markers.close)
-        return markers
+        return markers + self.drop
 
     def _text(self, final: bool) -> bool:
         markers = self._text_markers()

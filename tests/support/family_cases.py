@@ -199,4 +199,23 @@ CASES: list[FamilyCase] = [
         calls=(("get_weather", {"city": "Paris", "unit": "celsius"}),),
         reasoning="The user wants Paris.", vocab="gemma-4", id="gemma4-thinking",
         markers=("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>")),
+    # -- Kimi K3 (families/kimi_k3.py) --
+    FamilyCase(
+        "kimi_k3", ("Kimi-K3",),
+        "Weather, and a note.<|close|>think<|sep|><|open|>response<|sep|>On it."
+        "<|close|>response<|sep|><|open|>tools<|sep|>"
+        '<|open|>call tool="get_weather" index="1"<|sep|>'
+        '<|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|>'
+        '<|open|>argument key="days" type="number"<|sep|>2<|close|>argument<|sep|>'
+        "<|close|>call<|sep|>"
+        '<|open|>call tool="write_note" index="2"<|sep|>'
+        '<|open|>argument key="text" type="string"<|sep|>Zürich "quoted" {braces} [x] '
+        "<tool_call> 🙂<|close|>argument<|sep|>"
+        '<|open|>argument key="tags" type="array"<|sep|>["a", "}"]<|close|>argument<|sep|>'
+        "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": 'Zürich "quoted" {braces} [x] <tool_call> 🙂',
+                               "tags": ["a", "}"]})),
+        content="On it.", reasoning="Weather, and a note.", id="kimi-k3",
+        markers=("<|open|>", "<|close|>", "<|sep|>")),
 ]

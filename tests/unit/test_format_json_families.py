@@ -244,3 +244,67 @@ def test_gemma_s_grammar_lets_it_think_in_its_channel_first():
     call = f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}<tool_call|>"
     assert _takes(vocab, make, "<|channel>thought\nParis, then.<channel|>" + call)
     assert _takes(vocab, make, call)
+
+
+# -- Kimi K3 -------------------------------------------------------------------------------
+K3 = "Kimi-K3"
+
+
+def test_k3_s_frame_is_dropped_tools_offered_or_not():
+    out = ("Thought.<|close|>think<|sep|><|open|>response<|sep|>Hello."
+           "<|close|>response<|sep|><|close|>message<|sep|>")
+    (content, reasoning, calls), _ = run(K3, by_char(out))
+    assert (content, reasoning, calls) == ("Hello.", "Thought.", ())
+    messages = (Message("user", "Hi"),)
+    request = GenerationRequest(messages=messages)
+    ct = chat(K3)
+    parser = ct.parser(request, ct.render(messages, request))
+    events = parser.feed(out) + parser.finish()
+    assert summary(events)[:2] == ("Hello.", "Thought.")
+
+
+def test_k3_takes_arguments_as_one_json_object_too():
+    out = ('x<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="write_note" '
+           'index="1"<|sep|><|open|>json type="object"<|sep|>{"text": "a&b"}'
+           "<|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|>")
+    (_, _, calls), _ = run(K3, by_char(out))
+    assert calls == (("write_note", {"text": "a&b"}),)
+
+
+def test_k3_a_section_it_cannot_read_is_text_and_a_cut_one_is_dropped():
+    bad = "x<|close|>think<|sep|><|open|>tools<|sep|>no call<|close|>tools<|sep|>"
+    (content, _, calls), cut = run(K3, by_char(bad))
+    assert calls == () and not cut and content == "<|open|>tools<|sep|>no call<|close|>tools<|sep|>"
+    cut_off = ('x<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="get_time" '
+               'index="1"<|sep|>')
+    (content, _, calls), cut = run(K3, by_char(cut_off))
+    assert calls == () and cut and content == ""
+
+
+def test_k3_without_a_call_grammar_leaves_auto_free_and_refuses_forcing():
+    import pytest
+
+    from backends.base import ToolChoice
+    from backends.errors import InvalidRequestError
+    from backends.grammar import vocab_from_llama
+    from backends.grammar.request import request_constraint
+    from tests.support.token_stream import load_vocab
+
+    model = load_vocab("qwen2").model
+    vocab = vocab_from_llama(model.vocab, model.n_vocab())
+    fmt = chat(K3).fmt
+    messages = (Message("user", "Hi"),)
+    auto = GenerationRequest(messages=messages, tools=TOOLS)
+    assert request_constraint(auto, fmt, vocab) is None
+    forced = GenerationRequest(messages=messages, tools=TOOLS, tool_choice=ToolChoice("required"))
+    with pytest.raises(InvalidRequestError, match="no grammar"):
+        request_constraint(forced, fmt, vocab)
+
+
+def test_k3_deep_nesting_is_text_not_a_crash():
+    deep = "[" * 50_000 + "]" * 50_000
+    out = ('x<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="write_note" '
+           f'index="1"<|sep|><|open|>argument key="tags" type="array"<|sep|>{deep}'
+           "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>")
+    (content, _, calls), _ = run(K3, [out])
+    assert calls == () and content.startswith("<|open|>tools<|sep|>")

@@ -23,6 +23,7 @@ from backends.chat_format.families import (
     harmony,
     hermes,
     kimi_k2,
+    kimi_k3,
     llama3,
     mistral_args,
     mistral_list,
@@ -32,7 +33,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    mistral_args, deepseek_v3, deepseek_r1, kimi_k2, gemma4,
+    mistral_args, deepseek_v3, deepseek_r1, kimi_k2, gemma4, kimi_k3,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY

@@ -47,6 +47,9 @@ class Family:
     # how the model thinks, when its template says it does (None: `<think>` if the
     # template names it)
     thinking: ThinkingMarkers | None = None
+    # its templates build the thinking markers rather than name them (Kimi K3's macros):
+    # they think all the same
+    builds_thinking: bool = False
     json_calls: CallSyntax | None = None
     blocks: BlockSyntax | None = None
     harmony: bool = False
