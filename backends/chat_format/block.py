@@ -98,6 +98,10 @@ class BlockParser(SteppedParser):
     def cut_call(self) -> bool:
         return self.cut
 
+    # a call is reported once its block is whole, so a cut one was never reported (BaseJob
+    # keeps the calls before it)
+    reports_whole_calls = True
+
     def _answer_state(self) -> State:
         return "lead" if self.syntax is not None and self.syntax.lead else "text"
 

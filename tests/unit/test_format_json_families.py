@@ -308,3 +308,14 @@ def test_k3_deep_nesting_is_text_not_a_crash():
            "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>")
     (content, _, calls), _ = run(K3, [out])
     assert calls == () and content.startswith("<|open|>tools<|sep|>")
+
+
+def test_the_calls_before_a_cut_one_are_kept():
+    """A block parser never reports the call the output cut off, so the job must keep the
+    last call it did report (it drops a streamed call cut short, the tagged parsers')."""
+    from tests.support.token_stream import replay
+
+    request = GenerationRequest(messages=(Message("user", "Hi"),), tools=TOOLS)
+    out = f"<|tool_call>call:get_time{{}}<tool_call|><|tool_call>call:get_weather{{city:{Q}Par"
+    done = replay(chat(GEMMA), "gemma-4", out, request=request, reason="length").done
+    assert [c.name for c in done.tool_calls] == ["get_time"]
