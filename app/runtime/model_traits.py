@@ -39,7 +39,7 @@ class ModelTraits:
         caps = ["completion"]
         if self.template is not None:
             caps.append("chat")  # Ember's own: the model takes conversations
-        if fmt.tools != "none":
+        if fmt.tools not in ("none", "unknown"):  # unknown: a request with tools is refused
             caps.append("tools")
         if fmt.thinking is not None or fmt.harmony:
             caps.append("thinking")

@@ -5,6 +5,7 @@ that follows the prompt. Every local backend renders through one `ChatTemplate`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from backends.base import GenerationRequest, Message
@@ -12,6 +13,7 @@ from backends.chat_format.base import ChatFormat, OutputParser
 from backends.chat_format.detect import detect_format
 from backends.chat_format.families import by_name
 from backends.chat_format.families.base import Family
+from backends.chat_format.markers import TokenMarkedParser, marker_pieces, token_markers
 from backends.chat_format.parsers import PlainParser, make_parser
 from backends.chat_format.turns import named_results, template_messages
 from backends.chat_template import render_chat
@@ -62,6 +64,9 @@ class ChatTemplate:
     eos_text: str = ""
     model_ref: str = "this model"
     fmt: ChatFormat = field(init=False)
+    # the format's markers that come as tokens of the model's vocabulary (the backend's
+    # marker_pieces): only those tokens count as markers (backends.chat_format.markers)
+    token_markers: tuple[str, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
         self.fmt = detect_format(self.source)
@@ -130,12 +135,22 @@ class ChatTemplate:
     def parser(self, request: GenerationRequest, prompt: str | None) -> OutputParser:
         """The parser of the answer to `prompt` (the rendered conversation; None for a raw
         completion, whose text is all answer)."""
+        parser: OutputParser
         if prompt is None:
-            return PlainParser()
-        opens = (self.fmt.thinking is not None
-                 and prompt.rstrip().endswith(self.fmt.thinking.open))
-        return make_parser(self.fmt, thinking_open=opens, tools_offered=offers_tools(request),
-                           tools=request.tools)
+            parser = PlainParser()
+        else:
+            opens = (self.fmt.thinking is not None
+                     and prompt.rstrip().endswith(self.fmt.thinking.open))
+            parser = make_parser(self.fmt, thinking_open=opens,
+                                 tools_offered=offers_tools(request), tools=request.tools)
+        return TokenMarkedParser(parser, self.token_markers) if self.token_markers else parser
+
+    def use_marker_tokens(self, tokenize: Callable[[str], list[int]]) -> dict[int, bytes]:
+        """What the format's marker tokens detokenize to (a backend shows them so), and
+        from now on only those tokens count as markers."""
+        pieces = marker_pieces(self.fmt.special_markers, tokenize)
+        self.token_markers = token_markers(pieces)
+        return pieces
 
 
 def _with_system_text(messages: tuple[Message, ...], text: str) -> tuple[Message, ...]:

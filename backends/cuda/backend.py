@@ -31,7 +31,6 @@ from backends.base import (
     check_token_ids,
 )
 from backends.chat_format.base import OutputParser
-from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import load_weights
@@ -94,7 +93,7 @@ class CudaBackend:
         self.tokenizer = load_tokenizer(path)
         self.chat = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_text,
                                  self.tokenizer.eos_text, Path(path).name)
-        self._markers = marker_pieces(self.chat.fmt.special_markers, self.tokenizer.tokenize)
+        self._markers = self.chat.use_marker_tokens(self.tokenizer.tokenize)
         weights = load_weights(path, dtype, self.device, plan.quant)
         model = build_model(weights.config)
         model.load_weights(weights.tensors)

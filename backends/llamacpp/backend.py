@@ -31,7 +31,6 @@ from backends.base import (
     check_token_ids,
 )
 from backends.chat_format.base import OutputParser
-from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_llama
@@ -205,7 +204,7 @@ class LlamaCppBackend:
         self.chat = ChatTemplate(meta.get("tokenizer.chat_template") or None, self._bos_text,
                                  _token_text(self._model, self._model.token_eos()), model.ref)
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") == "true"
-        self._markers = marker_pieces(self.chat.fmt.special_markers, self.tokenize_special)
+        self._markers = self.chat.use_marker_tokens(self.tokenize_special)
         self.engine = BatchEngine(self._ctx, used.parallel, used.context, used.batch,
                                   self._piece, self._is_eog, self._token_bytes)
         return used if used != plan else None

@@ -40,7 +40,6 @@ from backends.base import (
     check_token_ids,
 )
 from backends.chat_format.base import OutputParser
-from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_pieces
@@ -107,13 +106,14 @@ class MlxBackend:
         self._vocab_size = int(config.get("vocab_size") or len(tok.pieces))
         self._grammar_vocab = None
         self.chat = ChatTemplate(tok.chat_template, tok.bos_text, tok.eos_text, model.ref)
+        # logprobs show every token, control tokens as their text (<|im_end|>)
+        token_bytes = list(tok.pieces)
         # the format's marker tokens are shown as text (special tokens are b"" pieces)
         pieces = list(tok.pieces)
-        for token, text in marker_pieces(self.chat.fmt.special_markers, tok.tokenize).items():
+        for token, text in self.chat.use_marker_tokens(tok.tokenize).items():
             if 0 <= token < len(pieces):
                 pieces[token] = text
-        # logprobs show every token, control tokens as their text (<|im_end|>)
-        token_bytes = list(pieces)
+                token_bytes[token] = text[3:-3]  # without the marking (3 bytes each end)
         for token in tok.special:
             if 0 <= token < len(token_bytes):
                 token_bytes[token] = (tok.tokenizer.id_to_token(token) or "").encode("utf-8")

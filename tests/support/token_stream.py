@@ -10,7 +10,6 @@ from functools import cache
 from pathlib import Path
 
 from backends.base import DoneEvent, Event, FinishReason, GenerationRequest, Message, Tool
-from backends.chat_format.markers import marker_pieces
 from backends.chat_format.render import ChatTemplate
 from backends.job import BaseJob
 from backends.text import TextStream
@@ -74,7 +73,7 @@ def replay(chat: ChatTemplate, vocab_name: str, output: str, *,
                                            tools=(WEATHER, TIME))
     prompt = chat.render(request.messages or (), request)
     v = load_vocab(vocab_name)
-    markers = marker_pieces(chat.fmt.special_markers, v.tokenize)
+    markers = chat.use_marker_tokens(v.tokenize)  # as a backend does at load
     ids = v.tokenize(output)
     if tokens is not None:
         ids, reason = ids[:tokens], "length"

@@ -247,7 +247,7 @@ def test_a_streamed_call_carries_its_id_and_name_once():
 def test_a_control_token_marker_is_shown_as_text_and_other_control_tokens_stay_hidden():
     """Phi-3's <|end|> is a control token: plain detokenizing hides it, as backends do for
     every control token; named as a format marker it comes out as its text."""
-    from backends.chat_format.markers import marker_pieces
+    from backends.chat_format.markers import TOKEN_END, TOKEN_START, marker_pieces
     from tests.support.token_stream import load_vocab
 
     phi3 = load_vocab("phi-3")
@@ -255,4 +255,4 @@ def test_a_control_token_marker_is_shown_as_text_and_other_control_tokens_stay_h
     assert len(end) == len(user) == 1
     assert phi3.piece(end[0]) == b"" and phi3.piece(user[0]) == b""
     shown = marker_pieces(("<|end|>", "<not one token>"), phi3.tokenize)
-    assert shown == {end[0]: b"<|end|>"}
+    assert shown == {end[0]: f"{TOKEN_START}<|end|>{TOKEN_END}".encode()}

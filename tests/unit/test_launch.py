@@ -25,7 +25,8 @@ from tests.support.live_server import free_port, live_server
 from tests.support.tiny_gguf import write_tiny_gguf
 
 URL = "http://127.0.0.1:11435"
-HERMES = "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}{# <tool_call> #}"
+HERMES = ("{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"
+          "{# <tool_call>\n{\"name\": .. #}")
 PLAIN = "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"
 
 

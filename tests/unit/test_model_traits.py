@@ -14,7 +14,8 @@ import pytest
 from app.runtime import model_traits
 from backends.chat_format import ChatFormat, ThinkingMarkers
 
-HERMES = "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}{# <tool_call> #}"
+HERMES = ("{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"
+          "{# <tool_call>\n{\"name\": .. #}")
 THINKER = HERMES + "{# <think> #}"
 HARMONY = "{# <|channel|>analysis #}"
 
