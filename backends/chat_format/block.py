@@ -60,6 +60,9 @@ class BlockSyntax:
     # markers of the answer's own frame, dropped wherever they stand outside a block, tools
     # offered or not (Kimi K3's `<|open|>response<|sep|>`)
     drop: tuple[str, ...] = ()
+    # a block's opener ends thinking left open: the model calls without closing it first
+    # (Kimi K2 Thinking does, llama.cpp notes)
+    opens_end_thinking: bool = False
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.close, self.end, self.block_end)) != 1:
@@ -123,13 +126,18 @@ class BlockParser(SteppedParser):
     def _think(self, final: bool) -> bool:
         assert self.thinking_markers is not None
         closer = self.thinking_markers.close
-        hit = find_marker(self.buf, (closer,))
+        ends: tuple[str, ...] = (closer,)
+        if self.syntax is not None and self.syntax.opens_end_thinking:
+            ends += self.syntax.opens
+        hit = find_marker(self.buf, ends)
         if hit is not None:
             self.sink.put(self.buf[:hit[0]], thinking=True)
-            self.buf, self.state = self.buf[hit[0] + len(closer):], self._answer_state()
+            self.buf, self.state = self.buf[hit[0] + len(hit[1]):], self._answer_state()
             self.sink.marker()
+            if hit[1] != closer:  # a block opened with the thinking left open (Kimi K2)
+                self._open_block(hit[1])
             return True
-        self._put_safe((closer,), thinking=True, final=final)
+        self._put_safe(ends, thinking=True, final=final)
         return False
 
     def _lead(self, final: bool) -> bool:

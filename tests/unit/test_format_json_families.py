@@ -319,3 +319,10 @@ def test_the_calls_before_a_cut_one_are_kept():
     out = f"<|tool_call>call:get_time{{}}<tool_call|><|tool_call>call:get_weather{{city:{Q}Par"
     done = replay(chat(GEMMA), "gemma-4", out, request=request, reason="length").done
     assert [c.name for c in done.tool_calls] == ["get_time"]
+
+
+def test_kimi_calls_that_open_inside_the_thinking_end_it():
+    out = (f"<think>Call it.{SECTION}<|tool_call_begin|>functions.get_time:0"
+           f"<|tool_call_argument_begin|>{{}}<|tool_call_end|>{SECTION_END}")
+    (content, reasoning, calls), cut = run(K2, by_char(out))
+    assert (content, reasoning, calls, cut) == ("", "Call it.", (("get_time", {}),), False)

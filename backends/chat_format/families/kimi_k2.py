@@ -9,7 +9,8 @@ answer text, each with an id `functions.NAME:INDEX` and its JSON arguments, thin
 
 (on several lines here; the model writes no newlines). The templates render `tools`
 themselves; the first K2's names a result by its call's id, so earlier calls get ids of
-this shape (`kimi_ids`). Kimi K3 writes another format (families.kimi_k3)."""
+this shape (`kimi_ids`). K2-Thinking may open its calls with the thinking still open: the
+section's opener ends it. Kimi K3 writes another format (families.kimi_k3)."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ FAMILY = Family(
     name="kimi_k2",
     matches=matches,
     call_markers=(OPEN, CLOSE, CALL, ARGS, CALL_END),
-    blocks=BlockSyntax((OPEN,), parse, block_end=block_end),
+    blocks=BlockSyntax((OPEN,), parse, block_end=block_end, opens_end_thinking=True),
     shape_turns=kimi_ids,
     grammar=grammar,
 )
