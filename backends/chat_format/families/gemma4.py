@@ -10,6 +10,11 @@ arguments are Gemma's own notation, not JSON: bare keys, strings between `<|"|>`
 Thinking is the `thought` channel, `<|channel>thought\\n..<channel|>`; with thinking off
 the template writes an empty one itself. `<|"|>`, `<|channel>` and the call markers are
 special tokens the backend must show, or strings would lose their quotes.
+
+The grammar writes the offered tool's own keys, each value of its schema's simple type
+(string, string enum, integer, number, boolean; any Gemma value for the rest), in any
+order: it does not insist on required keys nor forbid a key twice (llama.cpp's grammar
+for Gemma 4 reads no schema at all).
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ class CallEnd:
         if self.value is None:
             at = text.find(ARGS)
             if at < 0:
-                rest = text[PARTIAL.match(text).end():]  # type: ignore[union-attr]
+                partial = PARTIAL.match(text)
+                rest = text[partial.end():] if partial is not None else text
                 if rest and not (ARGS.startswith(rest) or CALL_ID.startswith(rest)):
                     return len(text)
                 return None
