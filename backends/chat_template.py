@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from functools import lru_cache
 
@@ -32,10 +33,18 @@ def _raise_exception(message: str) -> None:
 
 def _tojson(value: object, indent: int | None = None, ensure_ascii: bool = False,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    """Hugging Face's `tojson` (its keyword arguments too: GigaChat passes ensure_ascii)."""
+    """Hugging Face's `tojson`, its keyword arguments too (GigaChat and Kimi K3 pass
+    ensure_ascii). A filter's generator (`tools | map(attribute='function') | tojson`,
+    DeepSeek R1's template) is the list it yields, as llama.cpp's minja reads it."""
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                       separators=tuple(separators) if separators else None,  # type: ignore[arg-type]
-                      sort_keys=sort_keys)
+                      sort_keys=sort_keys, default=_yielded)
+
+
+def _yielded(value: object) -> list:
+    if isinstance(value, Iterator):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 class _GenerationTag(jinja2.ext.Extension):
@@ -48,14 +57,26 @@ class _GenerationTag(jinja2.ext.Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
+class _ChatSandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox, but for a list a template grows and empties itself: Kimi K2's
+    templates queue call ids in a namespace (`ns.ids.append(id)`, `ns.ids.pop(0)`), as
+    llama.cpp's minja lets them. Every render gets lists of its own, and neither method
+    reaches anything but the list."""
+
+    def is_safe_attribute(self, obj: object, attr: str, value: object) -> bool:
+        if isinstance(obj, list) and attr in ("append", "pop"):
+            return True
+        return super().is_safe_attribute(obj, attr, value)
+
+
 @lru_cache(maxsize=16)
 def compile_template(source: str) -> jinja2.Template:
     match = _DUNDER.search(source)
     if match:
         raise TemplateError("chat template refused: it tries to reach Python internals "
                             f"({match.group(0)!r}), which a chat template never needs")
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols, _GenerationTag])
+    env = _ChatSandbox(trim_blocks=True, lstrip_blocks=True,
+                       extensions=[jinja2.ext.loopcontrols, _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

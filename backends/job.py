@@ -107,7 +107,10 @@ class BaseJob:
         max_tokens is left out (the reason stays "length")."""
         events = self._parsed(self.output.feed(self.text.finish()) + self.output.finish())
         cut = self.output.cut_call
-        calls = self.answer.tool_calls(drop_last=cut)
+        # a parser that reports calls only whole (backends.chat_format.block) never
+        # reported the one cut off: the last call it reported is whole
+        whole_only = getattr(self.output, "reports_whole_calls", False)
+        calls = self.answer.tool_calls(drop_last=cut and not whole_only)
         if reason == "stop" and calls and not cut:
             reason = "tool_calls"
         stats = request_stats(

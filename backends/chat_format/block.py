@@ -51,21 +51,28 @@ class BlockSyntax:
     parse: BlockReader
     close: str | None = None  # the marker that ends a block
     end: BlockEnd | None = None  # where a block without a closer ends
+    # or: makes that rule anew for each block, so it may keep what it has read (within a
+    # block the text only grows) instead of reading the block from its start each time
+    block_end: Callable[[], BlockEnd] | None = None
     # a block that may start only at the answer's start, with its opener part of the
     # block's text (Llama 4's pythonic `[name(...)]`)
     lead: bool = False
-    # markers dropped wherever the answer has them, a lead block's opener may follow them
-    # (Llama 4's `<|python_start|>`/`<|python_end|>` around its calls; a stray closer of a
-    # block that ends by its `end` rule)
+    # markers dropped wherever they stand outside a block, tools offered or not, and a lead
+    # block's opener may follow them (Kimi K3's frame `<|open|>response<|sep|>`, Llama 4's
+    # `<|python_start|>`/`<|python_end|>` around its calls, a stray closer of a block that
+    # ends by its end rule)
     drop: tuple[str, ...] = ()
+    # a block's opener ends thinking left open: the model calls without closing it first
+    # (Kimi K2 Thinking does, llama.cpp notes)
+    opens_end_thinking: bool = False
 
     def __post_init__(self) -> None:
-        if (self.close is None) == (self.end is None):
+        if sum(x is not None for x in (self.close, self.end, self.block_end)) != 1:
             raise ValueError("a block syntax has a close marker or an end rule, not both")
 
 
 State = Literal["start", "think", "lead", "text", "block"]
-# An end rule reads the whole block each time it is asked, so it is asked again only once
+# An end rule may read the whole block each time it is asked, so it is asked again only once
 # a character that can end a block arrived, or this much more text (a long argument
 # streamed token by token would otherwise cost its length squared).
 ENDING = "])}>\n"
@@ -78,10 +85,12 @@ class BlockParser(SteppedParser):
     thinking_markers: ThinkingMarkers | None
     thinking_open: bool = False
     schemas: Schemas = field(default_factory=dict)
+    drop: tuple[str, ...] = ()  # the syntax's `drop`, kept when no tools are offered
     state: State = "text"
     buf: str = ""
     sink: Sink = field(default_factory=Sink)
     opener: str = ""  # of the block being read
+    block_end: BlockEnd | None = None  # the end rule of the block being read
     calls: int = 0  # reported so far
     cut: bool = False
     asked: int = 0  # how much of the block its end rule saw without finding the end
@@ -99,6 +108,10 @@ class BlockParser(SteppedParser):
     @property
     def cut_call(self) -> bool:
         return self.cut
+
+    # a call is reported once its block is whole, so a cut one was never reported (BaseJob
+    # keeps the calls before it)
+    reports_whole_calls = True
 
     def _answer_state(self) -> State:
         return "lead" if self.syntax is not None and self.syntax.lead else "text"
@@ -121,30 +134,36 @@ class BlockParser(SteppedParser):
     def _think(self, final: bool) -> bool:
         assert self.thinking_markers is not None
         closer = self.thinking_markers.close
-        hit = find_marker(self.buf, (closer,))
+        ends: tuple[str, ...] = (closer,)
+        if self.syntax is not None and self.syntax.opens_end_thinking:
+            ends += self.syntax.opens
+        hit = find_marker(self.buf, ends)
         if hit is not None:
             self.sink.put(self.buf[:hit[0]], thinking=True)
-            self.buf, self.state = self.buf[hit[0] + len(closer):], self._answer_state()
+            self.buf, self.state = self.buf[hit[0] + len(hit[1]):], self._answer_state()
             self.sink.marker()
+            if hit[1] != closer:  # a block opened with the thinking left open (Kimi K2)
+                self._open_block(hit[1])
             return True
-        self._put_safe((closer,), thinking=True, final=final)
+        self._put_safe(ends, thinking=True, final=final)
         return False
 
     def _lead(self, final: bool) -> bool:
         assert self.syntax is not None
         text = self.buf.lstrip()
-        dropped = next((d for d in self.syntax.drop if text.startswith(d)), None)
+        if not text and not final:
+            return False
+        dropped = next((d for d in self.drop if text.startswith(d)), None)
         if dropped is not None:
             self.buf = text[len(dropped):]
             self.sink.marker()
             return True
-        if not text and not final:
-            return False
         opener = next((o for o in self.syntax.opens if text.startswith(o)), None)
         if opener is not None:
-            self.buf, self.opener, self.state, self.asked = text, opener, "block", 0
+            self.buf = text
+            self._open_block(opener)
             return True
-        if is_marker_start(text, self.syntax.opens + self.syntax.drop) and not final:
+        if is_marker_start(text, self.syntax.opens + self.drop) and not final:
             return False
         self.state = "text"
         return True
@@ -156,10 +175,9 @@ class BlockParser(SteppedParser):
                 markers += self.syntax.opens
             if self.syntax.close:
                 markers += (self.syntax.close,)
-            markers += self.syntax.drop
         if self.thinking_markers is not None:
             markers += (self.thinking_markers.open, self.thinking_markers.close)
-        return markers
+        return markers + self.drop
 
     def _text(self, final: bool) -> bool:
         markers = self._text_markers()
@@ -172,8 +190,14 @@ class BlockParser(SteppedParser):
         self.buf = self.buf[at + len(marker):]
         self.sink.marker()  # a stray closer or thinking marker is dropped
         if self.syntax is not None and marker in self.syntax.opens:
-            self.opener, self.state, self.asked = marker, "block", 0
+            self._open_block(marker)
         return True
+
+    def _open_block(self, opener: str) -> None:
+        assert self.syntax is not None
+        self.opener, self.state, self.asked = opener, "block", 0
+        make = self.syntax.block_end
+        self.block_end = make() if make is not None else self.syntax.end
 
     def _block(self, final: bool) -> bool:
         syntax = self.syntax
@@ -186,11 +210,11 @@ class BlockParser(SteppedParser):
                 return False
             body, rest = self.buf[:hit[0]], self.buf[hit[0] + len(syntax.close):]
         else:
-            assert syntax.end is not None
+            assert self.block_end is not None
             new = self.buf[self.asked:]
             if not final and len(new) < ASK_EVERY and not any(c in new for c in ENDING):
                 return False
-            end = syntax.end(self.buf, final)
+            end = self.block_end(self.buf, final)
             if end is None:
                 self.asked = len(self.buf)
                 if final:

@@ -38,6 +38,7 @@ class CallGrammar:
 class Markers:
     """Marker texts as grammar symbols of one vocabulary: a marker that is one special
     token is that token (`<[id]>`), so the model writes it as the token it was trained on;
+    one that starts with a special token is that token and text (`<|channel>thought`);
     other markers are text."""
 
     def __init__(self, vocab: GrammarVocab) -> None:
@@ -52,7 +53,13 @@ class Markers:
 
     def __call__(self, text: str) -> str:
         token = self.vocab.special_id(text)
-        return f"<[{token}]>" if token is not None else lit(text)
+        if token is not None:
+            return f"<[{token}]>"
+        for k in range(len(text) - 1, 0, -1):  # a token and text (Gemma 4's thought channel)
+            token = self.vocab.special_id(text[:k])
+            if token is not None:
+                return f"<[{token}]> {lit(text[k:])}"
+        return lit(text)
 
 
 def lit(text: str) -> str:

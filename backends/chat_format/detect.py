@@ -16,7 +16,8 @@ def detect_format(template: str | None) -> ChatFormat:
     if thinking is None and not family.harmony and ("<think>" in template
                                                     or "</think>" in template):
         thinking = THINK
-    if thinking is not None and thinking.open not in template and thinking.close not in template:
+    if thinking is not None and not family.builds_thinking and thinking.open not in template \
+            and thinking.close not in template:
         thinking = None  # the family can think, this template of it does not
     markers = family.call_markers
     if thinking is not None:

@@ -61,6 +61,10 @@ class TokenMarkedParser:
     def cut_call(self) -> bool:
         return self.inner.cut_call
 
+    @property
+    def reports_whole_calls(self) -> bool:  # see BaseJob.finish
+        return getattr(self.inner, "reports_whole_calls", False)
+
     def feed(self, text: str) -> list[OutputEvent]:
         self.buf += text
         return clean(self.inner.feed(self._take(final=False)))

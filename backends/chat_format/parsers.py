@@ -35,7 +35,8 @@ def make_parser(fmt: ChatFormat, *, thinking_open: bool = False, tools_offered: 
         return HarmonyParser(tools_offered=tools_offered)
     if family.blocks is not None:
         return BlockParser(family.blocks if tools_offered else None, fmt.thinking,
-                           thinking_open=thinking_open, schemas=schemas_of(tools or ()))
+                           thinking_open=thinking_open, schemas=schemas_of(tools or ()),
+                           drop=family.blocks.drop)
     syntax = family.json_calls if tools_offered else None
     if syntax is None and fmt.thinking is None:
         return PlainParser()

@@ -91,6 +91,8 @@ class ChatTemplate:
         elif tools and family.tools_prompt is not None:
             messages = _with_system_text(messages, family.tools_prompt(tools))
         dicts = template_messages(messages, self.fmt)
+        if family.shape_turns is not None:
+            dicts = family.shape_turns(dicts, self.source)
         if tools and family.tools_placer is not None:
             dicts = family.tools_placer(dicts, tool_dicts(request))
         variables = template_variables(self.fmt, request)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from backends.base import GenerationRequest
 from backends.chat_format.base import ChatFormat
+from backends.chat_format.families import by_name
 from backends.errors import InvalidRequestError
 from backends.grammar.constraint import Constraint
 from backends.grammar.lark import Answer, ThinkingStart, grammar_text
@@ -47,6 +48,14 @@ def request_constraint(request: GenerationRequest, fmt: ChatFormat, vocab: Gramm
     end of the prompt's text (whether it opened or closed the thinking)."""
     answer = request_answer(request)
     if answer is None:
+        return None
+    if answer.tools and by_name(fmt.tools).grammar is None:
+        # a family without a call grammar (Kimi K3): auto is free text its parser reads;
+        # forcing a call cannot be done
+        if answer.choice != "auto" or answer.json:
+            raise InvalidRequestError(
+                f"the {fmt.tools} tool-call format has no grammar to force calls or JSON "
+                "with tools; use tool_choice auto without response_format", "tool_choice")
         return None
     start = thinking_start(fmt, prompt_tail) if request.messages is not None else "after"
     text = grammar_text(answer, fmt, start, vocab)

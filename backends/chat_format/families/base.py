@@ -30,6 +30,9 @@ ToolsPlacer = Callable[[list[dict], list[dict]], list[dict]]
 # the offered tools -> their description in the family's own words, for a template that
 # does not render tools but whose model was trained on a format (DeepSeek V3.1)
 ToolsPrompt = Callable[[Sequence[Tool]], str]
+# the conversation's dicts and the template's text -> the dicts as that template reads them
+# (Ministral's thinking as a content block, Kimi's call ids)
+TurnShaper = Callable[[list[dict], str], list[dict]]
 
 
 def mentions(template: str, *texts: str) -> bool:
@@ -44,6 +47,9 @@ class Family:
     # how the model thinks, when its template says it does (None: `<think>` if the
     # template names it)
     thinking: ThinkingMarkers | None = None
+    # its templates build the thinking markers rather than name them (Kimi K3's macros):
+    # they think all the same
+    builds_thinking: bool = False
     json_calls: CallSyntax | None = None
     blocks: BlockSyntax | None = None
     harmony: bool = False
@@ -55,6 +61,7 @@ class Family:
     # 3.x: `thinking`)
     thinking_variable: str | None = None
     call_id: Callable[[str], str] | None = None  # ids as its template insists on them
+    shape_turns: TurnShaper | None = None
     grammar: GrammarFn | None = None
     # history: Ember rewrites calls and results as text turns (the generic format)
     history_as_text: Callable[[tuple[Message, ...], tuple[Tool, ...]],
