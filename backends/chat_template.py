@@ -28,8 +28,11 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(f"chat template refused the conversation: {message}")
 
 
-def _tojson(value: object, indent: int | None = None) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+def _tojson(value: object, indent: int | None = None, ensure_ascii: bool = False,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """Hugging Face's `tojson` (GLM's and StepFun's templates pass ensure_ascii=False)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
 
 
 @lru_cache(maxsize=16)
