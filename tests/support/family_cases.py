@@ -100,4 +100,37 @@ CASES: list[FamilyCase] = [
         forced='[TOOL_REQUEST]{"name": "get_weather", "arguments": {"city": "Paris"}}'
                "[END_TOOL_REQUEST]",
         markers=("[TOOL_REQUEST]", "[END_TOOL_REQUEST]")),
+    FamilyCase(
+        "qwen3_coder", ("Qwen3-Coder",),
+        "Checking both.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+        "</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n"
+        "<tool_call>\n<function=write_note>\n<parameter=text>\n" + TRICKY + " </parameter> "
+        "<function=x>\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n"
+        "</function>\n</tool_call>",
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": TRICKY + " </parameter> <function=x>",
+                               "tags": ["a", "b"]})),
+        content="Checking both.", vocab="qwen2",
+        forced="<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+               "</function>\n</tool_call>",
+        id="qwen3-coder", markers=("<tool_call>", "<function=", "<parameter=")),
+    FamilyCase(
+        "qwen3_coder", ("Qwen3.5-4B", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+                        "StepFun3.5-Flash"),
+        "The user wants Paris.\n</think>\n\n<tool_call>\n<function=get_weather>\n"
+        "<parameter=city>\nZürich {x} \"y\"\n</parameter>\n<parameter=unit>\ncelsius\n"
+        "</parameter>\n</function>\n</tool_call>",
+        calls=(("get_weather", {"city": "Zürich {x} \"y\"", "unit": "celsius"}),),
+        reasoning="The user wants Paris.", vocab="qwen35", thinking_open=True,
+        forced="<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+               "</function>\n</tool_call>",
+        id="qwen3.5-thinking",
+        markers=("<tool_call>", "</tool_call>", "<think>", "</think>", "<function=")),
+    FamilyCase(
+        "qwen3_coder", ("Qwen3-Coder",),
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n"
+        "</tool_call>",
+        content="<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n"
+                "</tool_call>",
+        id="qwen3-coder-malformed-is-text"),
 ]

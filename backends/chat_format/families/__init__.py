@@ -22,11 +22,13 @@ from backends.chat_format.families import (
     llama3,
     mistral_list,
     phi4,
+    qwen3_coder,
 )
 from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
+    qwen3_coder,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
