@@ -14,9 +14,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from backends.base import Tool
-from backends.chat_format.block import BlockEnd, _types
+from backends.chat_format.block import (
+    BlockEnd,
+    ParsedCall,
+    Schemas,
+    _types,
+    parameter_schema,
+    typed_value,
+)
 from backends.chat_format.call_grammar import TOOL_JSON, json_rule, lit, regex_text
 
 
@@ -61,6 +69,56 @@ def one_newline_off(value: str) -> str:
     if value.startswith("\n"):
         value = value[1:]
     return value[:-1] if value.endswith("\n") else value
+
+
+# a value's text, its parameter's tag, its schema -> the value
+ValueReader = Callable[[str, "re.Match[str]", "dict | None"], object]
+
+
+def schema_typed(text: str, tag: re.Match[str], schema: dict | None) -> object:
+    return typed_value(text, schema)
+
+
+@dataclass(frozen=True)
+class CallTags:
+    """Calls written `HEAD PARAM VALUE .. END` one after another (whitespace between):
+    `head` and `param` match a call's and a parameter's opening tag (group 1: the name),
+    `end` a call's closing tag."""
+    head: re.Pattern[str]
+    param: re.Pattern[str]
+    value: Values
+    end: re.Pattern[str]
+    trim: bool = False  # a value's newline each side is markup (Qwen3-Coder)
+    read_value: ValueReader = schema_typed
+
+    def read(self, text: str, schemas: Schemas) -> list[ParsedCall] | None:
+        """The calls that are all of `text` (whitespace aside), or None."""
+        calls: list[ParsedCall] = []
+        at = 0
+        while (head := self.head.match(text, at)) is not None:
+            name, at = head[1].strip(), head.end()
+            arguments: dict = {}
+            while (tag := self.param.match(text, at)) is not None:
+                read = self.value.read(text, tag.end())
+                if read is None:
+                    return None
+                value, at = read
+                key = tag[1].strip()
+                value = one_newline_off(value) if self.trim else value
+                arguments[key] = self.read_value(value, tag,
+                                                 parameter_schema(schemas, name, key))
+            end = self.end.match(text, at)
+            if end is None or not name:
+                return None
+            at = end.end()
+            calls.append(ParsedCall(name, arguments))
+        return calls if calls and not text[at:].strip() else None
+
+
+def inside(block: str, closer: str) -> str | None:
+    """A block's text without its closer (None: it does not end with it)."""
+    body = block.rstrip()
+    return body[:-len(closer)] if body.endswith(closer) else None
 
 
 # ------------------------------------------------------------------------------ grammar

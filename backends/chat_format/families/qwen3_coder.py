@@ -21,63 +21,43 @@ import re
 from collections.abc import Sequence
 
 from backends.base import Tool
-from backends.chat_format.block import (
-    BlockSyntax,
-    ParsedCall,
-    Schemas,
-    parameter_schema,
-    typed_value,
-)
+from backends.chat_format.block import BlockSyntax, ParsedCall, Schemas
 from backends.chat_format.call_grammar import CallGrammar, Markers, lit
 from backends.chat_format.families.base import Family, mentions
 from backends.chat_format.xml_calls import (
+    CallTags,
     Values,
     call_rules,
     ends_after,
-    one_newline_off,
+    inside,
     text_until,
 )
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-FUNCTION = re.compile(r"\s*<function=([^>\n]{1,200})>")
-PARAMETER = re.compile(r"\s*<parameter=([^>\n]{1,200})>")
-FUNCTION_END = re.compile(r"\s*</function>")
-VALUE = Values("</parameter>", ("<parameter=", "</function>"))
+
+
+def function_tags(trim: bool) -> CallTags:
+    """`<function=NAME><parameter=KEY>VALUE</parameter>..</function>` (Seed-OSS's too)."""
+    return CallTags(re.compile(r"\s*<function=([^>\n]{1,200})>"),
+                    re.compile(r"\s*<parameter=([^>\n]{1,200})>"),
+                    Values("</parameter>", ("<parameter=", "</function>")),
+                    re.compile(r"\s*</function>"), trim=trim)
+
+
+FUNCTIONS = function_tags(trim=True)
 
 
 def matches(template: str) -> bool:
     return mentions(template, OPEN, "<function=", "<parameter=")
 
 
-def read_functions(text: str, schemas: Schemas, trim: bool = True) -> list[ParsedCall] | None:
-    """The `<function=NAME><parameter=KEY>VALUE</parameter>..</function>` calls that are all
-    of `text` (whitespace aside), or None. `trim`: a value's newline each side is markup."""
-    calls: list[ParsedCall] = []
-    at = 0
-    while (head := FUNCTION.match(text, at)) is not None:
-        name, at = head[1].strip(), head.end()
-        arguments: dict = {}
-        while (param := PARAMETER.match(text, at)) is not None:
-            read = VALUE.read(text, param.end())
-            if read is None:
-                return None
-            value, at = read
-            key = param[1].strip()
-            value = one_newline_off(value) if trim else value
-            arguments[key] = typed_value(value, parameter_schema(schemas, name, key))
-        end = FUNCTION_END.match(text, at)
-        if end is None or not name:
-            return None
-        at = end.end()
-        calls.append(ParsedCall(name, arguments))
-    return calls if calls and not text[at:].strip() else None
-
-
 def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:
-    body = block.rstrip()
-    if not body.endswith(CLOSE):
-        return None
-    return read_functions(body[:-len(CLOSE)], schemas)
+    text = inside(block, CLOSE)
+    return FUNCTIONS.read(text, schemas) if text is not None else None
+
+
+def function(tool: Tool, params: str) -> str:
+    return f'{lit(f"<function={tool.name}>")} "\\n" {params} "</function>"'
 
 
 def param(key: str, value: str | None) -> str:
@@ -86,8 +66,7 @@ def param(key: str, value: str | None) -> str:
 
 
 def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
-    rules = call_rules(tools, lambda t, params: f'{lit(f"<function={t.name}>")} "\\n" '
-                       f'{params} "</function>"', param)
+    rules = call_rules(tools, function, param)
     rules.append(text_until("qvalue", "\n</parameter>\n"))
     open_, close = m(OPEN), m(CLOSE)
     many = ' ("\\n" block)*' if parallel and tools else ""
