@@ -133,4 +133,16 @@ CASES: list[FamilyCase] = [
         content="<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n"
                 "</tool_call>",
         id="qwen3-coder-malformed-is-text"),
+    FamilyCase(
+        "seed_oss", ("ByteDance-Seed-OSS",),
+        "<seed:think>Paris, then a note.</seed:think>\n<seed:tool_call>\n<function=get_weather>"
+        "\n<parameter=city>Paris</parameter>\n<parameter=days>3</parameter>\n</function>\n"
+        "</seed:tool_call>\n<seed:tool_call>\n<function=write_note>\n<parameter=text>" + TRICKY
+        + " </seed:tool_call> </parameter> x</parameter>\n</function>\n</seed:tool_call>",
+        calls=(("get_weather", {"city": "Paris", "days": 3}),
+               ("write_note", {"text": TRICKY + " </seed:tool_call> </parameter> x"})),
+        reasoning="Paris, then a note.",
+        forced="<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n"
+               "</function>\n</seed:tool_call>",
+        markers=("<seed:tool_call>", "<seed:think>", "</seed:think>", "<function=")),
 ]

@@ -23,12 +23,13 @@ from backends.chat_format.families import (
     mistral_list,
     phi4,
     qwen3_coder,
+    seed_oss,
 )
 from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    qwen3_coder,
+    qwen3_coder, seed_oss,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
