@@ -145,4 +145,29 @@ CASES: list[FamilyCase] = [
         forced="<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n"
                "</function>\n</seed:tool_call>",
         markers=("<seed:tool_call>", "<seed:think>", "</seed:think>", "<function=")),
+    FamilyCase(
+        "glm", ("GLM-4.6", "inclusionai-ling-3.0-flash"),
+        "\n<think>Two calls.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+        "<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n"
+        "</tool_call>\n<tool_call>write_note\n<arg_key>text</arg_key>\n<arg_value>" + TRICKY
+        + " <arg_key>k</arg_key> </arg_value> y</arg_value>\n<arg_key>tags</arg_key>\n"
+        "<arg_value>[\"x\"]</arg_value>\n</tool_call>\n<tool_call>get_time\n</tool_call>",
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": TRICKY + " <arg_key>k</arg_key> </arg_value> y",
+                               "tags": ["x"]}),
+               ("get_time", {})),
+        reasoning="Two calls.",
+        forced="<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+               "</tool_call>",
+        id="glm-4.6", markers=("<tool_call>", "<think>", "</think>", "<arg_value>")),
+    FamilyCase(
+        "glm", ("GLM-4.7-Flash", "Spark2.5"),
+        "Weighing it.</think><tool_call>get_weather<arg_key>city</arg_key>"
+        "<arg_value>Zürich {\"a\": 1}</arg_value><arg_key>unit</arg_key>"
+        "<arg_value>celsius</arg_value></tool_call>",
+        calls=(("get_weather", {"city": "Zürich {\"a\": 1}", "unit": "celsius"}),),
+        reasoning="Weighing it.", thinking_open=True,
+        forced="<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+               "</tool_call>",
+        id="glm-4.7", markers=("<tool_call>", "</tool_call>", "<think>", "</think>")),
 ]

@@ -17,6 +17,7 @@ from types import ModuleType
 
 from backends.chat_format.families import (
     generic,
+    glm,
     harmony,
     hermes,
     llama3,
@@ -29,7 +30,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    qwen3_coder, seed_oss,
+    qwen3_coder, seed_oss, glm,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
