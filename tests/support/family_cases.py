@@ -170,4 +170,17 @@ CASES: list[FamilyCase] = [
         forced="<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
                "</tool_call>",
         id="glm-4.7", markers=("<tool_call>", "</tool_call>", "<think>", "</think>")),
+    FamilyCase(
+        "minimax_m2", ("MiniMax-M2",),
+        "Looking up.\n</think>\n\nOne moment.\n<minimax:tool_call>\n"
+        "<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
+        "<parameter name=\"days\">2</parameter>\n</invoke>\n<invoke name=\"write_note\">\n"
+        "<parameter name=\"text\">" + TRICKY + " </minimax:tool_call> </parameter> z"
+        "</parameter>\n</invoke>\n</minimax:tool_call>",
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": TRICKY + " </minimax:tool_call> </parameter> z"})),
+        content="One moment.", reasoning="Looking up.", thinking_open=True,
+        forced="<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
+               "<parameter name=\"city\">Paris</parameter>\n</invoke>\n</minimax:tool_call>",
+        markers=("<minimax:tool_call>", "</minimax:tool_call>", "<invoke", "</think>")),
 ]

@@ -21,6 +21,7 @@ from backends.chat_format.families import (
     harmony,
     hermes,
     llama3,
+    minimax_m2,
     mistral_list,
     phi4,
     qwen3_coder,
@@ -30,7 +31,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    qwen3_coder, seed_oss, glm,
+    qwen3_coder, seed_oss, glm, minimax_m2,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
