@@ -183,4 +183,34 @@ CASES: list[FamilyCase] = [
         forced="<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
                "<parameter name=\"city\">Paris</parameter>\n</invoke>\n</minimax:tool_call>",
         markers=("<minimax:tool_call>", "</minimax:tool_call>", "<invoke", "</think>")),
+    FamilyCase(
+        "deepseek_dsml", ("deepseek-ai-DeepSeek-V3.2",),
+        "Both.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+        "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
+        "<｜DSML｜parameter name=\"days\" string=\"false\">2</｜DSML｜parameter>\n"
+        "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"write_note\">\n"
+        "<｜DSML｜parameter name=\"text\" string=\"true\">" + TRICKY
+        + " </｜DSML｜function_calls> 12</｜DSML｜parameter>\n"
+        "<｜DSML｜parameter name=\"tags\" string=\"false\">[\"a\"]</｜DSML｜parameter>\n"
+        "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        calls=(("get_weather", {"city": "Paris", "days": 2}),
+               ("write_note", {"text": TRICKY + " </｜DSML｜function_calls> 12",
+                               "tags": ["a"]})),
+        content="Both.", vocab="deepseek-llm",
+        forced="<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+               "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
+               "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        id="deepseek-v3.2", markers=("｜DSML｜", "</think>")),
+    FamilyCase(
+        "deepseek_dsml", ("deepseek-ai-DeepSeek-V4", "deepseek-ai-DeepSeek-V4-Flash-0731"),
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_time\">\n\n</｜DSML｜invoke>\n"
+        "<｜DSML｜invoke name=\"get_weather\">\n"
+        "<｜DSML｜parameter name=\"city\" string=\"true\">Zürich \"x\"</｜DSML｜parameter>\n"
+        "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        calls=(("get_time", {}), ("get_weather", {"city": "Zürich \"x\""})),
+        vocab="deepseek-llm",
+        forced="<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+               "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
+               "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        id="deepseek-v4", markers=("｜DSML｜",)),
 ]

@@ -16,6 +16,7 @@ import re
 from types import ModuleType
 
 from backends.chat_format.families import (
+    deepseek_dsml,
     generic,
     glm,
     harmony,
@@ -31,7 +32,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    qwen3_coder, seed_oss, glm, minimax_m2,
+    qwen3_coder, seed_oss, glm, minimax_m2, deepseek_dsml,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
