@@ -128,6 +128,13 @@ CASES: list[FamilyCase] = [
         markers=("<tool_call>", "</tool_call>", "<think>", "</think>", "<function=")),
     FamilyCase(
         "qwen3_coder", ("Qwen3-Coder",),
+        "Sure.\n<function=get_weather>\n<parameter=city>\nParis\n"
+        "</parameter>\n</function>\n</tool_call>\n<function=get_time>\n</function>",
+        calls=(("get_weather", {"city": "Paris"}), ("get_time", {})),
+        content="Sure.", vocab="qwen2",
+        id="qwen3-coder-without-tool-call", markers=("</tool_call>", "<parameter=")),
+    FamilyCase(
+        "qwen3_coder", ("Qwen3-Coder",),
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n"
         "</tool_call>",
         content="<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n"

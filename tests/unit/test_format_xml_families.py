@@ -192,3 +192,15 @@ def test_dsml_string_false_is_json_and_bad_json_stays_text():
             "</｜DSML｜invoke>\n</｜DSML｜tool_calls>")
     (_, _, calls), _ = read("deepseek-ai-DeepSeek-V4", [text])
     assert calls == (("write_note", {"text": {"a": [1]}, "tags": "[oops"}),)
+
+
+@pytest.mark.parametrize("text", ["#include <functional>\nint main();",
+                                  "Use <function=NAME> tags, then </function>.",
+                                  "<function=f>\n<parameter=a>\n1\n</parameter>\n"])
+def test_qwen3_coder_reads_a_bare_function_only_in_its_call_shape(text):
+    (content, _, calls), cut = read("Qwen3-Coder", [text])
+    if text.startswith("<function=f>"):  # a call the output cut off
+        assert (content, calls, cut) == ("", (), True)
+    else:  # (the block parser drops the space before an opener it then shows as text)
+        assert (content.replace(" ", ""), calls, cut) == (text.replace(" ", ""), (), False)
+

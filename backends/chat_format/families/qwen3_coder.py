@@ -9,6 +9,8 @@
     </tool_call>
 
 Each value is raw text between newlines (a string parameter as it is, any other as JSON).
+Qwen3-Coder sometimes leaves `<tool_call>` out and starts at `<function=NAME>`: that call is
+read too (as llama.cpp reads it), when the parameters' tags follow its name.
 Qwen3-Coder, Qwen3.5 (thinking in `<think>`, which its prompt opens), NVIDIA Nemotron 3 Nano
 (the same, its prompt opening `<think>` too) and StepFun-3.5-Flash write it; their templates
 name `<tool_call>`, `<function=` and `<parameter=`. Seed-OSS writes the same function inside
@@ -45,14 +47,47 @@ def function_tags(trim: bool) -> CallTags:
 
 
 FUNCTIONS = function_tags(trim=True)
+BARE = "<function="  # a call without its <tool_call>
+NAME = re.compile(r"[\w.\-]{1,200}>")
+NAME_SO_FAR = re.compile(r"[\w.\-]{0,200}")
+NEXT_TAGS = ("<parameter=", "</function>")
+BARE_END = re.compile(r"</function>(\s*</tool_call>)?")
+WRAPPED_END = ends_after("</function>", CLOSE)
 
 
 def matches(template: str) -> bool:
     return mentions(template, OPEN, "<function=", "<parameter=")
 
 
+def wrapped(text: str) -> bool:
+    """The block's text is what follows `<tool_call>` (not a bare `<function=`'s name)."""
+    head = text.lstrip()[:len(BARE)]
+    return head == BARE or (BARE.startswith(head) and not text[:1].isalnum())
+
+
+def end(text: str, final: bool) -> int | None:
+    """A `<tool_call>` block ends at its closer after `</function>`; a bare call at its
+    `</function>` (and a `</tool_call>` right after it). A bare opener that no name and
+    parameter tags follow is text (0: the block ends where it starts)."""
+    if wrapped(text):
+        return WRAPPED_END(text, final)
+    name = NAME.match(text)
+    if name is None:
+        return None if NAME_SO_FAR.fullmatch(text) else 0
+    after = text[name.end():].lstrip()
+    if not any(after.startswith(t) or t.startswith(after) for t in NEXT_TAGS):
+        return 0
+    closed = BARE_END.search(text, name.end())
+    if closed is None or (closed[1] is None and not final
+                          and CLOSE.startswith(text[closed.end():].lstrip())):
+        return None  # its </tool_call> may still come
+    return closed.end()
+
+
 def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:
     text = inside(block, CLOSE)
+    if not wrapped(block):
+        text = BARE + (block if text is None else text)
     return FUNCTIONS.read(text, schemas) if text is not None else None
 
 
@@ -80,6 +115,6 @@ FAMILY = Family(
     name="qwen3_coder",
     matches=matches,
     call_markers=(OPEN, CLOSE),
-    blocks=BlockSyntax((OPEN,), parse, end=ends_after("</function>", CLOSE)),
+    blocks=BlockSyntax((OPEN, BARE), parse, end=end),
     grammar=grammar,
 )
