@@ -28,5 +28,6 @@ def detect_format(template: str | None) -> ChatFormat:
         harmony=family.harmony,
         thinking_toggle="enable_thinking" in template,
         thinking_effort="reasoning_effort" in template,
+        thinking_budget="thinking_budget" in template,
         special_markers=markers,
     )

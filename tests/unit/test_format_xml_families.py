@@ -168,12 +168,14 @@ def test_thinking_comes_before_the_calls_when_the_switch_is_on(template, shape, 
 
 
 @pytest.mark.parametrize("template", ["Qwen3.5-4B", "GLM-4.7-Flash", "deepseek-ai-DeepSeek-V4",
-                                      "MiniMax-M2", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"])
+                                      "MiniMax-M2", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+                                      "ByteDance-Seed-OSS"])
 def test_with_thinking_off_the_output_starts_in_the_answer(template):
+    """Seed-OSS has no switch: a thinking budget of 0 closes its thinking in the prompt."""
     request = GenerationRequest(messages=ASK, tools=TOOLS, thinking=Thinking(enabled=False))
     ct = chat(template)
     prompt = ct.render(ASK, request)
-    assert prompt.rstrip().endswith("</think>")
+    assert ct.fmt.thinking is not None and prompt.rstrip().endswith(ct.fmt.thinking.close)
     (content, reasoning, _), _ = read(template, ["Hello."], thinking=False)
     assert (content, reasoning) == ("Hello.", "")
 
@@ -203,4 +205,10 @@ def test_qwen3_coder_reads_a_bare_function_only_in_its_call_shape(text):
         assert (content, calls, cut) == ("", (), True)
     else:  # (the block parser drops the space before an opener it then shows as text)
         assert (content.replace(" ", ""), calls, cut) == (text.replace(" ", ""), (), False)
+
+
+def test_seed_oss_can_be_told_not_to_think():
+    from app.runtime.thinking import support_of
+
+    assert support_of(chat("ByteDance-Seed-OSS").fmt).settings == ("on", "off")
 

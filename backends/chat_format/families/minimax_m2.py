@@ -9,9 +9,9 @@
     </minimax:tool_call>
 
 A value is raw text (a string parameter as it is, any other as JSON). It thinks in
-`<think>`, which its prompt opens. MiniMax-M2 and M2.1's templates name
-`<minimax:tool_call>`. MiniMax-M1 writes JSON in `<tool_calls>` and M3 nests XML values
-under its own namespace token: neither is this family.
+`<think>`, which its prompt opens. MiniMax-M2's template names `<minimax:tool_call>`.
+MiniMax-M1 writes JSON in `<tool_calls>` and M3 nests XML values under its own namespace
+token: neither is this family.
 """
 
 from __future__ import annotations

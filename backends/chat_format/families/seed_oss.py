@@ -10,6 +10,8 @@ newlines around them, one block per call:
 
 It thinks in `<seed:think>` (opened by the model; with a thinking budget it reports its
 spending inside the thinking in `<seed:cot_budget_reflect>`, which stays thinking text).
+Its template has no thinking switch: thinking off is `thinking_budget` 0, which closes the
+thinking in the prompt (backends.chat_format.render).
 Seed-OSS-36B's template names `<seed:tool_call>`.
 """
 
