@@ -27,19 +27,27 @@ from backends.chat_format.block import (
 )
 from backends.chat_format.call_grammar import TOOL_JSON, json_rule, lit, regex_text
 
+GAP = 1000  # the most whitespace between a call's closer and its block's
 
-def alternatives(texts: Sequence[str]) -> str:
-    return "(?:" + "|".join(re.escape(t) for t in texts) + ")"
+
+def closer_after(text: str, closer: str, before: str) -> int | None:
+    """Where the first `closer` that comes right after `before` (whitespace aside) ends.
+    Plain searches, no regex over the whole text: the parser asks again at every piece."""
+    at = text.find(closer)
+    while at >= 0:
+        if text[max(0, at - GAP):at].rstrip().endswith(before):
+            return at + len(closer)
+        at = text.find(closer, at + 1)
+    return None
 
 
 def ends_after(call_closer: str, *block_closers: str) -> BlockEnd:
     """A block ends at its closer right after a call's closer (`</function>` then
     `</tool_call>`): a value that holds `</tool_call>` does not end it."""
-    pattern = re.compile(re.escape(call_closer) + r"\s*" + alternatives(block_closers))
 
     def end(text: str, final: bool) -> int | None:
-        found = pattern.search(text)
-        return found.end() if found is not None else None
+        ends = [e for c in block_closers if (e := closer_after(text, c, call_closer)) is not None]
+        return min(ends) if ends else None
 
     return end
 

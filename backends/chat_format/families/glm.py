@@ -26,7 +26,7 @@ from backends.chat_format.block import (
 )
 from backends.chat_format.call_grammar import CallGrammar, Markers, lit
 from backends.chat_format.families.base import Family, mentions
-from backends.chat_format.xml_calls import Values, call_rules, inside, text_until
+from backends.chat_format.xml_calls import Values, call_rules, closer_after, inside, text_until
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE = "<arg_key>", "</arg_key>", "<arg_value>", \
@@ -34,7 +34,6 @@ KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE = "<arg_key>", "</arg_key>", "<arg_
 NAME = re.compile(r"\s*([^\s<>]{1,200})")
 KEY = re.compile(r"\s*<arg_key>([^<]{1,200})</arg_key>\s*<arg_value>")
 VALUE = Values(VALUE_CLOSE, (KEY_OPEN, ""))
-AFTER_VALUE = re.compile(r"</arg_value>\s*</tool_call>")
 
 
 def matches(template: str) -> bool:
@@ -45,10 +44,9 @@ def end(text: str, final: bool) -> int | None:
     """The block ends at `</tool_call>` right after a value's closer, or at the first one
     where no argument has started (a call without arguments)."""
     first = text.find(CLOSE)
-    if first >= 0 and KEY_OPEN not in text[:first]:
+    if first >= 0 and text.find(KEY_OPEN, 0, first) < 0:
         return first + len(CLOSE)
-    found = AFTER_VALUE.search(text)
-    return found.end() if found is not None else None
+    return closer_after(text, CLOSE, VALUE_CLOSE)
 
 
 def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:

@@ -27,6 +27,7 @@ from backends.chat_format.block import BlockSyntax, ParsedCall, Schemas
 from backends.chat_format.call_grammar import CallGrammar, Markers, lit
 from backends.chat_format.families.base import Family, mentions
 from backends.chat_format.xml_calls import (
+    GAP,
     CallTags,
     Values,
     call_rules,
@@ -51,8 +52,9 @@ BARE = "<function="  # a call without its <tool_call>
 NAME = re.compile(r"[\w.\-]{1,200}>")
 NAME_SO_FAR = re.compile(r"[\w.\-]{0,200}")
 NEXT_TAGS = ("<parameter=", "</function>")
-BARE_END = re.compile(r"</function>(\s*</tool_call>)?")
+FUNCTION_CLOSE = "</function>"
 WRAPPED_END = ends_after("</function>", CLOSE)
+LEADING_SPACE = re.compile(r"\s*")
 
 
 def matches(template: str) -> bool:
@@ -61,7 +63,8 @@ def matches(template: str) -> bool:
 
 def wrapped(text: str) -> bool:
     """The block's text is what follows `<tool_call>` (not a bare `<function=`'s name)."""
-    head = text.lstrip()[:len(BARE)]
+    start = LEADING_SPACE.match(text, 0, GAP)
+    head = text[start.end() if start else 0:][:len(BARE)]
     return head == BARE or (BARE.startswith(head) and not text[:1].isalnum())
 
 
@@ -77,11 +80,15 @@ def end(text: str, final: bool) -> int | None:
     after = text[name.end():].lstrip()
     if not any(after.startswith(t) or t.startswith(after) for t in NEXT_TAGS):
         return 0
-    closed = BARE_END.search(text, name.end())
-    if closed is None or (closed[1] is None and not final
-                          and CLOSE.startswith(text[closed.end():].lstrip())):
-        return None  # its </tool_call> may still come
-    return closed.end()
+    at = text.find(FUNCTION_CLOSE, name.end())
+    if at < 0:
+        return None
+    at += len(FUNCTION_CLOSE)
+    rest = text[at:at + GAP]
+    after = rest.lstrip()
+    if after.startswith(CLOSE):  # the model wrote the closer of the opener it left out
+        return at + len(rest) - len(after) + len(CLOSE)
+    return None if not final and CLOSE.startswith(after) else at
 
 
 def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:
