@@ -25,7 +25,7 @@ from backends.chat_format.block import (
     parameter_schema,
     typed_value,
 )
-from backends.chat_format.call_grammar import TOOL_JSON, json_rule, lit, regex_text
+from backends.chat_format.call_grammar import TOOL_JSON, Markers, json_rule, lit, regex_text
 
 GAP = 1000  # the most whitespace between a call's closer and its block's
 
@@ -177,3 +177,12 @@ def text_until(name: str, closer: str) -> str:
     closing tag)."""
     pattern = regex_text(closer).replace("\\\n", "\\n")  # a newline as `\n`
     return f"{name}[lazy]: /(.|\\n)*{pattern}/"
+
+
+def text_value(name: str, closer: str, m: Markers) -> list[str]:
+    """`name`: a string value and its closer. Where the closer is one special token (GLM's
+    `</arg_value>`), any text and then that token (text cannot hold it)."""
+    if m.special(closer):
+        return [f"{name}: {name.upper()}_TEXT {m(closer)}", f"{name.upper()}_TEXT: /(.|\\n)*/"]
+    return [text_until(name, closer)]
+

@@ -26,11 +26,11 @@ from backends.chat_format.block import (
 )
 from backends.chat_format.call_grammar import CallGrammar, Markers, lit
 from backends.chat_format.families.base import Family, mentions
-from backends.chat_format.xml_calls import Values, call_rules, closer_after, inside, text_until
+from backends.chat_format.xml_calls import Values, call_rules, closer_after, inside, text_value
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE = "<arg_key>", "</arg_key>", "<arg_value>", \
-    "</arg_value>"
+KEY_OPEN, KEY_CLOSE = "<arg_key>", "</arg_key>"
+VALUE_OPEN, VALUE_CLOSE = "<arg_value>", "</arg_value>"
 NAME = re.compile(r"\s*([^\s<>]{1,200})")
 KEY = re.compile(r"\s*<arg_key>([^<]{1,200})</arg_key>\s*<arg_value>")
 VALUE = Values(VALUE_CLOSE, (KEY_OPEN, ""))
@@ -66,15 +66,16 @@ def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:
     return [ParsedCall(name, arguments)] if not text[at:].strip() else None
 
 
-def param(key: str, value: str | None) -> str:
-    head = f'"\\n"? {lit(f"<arg_key>{key}</arg_key>")} "\\n"? "<arg_value>"'
-    return f"{head} gvalue" if value is None else f'{head} {value} "</arg_value>"'
-
-
 def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
-    """The newlines between tags are the model's to write or not (4.6 does, 4.7 does not)."""
+    """The newlines between tags are the model's to write or not (4.6 does, 4.7 does not);
+    the tags are GLM's special tokens where the vocabulary has them."""
+
+    def param(key: str, value: str | None) -> str:
+        head = f'"\\n"? {m(KEY_OPEN)} {lit(key)} {m(KEY_CLOSE)} "\\n"? {m(VALUE_OPEN)}'
+        return f"{head} gvalue" if value is None else f"{head} {value} {m(VALUE_CLOSE)}"
+
     rules = call_rules(tools, lambda t, params: f"{lit(t.name)} {params}", param)
-    rules.append(text_until("gvalue", VALUE_CLOSE))
+    rules += text_value("gvalue", VALUE_CLOSE, m)
     open_, close = m(OPEN), m(CLOSE)
     many = ' ("\\n" block)*' if parallel and tools else ""
     rules.append(f'rest: fn "\\n"? {close}{many}')
