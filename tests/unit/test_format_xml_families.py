@@ -99,6 +99,11 @@ def test_the_grammar_takes_parallel_calls_and_text_before_them_in_auto(template)
     (_, _, one), _ = read(template, [call], thinking=False)
     assert one
     assert takes(template, "Sure. " + call, choice="auto", parallel=True)
+    if "<tool_call>" in call:  # one block per call, with or without a newline between
+        assert takes(template, call + call, parallel=True)
+        assert takes(template, call + "\n" + call, parallel=True)
+        (_, _, two), _ = read(template, [call + call], thinking=False)
+        assert two == one * 2
 
 
 @pytest.mark.parametrize("template", CALLS)

@@ -77,7 +77,7 @@ def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
     rules = call_rules(tools, lambda t, params: f"{lit(t.name)} {params}", param)
     rules += text_value("gvalue", VALUE_CLOSE, m)
     open_, close = m(OPEN), m(CLOSE)
-    many = ' ("\\n" block)*' if parallel and tools else ""
+    many = ' ("\\n"? block)*' if parallel and tools else ""  # GLM-4.7: none between
     rules.append(f'rest: fn "\\n"? {close}{many}')
     rules.append(f'block: {open_} fn "\\n"? {close}')
     rules.append(f"calls: {open_} rest")

@@ -111,7 +111,7 @@ def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
     rules = call_rules(tools, function, param)
     rules.append(text_until("qvalue", "\n</parameter>\n"))
     open_, close = m(OPEN), m(CLOSE)
-    many = ' ("\\n" block)*' if parallel and tools else ""
+    many = ' ("\\n"? block)*' if parallel and tools else ""  # StepFun: none between
     rules.append(f'rest: "\\n" fn "\\n" {close}{many}')
     rules.append(f'block: {open_} "\\n" fn "\\n" {close}')
     rules.append(f"calls: {open_} rest")
