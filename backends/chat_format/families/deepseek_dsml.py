@@ -75,7 +75,8 @@ def invoke(tool: Tool, params: str) -> str:
 
 
 def param(key: str, value: str | None) -> str:
-    string = "false" if value is not None and value.startswith("%json") else "true"  # an enum
+    # text, and an enum's literals, are strings; JSON of the schema is not
+    string = "false" if value is not None and value.startswith("%json") else "true"
     head = lit(f'<{DSML}parameter name="{key}" string="{string}">')
     return f"{head} dvalue" if value is None else f"{head} {value} {lit(PARAM_CLOSE + chr(10))}"
 

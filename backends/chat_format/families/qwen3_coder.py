@@ -63,8 +63,9 @@ def matches(template: str) -> bool:
 
 def wrapped(text: str) -> bool:
     """The block's text is what follows `<tool_call>` (not a bare `<function=`'s name)."""
-    start = LEADING_SPACE.match(text, 0, GAP)
-    head = text[start.end() if start else 0:][:len(BARE)]
+    space = LEADING_SPACE.match(text, 0, GAP)
+    start = space.end() if space else 0
+    head = text[start:start + len(BARE)]
     return head == BARE or (BARE.startswith(head) and not text[:1].isalnum())
 
 
@@ -77,7 +78,7 @@ def end(text: str, final: bool) -> int | None:
     name = NAME.match(text)
     if name is None:
         return None if NAME_SO_FAR.fullmatch(text) else 0
-    after = text[name.end():].lstrip()
+    after = text[name.end():name.end() + GAP].lstrip()
     if not any(after.startswith(t) or t.startswith(after) for t in NEXT_TAGS):
         return 0
     at = text.find(FUNCTION_CLOSE, name.end())
