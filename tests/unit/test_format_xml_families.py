@@ -218,35 +218,46 @@ def test_seed_oss_can_be_told_not_to_think():
     assert support_of(chat("ByteDance-Seed-OSS").fmt).settings == ("on", "off")
 
 
-def test_glm_s_tags_are_its_special_tokens_in_the_grammar():
-    """GLM's vocabulary has its tags as special tokens: Qwen's pieces plus those four (as a
-    Hugging Face tokenizer gives them); a string value then ends at the closing token."""
+def special_vocab(names: list[str]):
+    """Qwen's pieces plus `names` as special tokens (as a Hugging Face tokenizer gives
+    them), and an encoder that reads their texts as those tokens."""
     import re
 
-    from backends.grammar import Constraint, vocab_from_pieces
-    from backends.grammar.lark import Answer, grammar_text
+    from backends.grammar import vocab_from_pieces
 
     qwen = qwen_vocab()
     n = qwen.n_vocab
     pieces = [qwen.tokenizer.decode_bytes([i]) if not qwen.tokenizer.is_special_token(i)
               else b"" for i in range(n)]
-    names = ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]
-    specials = {n + i: name for i, name in enumerate(names)}
-    glm = vocab_from_pieces(pieces + [b""] * len(names), specials, qwen.eog,
-                            lambda text: qwen.tokenizer.tokenize_str(text), n + len(names))
+    ids = {name: n + i for i, name in enumerate(names)}
+    vocab = vocab_from_pieces(pieces + [b""] * len(names), {i: t for t, i in ids.items()},
+                              qwen.eog, lambda text: qwen.tokenizer.tokenize_str(text),
+                              n + len(names))
 
     def encode(text: str) -> list[int]:
-        ids = {t: i for i, t in specials.items()}
         parts = re.split("(" + "|".join(re.escape(x) for x in ids) + ")", text)
         return [i for part in parts if part for i in (
             [ids[part]] if part in ids else qwen.tokenizer.tokenize_str(part))]
 
-    fmt = chat("GLM-4.7-Flash").fmt
-    text = CALLS["GLM-4.7-Flash"]
-    grammar = grammar_text(Answer(tools=TOOLS, choice="required"), fmt, "after", glm)
-    assert f"<[{n + 3}]>" in grammar  # </arg_value> is named by its id
-    c = Constraint(glm, grammar)
-    ids = encode(text)
-    assert c.valid_prefix(ids) == len(ids) and c.matcher.consume_tokens(ids)
-    assert c.matcher.is_accepting()
+    return vocab, ids, encode
 
+
+@pytest.mark.parametrize(("template", "names"), [
+    ("GLM-4.7-Flash", ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]),
+    ("deepseek-ai-DeepSeek-V4", ["｜DSML｜"]),
+])
+def test_tags_that_are_special_tokens_are_written_as_those_tokens(template, names):
+    """GLM's tags and DeepSeek's `｜DSML｜` are special tokens of their vocabularies: a
+    forced call writes them as those tokens, and a string value ends at its closer's."""
+    from backends.grammar import Constraint
+    from backends.grammar.lark import Answer, grammar_text
+
+    vocab, ids, encode = special_vocab(names)
+    grammar = grammar_text(Answer(tools=TOOLS, choice="required"), chat(template).fmt,
+                           "after", vocab)
+    assert f"<[{ids[names[-1]]}]>" in grammar  # named by its id
+    for text in (CALLS[template], CALLS[template].replace(" </parameter>", " a</b>")):
+        c = Constraint(vocab, grammar)
+        tokens = encode(text)
+        assert c.valid_prefix(tokens) == len(tokens) and c.matcher.consume_tokens(tokens)
+        assert c.matcher.is_accepting()

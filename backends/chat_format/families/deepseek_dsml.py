@@ -69,27 +69,36 @@ def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:
     return None
 
 
-def invoke(tool: Tool, params: str) -> str:
-    head = lit(f'<{DSML}invoke name="{tool.name}">')
-    return f'{head} "\\n" {params} {lit(f"</{DSML}invoke>")}'
-
-
-def param(key: str, value: str | None) -> str:
-    # text, and an enum's literals, are strings; JSON of the schema is not
-    string = "false" if value is not None and value.startswith("%json") else "true"
-    head = lit(f'<{DSML}parameter name="{key}" string="{string}">')
-    return f"{head} dvalue" if value is None else f"{head} {value} {lit(PARAM_CLOSE + chr(10))}"
-
-
 def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
-    """The block named either way, its closer named as its opener. The markers are text:
-    `｜DSML｜` inside them is written in ordinary tokens, whatever the vocabulary."""
+    """The block named either way, its closer named as its opener. `｜DSML｜` is written
+    as the token it is where the vocabulary has one (a string value is then any text
+    ending in `</`, before that token)."""
+
+    def text(t: str) -> str:
+        parts = t.split(DSML)
+        return " ".join([lit(parts[0])] * bool(parts[0]) + [
+            piece for part in parts[1:] for piece in [m(DSML)] + [lit(part)] * bool(part)])
+
+    def invoke(tool: Tool, params: str) -> str:
+        head = text(f'<{DSML}invoke name="{tool.name}">')
+        return f'{head} "\\n" {params} {text(f"</{DSML}invoke>")}'
+
+    def param(key: str, value: str | None) -> str:
+        # text, and an enum's literals, are strings; JSON of the schema is not
+        string = "false" if value is not None and value.startswith("%json") else "true"
+        head = text(f'<{DSML}parameter name="{key}" string="{string}">')
+        closing = f'{text(PARAM_CLOSE)} "\\n"'
+        return f"{head} dvalue" if value is None else f"{head} {value} {closing}"
+
     rules = call_rules(tools, invoke, param)
-    rules.append(text_until("dvalue", PARAM_CLOSE + "\n"))
+    if m.special(DSML):
+        rules += [f'dvalue: DVALUE {m(DSML)} "parameter>\\n"', "DVALUE: /(.|\\n)*<\\//"]
+    else:
+        rules.append(text_until("dvalue", PARAM_CLOSE + "\n"))
     many = ' ("\\n" fn)*' if parallel and tools else ""
-    rules.append("rest: " + " | ".join(f'{lit(b + ">")} "\\n" fn{many} "\\n" {lit(close)}'
+    rules.append("rest: " + " | ".join(f'{lit(b + ">")} "\\n" fn{many} "\\n" {text(close)}'
                                        for b, close in zip(BLOCKS, CLOSES, strict=True)))
-    rules.append(f"calls: {lit('<' + DSML)} rest")
+    rules.append(f"calls: {text('<' + DSML)} rest")
     return CallGrammar(rules, "<" + DSML)
 
 
