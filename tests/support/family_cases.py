@@ -220,4 +220,17 @@ CASES: list[FamilyCase] = [
                "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
                "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
         id="deepseek-v4", markers=("｜DSML｜",)),
+    FamilyCase(
+        "minimax_m3", ("MiniMax-M3",),
+        "<mm:think>Two calls.</mm:think>Sure.\n]<]minimax[>[<tool_call>\n"
+        "]<]minimax[>[<invoke name=\"get_weather\">]<]minimax[>[<city>" + TRICKY
+        + " <city>]<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>"
+        "]<]minimax[>[</invoke>\n]<]minimax[>[<invoke name=\"write_note\">"
+        "]<]minimax[>[<text>hi]<]minimax[>[</text>]<]minimax[>[<tags>]<]minimax[>[<item>a"
+        "]<]minimax[>[</item>]<]minimax[>[<item>b]<]minimax[>[</item>]<]minimax[>[</tags>"
+        "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
+        calls=(("get_weather", {"city": TRICKY + " <city>", "days": 2}),
+               ("write_note", {"text": "hi", "tags": ["a", "b"]})),
+        content="Sure.", reasoning="Two calls.",
+        markers=("]<]minimax[>[", "<mm:think>", "</mm:think>", "<invoke")),
 ]

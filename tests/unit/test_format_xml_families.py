@@ -261,3 +261,33 @@ def test_tags_that_are_special_tokens_are_written_as_those_tokens(template, name
         tokens = encode(text)
         assert c.valid_prefix(tokens) == len(tokens) and c.matcher.consume_tokens(tokens)
         assert c.matcher.is_accepting()
+
+
+NS = "]<]minimax[>["
+
+
+def m3(inner: str) -> str:
+    return f'{NS}<tool_call>\n{NS}<invoke name="write_note">{inner}{NS}</invoke>\n{NS}</tool_call>'
+
+
+@pytest.mark.parametrize(("inner", "arguments"), [
+    (f"{NS}<text>a{NS}</text>{NS}<tags>{NS}</tags>", {"text": "a", "tags": []}),
+    (f"{NS}<text>{NS}<k>{NS}<item>1{NS}</item>{NS}</k>{NS}</text>", {"text": {"k": ["1"]}}),
+    (f"{NS}<text>a{NS}</text>{NS}<tags>{NS}<item>x{NS}</item>{NS}</tags>",
+     {"text": "a", "tags": ["x"]}),
+])
+def test_minimax_m3_nests_objects_and_arrays_as_elements(inner, arguments):
+    (_, _, calls), _ = read("MiniMax-M3", [m3(inner)])
+    assert calls == (("write_note", arguments),)
+
+
+@pytest.mark.parametrize("inner", [
+    f"{NS}<text>a",  # not closed
+    f"{NS}<text>a{NS}</tags>",  # closed by another
+    f"{NS}<text>a{NS}<b>c{NS}</b>{NS}</text>",  # text before a nested element
+    f"{NS}<text>" + f"{NS}<a>" * 5000 + "x" + f"{NS}</a>" * 5000 + f"{NS}</text>",  # deep
+])
+def test_minimax_m3_malformed_or_too_deep_comes_back_as_text(inner):
+    (content, _, calls), cut = read("MiniMax-M3", [m3(inner)])
+    assert calls == () and not cut and "write_note" in content
+

@@ -23,6 +23,7 @@ from backends.chat_format.families import (
     hermes,
     llama3,
     minimax_m2,
+    minimax_m3,
     mistral_list,
     phi4,
     qwen3_coder,
@@ -32,7 +33,7 @@ from backends.chat_format.families.base import THINK, Family
 
 MODULES: tuple[ModuleType, ...] = (
     hermes, llama3, mistral_list, phi4, harmony,
-    qwen3_coder, seed_oss, glm, minimax_m2, deepseek_dsml,
+    qwen3_coder, seed_oss, glm, minimax_m2, minimax_m3, deepseek_dsml,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY

@@ -10,8 +10,8 @@
 
 A value is raw text (a string parameter as it is, any other as JSON). It thinks in
 `<think>`, which its prompt opens. MiniMax-M2's template names `<minimax:tool_call>`.
-MiniMax-M1 writes JSON in `<tool_calls>` and M3 nests XML values under its own namespace
-token: neither is this family.
+MiniMax-M1 writes JSON in `<tool_calls>` (no family yet); M3 puts every tag behind its
+namespace token (backends.chat_format.families.minimax_m3).
 """
 
 from __future__ import annotations

@@ -1,0 +1,110 @@
+"""MiniMax-M3: every tag of a call behind the namespace token `]<]minimax[>[` (NS below),
+one block of invokes, each argument an element named by its key, objects and arrays
+nested as elements (an array's as `item`):
+
+    NS<tool_call>
+    NS<invoke name="write_note">NS<text>Hi NS</text>NS<tags>NS<item>a NS</item>NS</tags>NS</invoke>
+    NS</tool_call>
+
+A leaf is raw text (typed by its schema: a string as it is, a number or boolean as JSON).
+It thinks in `<mm:think>` (the model decides, unless the template's thinking_mode says).
+Its template names the namespace token and `<invoke name=`. No grammar yet: its nested
+values have no JSON-schema rule here, so `tool_choice` required is refused for it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from backends.chat_format.base import ThinkingMarkers
+from backends.chat_format.block import BlockSyntax, ParsedCall, Schemas, _types, typed_value
+from backends.chat_format.families.base import Family
+
+NS = "]<]minimax[>["
+OPEN, CLOSE = NS + "<tool_call>", NS + "</tool_call>"
+THINK = ThinkingMarkers("<mm:think>", "</mm:think>")
+INVOKE = re.compile(r'<invoke name="([^"\n]{1,200})">\s*')
+ELEMENT = re.compile(r"<([^<>/\s][^<>\n]{0,199})>(.*)", re.DOTALL)
+DEEPEST = 32
+
+
+def matches(template: str) -> bool:
+    return NS in template and "<invoke name=" in template
+
+
+def closer(piece: str, key: str) -> bool:
+    return piece.rstrip() == f"</{key}>"
+
+
+def element(pieces: list[str], i: int, schema: dict | None, depth: int) -> tuple[object, int]:
+    """The value of the element that opens `pieces[i]`, and the piece after its closer."""
+    if depth > DEEPEST or i >= len(pieces):
+        raise ValueError("not an element")
+    found = ELEMENT.fullmatch(pieces[i])
+    if found is None:
+        raise ValueError("not an element")
+    key, text = found[1], found[2]
+    if i + 1 < len(pieces) and closer(pieces[i + 1], key):  # a leaf
+        kinds = _types(schema)
+        if not text and kinds in ({"array"}, {"object"}):
+            return ([] if kinds == {"array"} else {}), i + 2
+        return typed_value(text, schema), i + 2
+    if text.strip():
+        raise ValueError("text before a nested element")
+    kinds = _types(schema)
+    schema = schema if isinstance(schema, dict) else {}
+    items: list = []
+    members: dict = {}
+    i += 1
+    while i < len(pieces) and not closer(pieces[i], key):
+        child = ELEMENT.fullmatch(pieces[i])
+        if child is None:
+            raise ValueError("not an element")
+        name = child[1]
+        if name == "item" and "object" not in kinds:
+            value, i = element(pieces, i, schema.get("items"), depth + 1)
+            items.append(value)
+        else:
+            props = schema.get("properties")
+            sub = props.get(name) if isinstance(props, dict) else None
+            members[name], i = element(pieces, i, sub, depth + 1)
+    if i >= len(pieces):
+        raise ValueError("an element not closed")
+    if items and members:
+        raise ValueError("items and members in one element")
+    return (items if items or "array" in kinds else members), i + 1
+
+
+def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:
+    pieces = block.split(NS)
+    if pieces[0].strip():
+        return None
+    calls: list[ParsedCall] = []
+    i = 1
+    while i < len(pieces):
+        head = INVOKE.fullmatch(pieces[i])
+        if head is None:
+            return None
+        name, i = head[1], i + 1
+        params = (schemas.get(name) or {}).get("properties") or {}
+        arguments: dict = {}
+        while i < len(pieces) and not closer(pieces[i], "invoke"):
+            key = ELEMENT.fullmatch(pieces[i])
+            if key is None:
+                return None
+            schema = params.get(key[1]) if isinstance(params, dict) else None
+            arguments[key[1]], i = element(pieces, i, schema, 0)
+        if i >= len(pieces):
+            return None
+        calls.append(ParsedCall(name, arguments))
+        i += 1
+    return calls or None
+
+
+FAMILY = Family(
+    name="minimax_m3",
+    matches=matches,
+    call_markers=(NS, OPEN, CLOSE),
+    thinking=THINK,
+    blocks=BlockSyntax((OPEN,), parse, close=CLOSE),
+)
