@@ -232,5 +232,8 @@ CASES: list[FamilyCase] = [
         calls=(("get_weather", {"city": TRICKY + " <city>", "days": 2}),
                ("write_note", {"text": "hi", "tags": ["a", "b"]})),
         content="Sure.", reasoning="Two calls.",
+        forced="]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">"
+               "]<]minimax[>[<city>Paris]<]minimax[>[</city>]<]minimax[>[</invoke>\n"
+               "]<]minimax[>[</tool_call>",
         markers=("]<]minimax[>[", "<mm:think>", "</mm:think>", "<invoke")),
 ]

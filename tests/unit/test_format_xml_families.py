@@ -38,6 +38,10 @@ CALLS = {  # template -> get_weather(city=TEXT, days=3, unit="celsius") as its m
                                'string="false">3</｜DSML｜parameter>\n<｜DSML｜parameter '
                                'name="unit" string="true">celsius</｜DSML｜parameter>\n'
                                "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+    "MiniMax-M3": "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">"
+                  "]<]minimax[>[<city>" + TEXT + "]<]minimax[>[</city>]<]minimax[>[<days>3"
+                  "]<]minimax[>[</days>]<]minimax[>[<unit>celsius]<]minimax[>[</unit>"
+                  "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
 }
 EXPECTED = ("get_weather", {"city": TEXT, "days": 3, "unit": "celsius"})
 ASK = (Message("user", "Weather in Paris?"),)
@@ -89,7 +93,9 @@ def test_the_grammar_writes_what_the_parser_reads_back(template):
 def test_the_grammar_refuses_a_wrong_tool_a_mistyped_value_and_text_after(template):
     text = CALLS[template].replace(" </parameter>", "")
     assert not takes(template, text.replace("get_weather", "get_wether"))
-    assert not takes(template, text.replace(">3<", ">three<").replace("\n3\n", "\nthree\n"))
+    mistyped = text.replace(">3<", ">three<").replace("\n3\n", "\nthree\n")
+    assert mistyped != text or ">3]" in text
+    assert not takes(template, mistyped.replace(">3]", ">three]"))
     assert not takes(template, text + "\nmore")
 
 
@@ -99,7 +105,7 @@ def test_the_grammar_takes_parallel_calls_and_text_before_them_in_auto(template)
     (_, _, one), _ = read(template, [call], thinking=False)
     assert one
     assert takes(template, "Sure. " + call, choice="auto", parallel=True)
-    if "<tool_call>" in call:  # one block per call, with or without a newline between
+    if chat(template).fmt.tools in ("qwen3_coder", "glm"):  # a block per call, newline or not
         assert takes(template, call + call, parallel=True)
         assert takes(template, call + "\n" + call, parallel=True)
         (_, _, two), _ = read(template, [call + call], thinking=False)
@@ -128,8 +134,8 @@ def test_a_cut_block_is_no_call_and_the_text_before_it_stays(template):
 def test_a_malformed_block_comes_back_as_text(template, damage):
     text = CALLS[template]
     if damage == "junk before a parameter":
-        at = min(i for tag in ("<parameter", "<arg_key>", "<｜DSML｜parameter")
-                 if (i := text.find(tag)) >= 0)
+        tags = ("<parameter", "<arg_key>", "<｜DSML｜parameter", "]<]minimax[>[<city>")
+        at = min(i for tag in tags if (i := text.find(tag)) >= 0)
         broken = text[:at] + "<junk> " + text[at:]
     else:
         broken = text.replace("get_weather", "", 1).replace('name=""', "name=")
@@ -245,9 +251,10 @@ def special_vocab(names: list[str]):
 @pytest.mark.parametrize(("template", "names"), [
     ("GLM-4.7-Flash", ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]),
     ("deepseek-ai-DeepSeek-V4", ["｜DSML｜"]),
+    ("MiniMax-M3", ["]<]minimax[>["]),
 ])
 def test_tags_that_are_special_tokens_are_written_as_those_tokens(template, names):
-    """GLM's tags and DeepSeek's `｜DSML｜` are special tokens of their vocabularies: a
+    """GLM's tags, DeepSeek's `｜DSML｜` and MiniMax-M3's namespace are special tokens: a
     forced call writes them as those tokens, and a string value ends at its closer's."""
     from backends.grammar import Constraint
     from backends.grammar.lark import Answer, grammar_text
@@ -290,4 +297,14 @@ def test_minimax_m3_nests_objects_and_arrays_as_elements(inner, arguments):
 def test_minimax_m3_malformed_or_too_deep_comes_back_as_text(inner):
     (content, _, calls), cut = read("MiniMax-M3", [m3(inner)])
     assert calls == () and not cut and "write_note" in content
+
+
+def test_minimax_m3_s_grammar_nests_an_array_as_items():
+    text = m3(f"{NS}<text>hi {NS}</text>{NS}<tags>{NS}<item>a{NS}</item>{NS}<item>b{NS}</item>"
+              f"{NS}</tags>")
+    assert takes("MiniMax-M3", text)
+    assert not takes("MiniMax-M3", text.replace("<item>a", "<thing>a").replace(
+        "</item>", "</thing>", 1))
+    (_, _, calls), _ = read("MiniMax-M3", [text])
+    assert calls == (("write_note", {"text": "hi ", "tags": ["a", "b"]}),)
 

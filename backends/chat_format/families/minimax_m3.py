@@ -8,17 +8,22 @@ nested as elements (an array's as `item`):
 
 A leaf is raw text (typed by its schema: a string as it is, a number or boolean as JSON).
 It thinks in `<mm:think>` (the model decides, unless the template's thinking_mode says).
-Its template names the namespace token and `<invoke name=`. No grammar yet: its nested
-values have no JSON-schema rule here, so `tool_choice` required is refused for it.
+Its template names the namespace token and `<invoke name=`. The grammar writes the same
+elements from each parameter's schema (objects and arrays nested, at most a few deep;
+deeper, or a schema of alternatives, is text).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
+from backends.base import Tool
 from backends.chat_format.base import ThinkingMarkers
 from backends.chat_format.block import BlockSyntax, ParsedCall, Schemas, _types, typed_value
+from backends.chat_format.call_grammar import CallGrammar, Markers, lit
 from backends.chat_format.families.base import Family
+from backends.chat_format.xml_calls import text_until, value_rule
 
 NS = "]<]minimax[>["
 OPEN, CLOSE = NS + "<tool_call>", NS + "</tool_call>"
@@ -26,6 +31,7 @@ THINK = ThinkingMarkers("<mm:think>", "</mm:think>")
 INVOKE = re.compile(r'<invoke name="([^"\n]{1,200})">\s*')
 ELEMENT = re.compile(r"<([^<>/\s][^<>\n]{0,199})>(.*)", re.DOTALL)
 DEEPEST = 32
+NESTED = 4  # how deep the grammar writes objects and arrays as elements
 
 
 def matches(template: str) -> bool:
@@ -101,10 +107,52 @@ def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:
     return calls or None
 
 
+def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
+    ns = m(NS)
+    # a leaf's text and the namespace token of its closer (text cannot hold the token)
+    text = "M3TEXT " + ns if m.special(NS) else "m3text"
+
+    def value(schema: object, depth: int) -> str:
+        """A value and the namespace token before its closing tag."""
+        kinds = _types(schema) if isinstance(schema, dict) else set()
+        if isinstance(schema, dict) and depth < NESTED and kinds == {"object"}:
+            props = schema.get("properties")
+            required = schema.get("required") or ()
+            children = [(e if k in required else f"({e})?") for k, sub in
+                        (props.items() if isinstance(props, dict) else ())
+                        if (e := tag_rule(str(k), sub, depth + 1))]
+            return " ".join([*children, ns])
+        if isinstance(schema, dict) and depth < NESTED and kinds == {"array"}:
+            return f"({tag_rule('item', schema.get('items'), depth + 1)})* {ns}"
+        rule = value_rule(schema)
+        return text if rule is None else f"{rule} {ns}"
+
+    def tag_rule(key: str, schema: object, depth: int) -> str:
+        return f"{ns} {lit(f'<{key}>')} {value(schema, depth)} {lit(f'</{key}>')}"
+
+    def invoke(tool: Tool) -> str:
+        props = tool.parameters.get("properties")
+        required = tool.parameters.get("required") or ()
+        params = [(e if k in required else f"({e})?") for k, sub in
+                  (props.items() if isinstance(props, dict) else ())
+                  if (e := tag_rule(str(k), sub, 0))]
+        return " ".join([ns, lit(f'<invoke name="{tool.name}">'), *params, ns,
+                         lit("</invoke>")])
+
+    rules = [f"fn_{i}: {invoke(tool)}" for i, tool in enumerate(tools)]
+    rules.append("fn: " + " | ".join(f"fn_{i}" for i in range(len(tools))))
+    rules += ["M3TEXT: /(.|\\n)*/"] if m.special(NS) else [text_until("m3text", NS)]
+    many = ' ("\\n" fn)*' if parallel and tools else ""
+    rules.append(f'rest: "\\n" fn{many} "\\n" {ns} "</tool_call>"')
+    rules.append(f'calls: {ns} "<tool_call>" rest')
+    return CallGrammar(rules, OPEN)
+
+
 FAMILY = Family(
     name="minimax_m3",
     matches=matches,
     call_markers=(NS, OPEN, CLOSE),
     thinking=THINK,
     blocks=BlockSyntax((OPEN,), parse, close=CLOSE),
+    grammar=grammar,
 )
