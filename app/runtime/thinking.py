@@ -38,7 +38,8 @@ class ThinkingSupport:
 
 def support_of(fmt: ChatFormat) -> ThinkingSupport:
     thinks = fmt.thinking is not None or fmt.harmony
-    return ThinkingSupport(thinks, thinks and fmt.thinking_toggle, thinks and fmt.thinking_effort)
+    off = fmt.thinking_toggle or fmt.thinking_budget  # Seed-OSS: a budget of 0
+    return ThinkingSupport(thinks, thinks and off, thinks and fmt.thinking_effort)
 
 
 def thinking_for(setting: str | None) -> Thinking:

@@ -32,6 +32,7 @@ class ChatFormat:
     harmony: bool = False  # gpt-oss: thinking and calls are harmony channels, not markers
     thinking_toggle: bool = False  # the template takes enable_thinking (Qwen3, SmolLM3)
     thinking_effort: bool = False  # the template takes reasoning_effort (gpt-oss)
+    thinking_budget: bool = False  # the template takes thinking_budget (Seed-OSS: 0 is off)
     # marker texts that are special (control) tokens in the vocabulary, which a backend must
     # detokenize as text for the parser to see them (harmony's <|channel|>, <|message|>, ...)
     special_markers: tuple[str, ...] = ()

@@ -30,5 +30,6 @@ def detect_format(template: str | None) -> ChatFormat:
         thinking_toggle="enable_thinking" in template or (
             family.thinking_variable is not None and family.thinking_variable in template),
         thinking_effort="reasoning_effort" in template,
+        thinking_budget="thinking_budget" in template,
         special_markers=markers,
     )

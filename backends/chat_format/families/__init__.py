@@ -19,12 +19,14 @@ from backends.chat_format.families import (
     apertus,
     apriel,
     cohere_action,
+    deepseek_dsml,
     deepseek_r1,
     deepseek_v3,
     functionary_v3_1,
     gemma4,
     generic,
     gigachat,
+    glm,
     granite,
     harmony,
     hermes,
@@ -34,10 +36,14 @@ from backends.chat_format.families import (
     llama3,
     llama4,
     minicpm5,
+    minimax_m2,
+    minimax_m3,
     mistral_args,
     mistral_list,
     nemotron_v2,
     phi4,
+    qwen3_coder,
+    seed_oss,
 )
 from backends.chat_format.families.base import THINK, Family
 
@@ -46,6 +52,7 @@ MODULES: tuple[ModuleType, ...] = (
     nemotron_v2, granite, llama4, lfm2, cohere_action, functionary_v3_1, apertus,
     gigachat, minicpm5, apriel,
     mistral_args, deepseek_v3, deepseek_r1, kimi_k2, gemma4, kimi_k3,
+    qwen3_coder, seed_oss, glm, minimax_m2, minimax_m3, deepseek_dsml,
 )
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in MODULES)
 GENERIC: Family = generic.FAMILY
