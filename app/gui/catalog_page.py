@@ -150,8 +150,10 @@ class HubWidget(QWidget):
         header.moveSection(6, 5)
         catalog_layout.addWidget(self.tree, 1)
         self.tabs.addTab(catalog, "Ember's catalog")
-        self.hub_search = HubSearchPanel(hardware)
+        self.hub_search = HubSearchPanel(
+            hardware, installed=lambda name: self.store.from_hub(name) is not None)
         self.hub_search.download_requested.connect(self.download)
+        self.installed.connect(lambda _model: self.hub_search.refresh_buttons())
         self.tabs.addTab(self.hub_search, "Hugging Face")
         layout.addWidget(self.tabs, 1)
         layout.addWidget(QLabel("Downloads"))
@@ -171,10 +173,13 @@ class HubWidget(QWidget):
 
     def _add_model(self, spec: ModelSpec, installed: set[str]) -> None:
         best = recommend(spec, self.hardware)
-        top = QTreeWidgetItem([spec.name, f"{len(spec.variants)} variants", "", "", "",
-                               "", ""])
+        newer = f" (superseded: try {spec.superseded_by})" if spec.superseded_by else ""
+        top = QTreeWidgetItem([spec.name + newer, f"{len(spec.variants)} variants", "", "",
+                               "", "", ""])
         top.setData(0, Qt.ItemDataRole.UserRole, spec.id)
         top.setToolTip(0, f"{spec.id}\n{spec.description}")
+        if newer:
+            top.setForeground(0, QBrush(QColor("#757575")))
         self.tree.addTopLevelItem(top)
         for fit in fits_for(spec, self.hardware):
             ref = f"{spec.id}:{fit.quant}"

@@ -8,6 +8,8 @@ this widget only shows what they report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
@@ -48,9 +50,11 @@ def _bytes(n: int) -> str:
 class HubSearchPanel(QWidget):
     download_requested = Signal(str)  # hf.co/OWNER/REPO:QUANT
 
-    def __init__(self, hardware: HardwareProfile) -> None:
+    def __init__(self, hardware: HardwareProfile,
+                 installed: Callable[[str], bool] = lambda name: False) -> None:
         super().__init__()
         self.hardware = hardware
+        self.installed = installed  # hf.co/OWNER/REPO:QUANT is in the store already
         self.tasks: list[HubSearchTask | HubFilesTask] = []  # kept alive while they run
         self.listings: dict[str, RepoListing] = {}
         layout = QVBoxLayout(self)
@@ -70,8 +74,13 @@ class HubSearchPanel(QWidget):
         layout.addWidget(self.status)
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(COLUMNS)
-        self.tree.setColumnWidth(0, 340)
+        self.tree.setColumnWidth(0, 300)
         self.tree.setColumnWidth(7, 280)
+        # shown: name, Size, [Download], Fit, Speed, Memory, then the repo's facts, so the
+        # button and the fit are on screen without scrolling
+        header = self.tree.header()
+        for at, column in enumerate((1, DOWNLOAD_COLUMN, 6, 8, 7)):
+            header.moveSection(header.visualIndex(column), at + 1)
         layout.addWidget(self.tree, 1)
         self.button.clicked.connect(self.search)
         self.query.returnPressed.connect(self.search)
@@ -163,14 +172,28 @@ class HubSearchPanel(QWidget):
                 child.setText(6, "unreadable")
                 child.setToolTip(6, f.error or "")
             item.addChild(child)
-            button = QPushButton("Download")
-            button.clicked.connect(lambda _=False, r=f"hf.co/{repo}:{f.quant.name}":
-                                   self.download_requested.emit(r))
+            ref = f"hf.co/{repo}:{f.quant.name}"
+            button = QPushButton("Use" if self.installed(ref) else "Download")
+            if f.fit is None:  # a pull says why again, before downloading (a gated repo's
+                # licence line, a file that is no GGUF), so the button stays
+                button.setToolTip(f"its header could not be read: {f.error or 'unknown'}")
+            button.clicked.connect(lambda _=False, r=ref: self.download_requested.emit(r))
             self.tree.setItemWidget(child, DOWNLOAD_COLUMN, button)
         projector = listing.projector()
         if projector is not None:
             item.addChild(QTreeWidgetItem([f"+ vision projector {projector.name}, fetched "
                                            "with any of them"]))
+
+    def refresh_buttons(self) -> None:
+        """Each listed quantization's button as the store now stands: Use once installed."""
+        for i in range(self.tree.topLevelItemCount()):
+            top = self.tree.topLevelItem(i)
+            repo = top.data(0, REPO_ROLE) if top is not None else None
+            for row in self.quant_rows(repo) if repo else ():
+                button = self.tree.itemWidget(row, DOWNLOAD_COLUMN)
+                if isinstance(button, QPushButton):
+                    button.setText("Use" if self.installed(row.data(0, REPO_ROLE))
+                                   else "Download")
 
     def quant_rows(self, repo: str) -> list[QTreeWidgetItem]:
         item = self.repo_item(repo)

@@ -63,12 +63,17 @@ def test_search_open_a_repo_and_download_a_quantization(qtbot, hub):
     installed = []
     page.installed.connect(installed.append)
     button = panel.tree.itemWidget(quants["Q8_0"], 9)
+    assert button.text() == "Download"
+    assert panel.tree.header().visualIndex(9) == 2  # right after the size, on screen
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: bool(installed), timeout=30_000)
     row = page.rows[f"hf.co/{REPO}:Q8_0"]
     assert row.detail.text() == "installed and verified (SHA-256)"
     model = hub["store"].get("someone-tiny-chat-gguf:Q8_0")
     assert model.path.read_bytes() == hub["files"]["Tiny-Chat-Q8_0.gguf"]
+    # the installed quantization now offers to be used rather than downloaded
+    assert button.text() == "Use"
+    assert panel.tree.itemWidget(quants["Q4_0"], 9).text() == "Download"
 
 
 def test_a_repo_that_cannot_be_listed_says_why_in_its_row(qtbot, hub):

@@ -253,6 +253,9 @@ def test_the_hub_lists_every_registry_model_with_fit_badges(qtbot, tmp_path, hw,
     labels = {row.text(1): row.text(3) for row in rows}
     assert labels == {f.quant: f.label for f in fits_for(spec, hw)}
     assert expected <= set(labels.values())
+    old = next(i for i in range(hub.tree.topLevelItemCount())
+               if hub.tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole) == "qwen3-4b")
+    assert hub.tree.topLevelItem(old).text(0) == "Qwen3 4B (superseded: try qwen3.5-4b)"
     hub.search.setText("coder 1.5b")
     visible = [hub.tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole)
                for i in range(hub.tree.topLevelItemCount())
