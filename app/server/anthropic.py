@@ -57,10 +57,16 @@ ERRORS: dict[int | str, dict] = {
         (429, "Too many requests queued (rate_limit_error)"),
         (500, "The model failed (api_error)"),
         (502, "A remote model's server failed (api_error)"))}
+# One server-sent event as OpenAPI 3.2 (and schemathesis) read a text/event-stream body:
+# the event's fields, its data a JSON text (Anthropic's events: message_start, ping, ...)
+SSE_EVENT = {"type": "object", "required": ["data"],
+             "properties": {"event": {"type": "string"},
+                            "data": {"type": "string", "contentMediaType": "application/json"},
+                            "id": {"type": "string"}, "retry": {"type": "integer"}}}
 STREAMED: dict[int | str, dict] = {200: {
     "description": "The message (application/json), or with `stream` its server-sent events "
                    "(text/event-stream)",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+    "content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 
 
 def _generation_request(body: CountTokensRequest, params: SamplingParams,

@@ -50,6 +50,15 @@ def desktop_env(display: str, home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def _printed(process: subprocess.Popen) -> str:
+    """What an exited process wrote to its pipe (stdout, with stderr where it was joined)."""
+    stream = process.stdout
+    if stream is None:
+        return ""
+    data = stream.read()
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+
+
 def find_window(display: str, wm_class: str, timeout: float = 60,
                 title: str | None = None,
                 owner: subprocess.Popen | None = None) -> tuple[str, float]:
@@ -63,7 +72,8 @@ def find_window(display: str, wm_class: str, timeout: float = 60,
         if owner is not None and owner.poll() is not None:
             raise TimeoutError(f"the app exited ({owner.returncode}) before a window of class "
                                f"{wm_class!r}{f' titled {title!r}' if title else ''} showed; "
-                               f"windows: {_window_names(env, wm_class)}")
+                               f"windows: {_window_names(env, wm_class)}; what it printed, "
+                               f"last part: {_printed(owner)[-4000:]!r}")
         out = subprocess.run(["xdotool", "search", "--onlyvisible", "--class", wm_class],
                              env=env, capture_output=True, text=True)
         for window in out.stdout.split():
