@@ -22,11 +22,10 @@ from backends.base import Tool, ToolCallEvent
 from backends.chat_format.base import ThinkingMarkers
 from backends.chat_format.scan import (
     Sink,
-    SteppedParser,
+    ThinkingFirstParser,
     find_marker,
     is_marker_start,
     new_call_id,
-    safe_length,
 )
 
 
@@ -80,7 +79,7 @@ ASK_EVERY = 256
 
 
 @dataclass
-class BlockParser(SteppedParser):
+class BlockParser(ThinkingFirstParser):
     syntax: BlockSyntax | None  # None: no tools offered, only thinking is read
     thinking_markers: ThinkingMarkers | None
     thinking_open: bool = False
@@ -115,21 +114,6 @@ class BlockParser(SteppedParser):
 
     def _answer_state(self) -> State:
         return "lead" if self.syntax is not None and self.syntax.lead else "text"
-
-    def _step(self, final: bool) -> bool:
-        return getattr(self, f"_{self.state}")(final)
-
-    def _start(self, final: bool) -> bool:
-        assert self.thinking_markers is not None
-        opener, text = self.thinking_markers.open, self.buf.lstrip()
-        if text.startswith(opener):
-            self.buf, self.state = text[len(opener):], "think"
-            self.sink.marker()
-            return True
-        if (not text or is_marker_start(text, (opener,))) and not final:
-            return False
-        self.state = self._answer_state()
-        return True
 
     def _think(self, final: bool) -> bool:
         assert self.thinking_markers is not None
@@ -245,12 +229,6 @@ class BlockParser(SteppedParser):
 
     def _cut_off(self) -> None:
         self.buf, self.cut, self.state = "", True, "text"
-
-    def _put_safe(self, markers: tuple[str, ...], *, thinking: bool, final: bool) -> None:
-        """Send what cannot be a marker; at the end, a marker cut short is dropped."""
-        n = safe_length(self.buf, markers)
-        self.sink.put(self.buf[:n], thinking=thinking)
-        self.buf = "" if final else self.buf[n:]
 
 
 def schemas_of(tools: tuple[Tool, ...]) -> dict[str, dict]:

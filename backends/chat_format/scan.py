@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from backends.base import OutputEvent, ReasoningEvent, TokenEvent
+from backends.chat_format.base import ThinkingMarkers
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
 _random = random.SystemRandom()
@@ -103,3 +104,35 @@ class SteppedParser:
             pass
         self._ended()
         return self.sink.take()
+
+    def _put_safe(self, markers: tuple[str, ...], *, thinking: bool, final: bool) -> None:
+        """Send what cannot be a marker; at the end, a marker cut short is dropped."""
+        n = safe_length(self.buf, markers)
+        self.sink.put(self.buf[:n], thinking=thinking)
+        self.buf = "" if final else self.buf[n:]
+
+
+class ThinkingFirstParser(SteppedParser):
+    """A stepped parser whose output may open with thinking in marked text: its `start`
+    state waits for the opening marker (or text that cannot become it), then goes to the
+    thinking or to the subclass's `_answer_state()`."""
+    thinking_markers: ThinkingMarkers | None
+    state: str
+
+    def _answer_state(self) -> str:
+        raise NotImplementedError
+
+    def _step(self, final: bool) -> bool:
+        return bool(getattr(self, f"_{self.state}")(final))
+
+    def _start(self, final: bool) -> bool:
+        assert self.thinking_markers is not None
+        opener, text = self.thinking_markers.open, self.buf.lstrip()
+        if text.startswith(opener):
+            self.buf, self.state = text[len(opener):], "think"
+            self.sink.marker()
+            return True
+        if (not text or is_marker_start(text, (opener,))) and not final:
+            return False
+        self.state = self._answer_state()
+        return True

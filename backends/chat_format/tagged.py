@@ -28,11 +28,10 @@ from backends.chat_format.base import ThinkingMarkers
 from backends.chat_format.json_call import CallReader
 from backends.chat_format.scan import (
     Sink,
-    SteppedParser,
+    ThinkingFirstParser,
     find_marker,
     is_marker_start,
     new_call_id,
-    safe_length,
 )
 
 
@@ -59,7 +58,7 @@ FENCE = re.compile(r"```(?:json)?[ \t]*\n")
 
 
 @dataclass
-class TaggedParser(SteppedParser):
+class TaggedParser(ThinkingFirstParser):
     syntax: CallSyntax | None  # None: no tools were offered, calls are not looked for
     thinking_markers: ThinkingMarkers | None
     thinking_open: bool = False
@@ -105,21 +104,6 @@ class TaggedParser(SteppedParser):
         if self.thinking_markers is not None:
             markers += (self.thinking_markers.open, self.thinking_markers.close)
         return markers
-
-    def _step(self, final: bool) -> bool:
-        return getattr(self, f"_{self.state}")(final)
-
-    def _start(self, final: bool) -> bool:
-        assert self.thinking_markers is not None
-        opener, text = self.thinking_markers.open, self.buf.lstrip()
-        if text.startswith(opener):
-            self.buf, self.state = text[len(opener):], "think"
-            self.sink.marker()
-            return True
-        if (not text or is_marker_start(text, (opener,))) and not final:
-            return False
-        self.state = self._answer_state()
-        return True
 
     def _think(self, final: bool) -> bool:
         assert self.thinking_markers is not None
@@ -276,9 +260,3 @@ class TaggedParser(SteppedParser):
             piece = reader.take_arguments()
             if piece:
                 self.sink.events.append(ToolCallEvent(self.index, arguments=piece))
-
-    def _put_safe(self, markers: tuple[str, ...], *, thinking: bool, final: bool) -> None:
-        """Send what cannot be a marker; at the end, a marker cut short is dropped."""
-        n = safe_length(self.buf, markers)
-        self.sink.put(self.buf[:n], thinking=thinking)
-        self.buf = "" if final else self.buf[n:]
