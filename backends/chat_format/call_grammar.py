@@ -117,3 +117,15 @@ def call_rules(tools: Sequence[Tool], key: str = "arguments") -> tuple[str, list
 def one_of(name: str, alternatives: Sequence[str]) -> str:
     return f"{name}: " + " | ".join(alternatives)
 
+
+def list_grammar(tools: Sequence[Tool], parallel: bool, m: Markers, open_: str,
+                 close: str | None = None) -> CallGrammar:
+    """Calls as one JSON list after `open_` (and before `close`):
+    `OPEN[{"name": .., "arguments": {..}}, ..]CLOSE` (Mistral's 2024 list, Phi-4-mini,
+    Nemotron Nano v2, Apriel)."""
+    _, rules = call_rules(tools)
+    more = ' (", " call)*' if parallel and tools else ""
+    end = f" {m(close)}" if close else ""
+    rules.append(f'rest: "[" call{more} "]"{end}')
+    rules.append(f"calls: {m(open_)} rest")
+    return CallGrammar(rules, open_)

@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Sequence
 
 from backends.base import Tool
-from backends.chat_format.call_grammar import CallGrammar, Markers, call_rules
+from backends.chat_format.call_grammar import CallGrammar, Markers, list_grammar
 from backends.chat_format.families.base import Family
 from backends.chat_format.tagged import CallSyntax
 
@@ -31,11 +31,7 @@ def nine_character_id(given: str) -> str:
 
 
 def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
-    _, rules = call_rules(tools)
-    more = ' (", " call)*' if parallel and tools else ""
-    rules.append(f'rest: "[" call{more} "]"')
-    rules.append(f"calls: {m(OPEN)} rest")
-    return CallGrammar(rules, OPEN)
+    return list_grammar(tools, parallel, m, OPEN)
 
 
 FAMILY = Family(

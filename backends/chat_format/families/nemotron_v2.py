@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from backends.base import Tool
-from backends.chat_format.call_grammar import CallGrammar, Markers, call_rules
+from backends.chat_format.call_grammar import CallGrammar, Markers, list_grammar
 from backends.chat_format.families.base import THINK, Family
 from backends.chat_format.tagged import CallSyntax
 
@@ -22,11 +22,7 @@ def matches(template: str) -> bool:
 
 
 def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
-    _, rules = call_rules(tools)
-    more = ' (", " call)*' if parallel and tools else ""
-    rules.append(f'rest: "[" call{more} "]" {m(CLOSE)}')
-    rules.append(f"calls: {m(OPEN)} rest")
-    return CallGrammar(rules, OPEN)
+    return list_grammar(tools, parallel, m, OPEN, CLOSE)
 
 
 FAMILY = Family(
