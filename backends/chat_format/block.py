@@ -280,3 +280,25 @@ def parameter_schema(schemas: Schemas, tool: str, name: str) -> dict | None:
         prop = props.get(name)
         return prop if isinstance(prop, dict) else None
     return None
+
+
+def json_list_calls(text: str, schemas: Schemas, name_key: str = "name",
+                    args_key: str = "arguments") -> list[ParsedCall] | None:
+    """Calls written as one JSON list of objects naming an offered tool (Granite 3's
+    `[{"name", "arguments"}]`, Command R7B's `[{"tool_name", "parameters"}]`); None when
+    the text is no such list."""
+    try:
+        listed = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(listed, list):
+        return None
+    calls = []
+    for item in listed:
+        if not isinstance(item, dict):
+            return None
+        name, arguments = item.get(name_key), item.get(args_key, {})
+        if not isinstance(name, str) or name not in schemas or not isinstance(arguments, dict):
+            return None
+        calls.append(ParsedCall(name, arguments))
+    return calls or None

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from backends.base import Tool
 from backends.chat_format import pythonic
 from backends.chat_format.base import ThinkingMarkers
-from backends.chat_format.block import BlockSyntax, ParsedCall, Schemas
+from backends.chat_format.block import BlockSyntax, ParsedCall, Schemas, json_list_calls
 from backends.chat_format.call_grammar import CallGrammar, Markers, args_rule, lit
 from backends.chat_format.families.base import Family
 
@@ -32,21 +32,7 @@ def block_end(text: str, final: bool) -> int | None:
 
 
 def parse(text: str, schemas: Schemas) -> list[ParsedCall] | None:
-    try:
-        listed = json.loads(text.rstrip().removesuffix(CLOSE))
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(listed, list):
-        return None
-    calls = []
-    for item in listed:
-        if not isinstance(item, dict):
-            return None
-        name, arguments = item.get("tool_name"), item.get("parameters", {})
-        if not isinstance(name, str) or name not in schemas or not isinstance(arguments, dict):
-            return None
-        calls.append(ParsedCall(name, arguments))
-    return calls or None
+    return json_list_calls(text.rstrip().removesuffix(CLOSE), schemas, "tool_name", "parameters")
 
 
 def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from backends.base import Message, Tool
 from backends.chat_format import pythonic
-from backends.chat_format.block import BlockSyntax, ParsedCall, Schemas
+from backends.chat_format.block import BlockSyntax, ParsedCall, Schemas, json_list_calls
 from backends.chat_format.call_grammar import CallGrammar, Markers, call_rules
 from backends.chat_format.families.base import THINK, Family
 
@@ -37,21 +37,7 @@ def block_end(text: str, final: bool) -> int | None:
 
 
 def parse(text: str, schemas: Schemas) -> list[ParsedCall] | None:
-    try:
-        listed = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(listed, list):
-        return None
-    calls = []
-    for item in listed:
-        if not isinstance(item, dict):
-            return None
-        name, arguments = item.get("name"), item.get("arguments", {})
-        if not isinstance(name, str) or name not in schemas or not isinstance(arguments, dict):
-            return None
-        calls.append(ParsedCall(name, arguments))
-    return calls or None
+    return json_list_calls(text, schemas)
 
 
 def calls_as_text(messages: tuple[Message, ...], tools: tuple[Tool, ...]) -> tuple[Message, ...]:
