@@ -26,8 +26,14 @@ class Arch:
     sliding_window: int | None = None
     sliding_pattern: int | None = None  # every Nth layer is global, the rest slide
     tied_embeddings: bool = False
-    experts: int | None = None  # MoE: experts per layer (ffn is one expert's size)
+    experts: int | None = None  # MoE: routed experts per layer (ffn: one expert's size)
     experts_per_token: int | None = None
+    # DeepSeek-style MoE (llama.cpp's deepseek2: GLM-4.7-Flash, DeepSeek-V2): the first
+    # dense_layers layers have a dense MLP of `ffn`, the rest `experts` routed experts of
+    # `expert_ffn` each (None: ffn) beside `shared_experts` always-active ones of that width
+    expert_ffn: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
     gated_ffn: bool = True  # SwiGLU/GeGLU (3 matrices); False: BERT's plain 2-matrix MLP
     # Hybrid linear attention (Qwen3.5's Gated DeltaNet, llama.cpp's qwen35): only every Nth
     # layer (il % N == N - 1) is full attention with a KV cache; the others keep a fixed-size
@@ -42,6 +48,16 @@ class Arch:
     # from the sliding-window layers' (kv_heads, head_dim); None: the same
     global_kv_heads: int | None = None
     global_head_dim: int | None = None
+    # MLA, multi-head latent attention (DeepSeek-V2/V3, GLM-4.7-Flash): each layer's K and V
+    # are rebuilt per head from a compressed latent of kv_lora_rank values, and llama.cpp's
+    # KV cache holds only that latent and the rotary part of the key (rope_head_dim) for one
+    # head, no V (src/llama-kv-cache.cpp: has_v = !is_mla). heads x head_dim are the
+    # decompressed heads' Q/K width (qk_nope + qk_rope), v_head_dim their V width (None:
+    # head_dim); q_lora_rank: the query's low-rank width (None: a full query projection)
+    kv_lora_rank: int | None = None
+    rope_head_dim: int | None = None
+    q_lora_rank: int | None = None
+    v_head_dim: int | None = None
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,23 @@ def recomputed_params(arch) -> int:
     q = arch.heads * arch.head_dim
     kv = arch.kv_heads * arch.head_dim
     attention = arch.hidden * q + 2 * arch.hidden * kv + q * arch.hidden
+    if arch.kv_lora_rank:  # MLA: low-rank query and KV projections with their norms
+        v = arch.heads * (arch.v_head_dim or arch.head_dim)
+        nope = arch.head_dim - arch.rope_head_dim
+        query = (arch.hidden * arch.q_lora_rank + arch.q_lora_rank + arch.q_lora_rank * q
+                 if arch.q_lora_rank else arch.hidden * q)
+        attention = (query + arch.hidden * (arch.kv_lora_rank + arch.rope_head_dim)
+                     + arch.kv_lora_rank + arch.kv_lora_rank * arch.heads * nope
+                     + arch.kv_lora_rank * v + v * arch.hidden)
     mlp = (3 if arch.gated_ffn else 2) * arch.hidden * arch.ffn
+    dense = mlp
     if arch.experts:
-        mlp = mlp * arch.experts + arch.hidden * arch.experts
+        width = arch.expert_ffn or arch.ffn
+        mlp = (3 * arch.hidden * width * (arch.experts + arch.shared_experts)
+               + arch.hidden * arch.experts)
     embeddings = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
     layers = arch.layers * (attention + mlp + 2 * arch.hidden) + arch.hidden
+    layers += arch.dense_layers * (dense - mlp)  # leading dense layers in place of the MoE
     if arch.global_head_dim:  # Gemma 4's global layers: their own KV heads and head width
         gq, gkv = arch.heads * arch.global_head_dim, arch.global_kv_heads * arch.global_head_dim
         glob = arch.hidden * gq + 2 * arch.hidden * gkv + gq * arch.hidden
