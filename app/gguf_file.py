@@ -96,13 +96,17 @@ class GGUFInfo:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """f16 K and V for every layer; llama.cpp's default KV type."""
-        layers = self.arch_int("block_count", 0)
+        """f16 K and V for every layer; llama.cpp's default KV type. A NextN/MTP block is not
+        cached; MLA (a deepseek2 file with key_length_mla) caches K only, its one head of
+        key_length values (app.fit.offload.cell_values)."""
+        layers = self.arch_int("block_count", 0) - self.arch_int("nextn_predict_layers", 0)
         heads = self.arch_int("attention.head_count", 1)
         kv_heads = self.arch_int("attention.head_count_kv", heads)
         embd = self.arch_int("embedding_length", 0)
         k_len = self.arch_int("attention.key_length", embd // max(heads, 1))
         v_len = self.arch_int("attention.value_length", k_len)
+        if self.arch_int("attention.key_length_mla", 0):
+            v_len = 0
         return layers * kv_heads * (k_len + v_len) * 2
 
 

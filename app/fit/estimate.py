@@ -108,11 +108,13 @@ def repacked_bytes(variant: Variant, weights: int, hw: HardwareProfile) -> int:
 
 
 def active_share(arch: Arch, params: int) -> float:
-    """Share of the weights read per token (1 for dense models; MoE reads k of n experts)."""
+    """Share of the weights read per token (1 for dense models; MoE reads k of n routed
+    experts in each of its MoE layers, the leading dense layers and shared experts whole)."""
     if not arch.experts or not arch.experts_per_token or not params:
         return 1.0
-    expert_params = arch.layers * arch.experts * 3 * arch.hidden * arch.ffn
-    unused = expert_params * (1 - arch.experts_per_token / arch.experts)
+    moe_layers = max(0, arch.layers - arch.dense_layers)
+    routed = moe_layers * arch.experts * 3 * arch.hidden * (arch.expert_ffn or arch.ffn)
+    unused = routed * (1 - arch.experts_per_token / arch.experts)
     return max(0.05, 1 - unused / params)
 
 
@@ -196,15 +198,22 @@ def arch_from_gguf(info: GGUFInfo) -> Arch:
     hidden = info.arch_int("embedding_length", 0)
     window = info.arch_int("attention.sliding_window", 0)
     tokens = info.metadata.get("tokenizer.ggml.tokens")  # the array's length (not read)
+    # block_count includes a NextN/MTP block where the file keeps one (GLM-4.7-Flash), which
+    # llama.cpp's main context neither runs nor caches (src/llama-model.cpp: n_layer())
+    layers = info.arch_int("block_count", 1) - info.arch_int("nextn_predict_layers", 0)
+    head_dim = info.arch_int("attention.key_length", hidden // max(heads, 1))
+    v_head_dim = info.arch_int("attention.value_length", head_dim)
     arch = Arch(
-        type=info.architecture, layers=info.arch_int("block_count", 1), hidden=hidden,
+        type=info.architecture, layers=layers, hidden=hidden,
         heads=heads, kv_heads=info.arch_int("attention.head_count_kv", heads),
-        head_dim=info.arch_int("attention.key_length", hidden // max(heads, 1)),
+        head_dim=head_dim,
+        v_head_dim=v_head_dim if v_head_dim != head_dim else None,
         vocab=tokens if isinstance(tokens, int) and tokens else 32000,
         ffn=info.arch_int("feed_forward_length", 0),
         sliding_window=window or None,
         sliding_pattern=SLIDING_PATTERN.get(info.architecture) if window else None,
         tied_embeddings=info.output[1] == 0)  # no output.weight: llama.cpp uses token_embd
+    arch = with_mla(with_moe(arch, info), info)
     interval = info.arch_int("full_attention_interval", 0)
     if not interval:
         return arch
@@ -215,6 +224,37 @@ def arch_from_gguf(info: GGUFInfo) -> Arch:
                    linear_key_heads=info.arch_int("ssm.group_count", 0),
                    linear_value_heads=info.arch_int("ssm.inner_size", 0) // max(d, 1),
                    linear_conv_kernel=info.arch_int("ssm.conv_kernel", 0))
+
+
+def with_moe(arch: Arch, info: GGUFInfo) -> Arch:
+    """`arch` with a MoE's fields from llama.cpp's keys (src/llama-arch.cpp): expert_count,
+    expert_used_count, and deepseek2's expert_shared_count, expert_feed_forward_length and
+    leading_dense_block_count."""
+    experts = info.arch_int("expert_count", 0)
+    if not experts:
+        return arch
+    return replace(arch, experts=experts,
+                   experts_per_token=info.arch_int("expert_used_count", 0) or None,
+                   expert_ffn=info.arch_int("expert_feed_forward_length", 0) or None,
+                   shared_experts=info.arch_int("expert_shared_count", 0),
+                   dense_layers=info.arch_int("leading_dense_block_count", 0))
+
+
+def with_mla(arch: Arch, info: GGUFInfo) -> Arch:
+    """`arch` with MLA's fields, in the registry's config.json view, from a deepseek2 GGUF:
+    its attention keys describe the cache llama.cpp keeps (head_count_kv 1, key_length
+    kv_lora_rank + rope dimension, value_length kv_lora_rank: conversion/deepseek.py), and
+    key_length_mla / value_length_mla the decompressed heads. A file without the _mla keys
+    is an older conversion llama.cpp runs as plain attention (is_mla() false): sized as
+    such, from head_count_kv and key_length."""
+    rank = info.arch_int("attention.kv_lora_rank", 0)
+    k_mla = info.arch_int("attention.key_length_mla", 0)
+    if not (rank and k_mla):
+        return arch
+    v_mla = info.arch_int("attention.value_length_mla", k_mla)
+    return replace(arch, kv_lora_rank=rank, rope_head_dim=info.arch_int("rope.dimension_count", 0),
+                   q_lora_rank=info.arch_int("attention.q_lora_rank", 0) or None,
+                   kv_heads=arch.heads, head_dim=k_mla, v_head_dim=v_mla)
 
 
 # Every Nth layer is global in these architectures (the rest use the sliding window).

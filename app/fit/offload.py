@@ -101,9 +101,22 @@ def layer_cells(arch: Arch, context: int) -> list[int]:
     return [context if il % p == p - 1 else local for il in range(arch.layers)]
 
 
+def cell_values(arch: Arch) -> int:
+    """K and V values one cell of a layer holds (Gemma 4's global layers: kv_width): each KV
+    head's key and value. With MLA, llama.cpp (0.3.36's vendored src) caches one K row of the
+    latent and the rotary key and no V: the deepseek2 GGUF has head_count_kv 1 and
+    key_length kv_lora_rank + rope dimension (conversion/deepseek.py), n_embd_k_gqa is their
+    product (src/llama-hparams.cpp), and src/llama-kv-cache.cpp allocates V only where
+    !is_mla (src/llama-graph.cpp's build_attn for a K-only input reads V as a view of K's
+    first kv_lora_rank values)."""
+    if arch.kv_lora_rank:
+        return arch.kv_lora_rank + (arch.rope_head_dim or 0)
+    return arch.kv_heads * (arch.head_dim + (arch.v_head_dim or arch.head_dim))
+
+
 def kv_bytes(arch: Arch, cells: int, parallel: int = 1, kv: str = "f16") -> int:
     """K and V of `cells` cells summed over layers, for `parallel` sequences."""
-    return int(2 * arch.kv_heads * arch.head_dim * KV_BYTES[kv] * cells * parallel)
+    return int(cell_values(arch) * KV_BYTES[kv] * cells * parallel)
 
 
 def is_global(arch: Arch, il: int) -> bool:
@@ -238,7 +251,8 @@ def read_split(arch: Arch, split: Parts, context: int, kv: str, n: int,
     """(GPU, CPU) bytes read a decoded token with n layers offloaded: the output layer, each
     layer's active weights and its KV at TYPICAL_FILL; the token embedding's one row is not
     counted. A tied output is token_embd itself, read whole. `unused`: the bytes of a MoE's
-    experts not read a token (all in the layers)."""
+    experts not read a token (all in the layers; spread evenly over them, also where leading
+    dense layers hold none)."""
     layer = max(0.0, split.layer - unused / max(arch.layers, 1))
     gpu_kv, cpu_kv = kv_split(arch, min(context, TYPICAL_FILL), n, 1, kv)
     out_gpu = n > 0 and output_on_gpu
