@@ -9,14 +9,16 @@ import click
 from app import logs
 from app.cli import cli
 from app.runtime.backend_table import NAMES as BACKENDS
+from app.server.settings import ServerSettings
 from backends.errors import EmberError
 
 log = logging.getLogger(__name__)
+DEFAULTS = ServerSettings()
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=11435, show_default=True, type=int)
+@click.option("--host", default=DEFAULTS.host, show_default=True)
+@click.option("--port", default=DEFAULTS.port, show_default=True, type=int)
 @click.option("--api-key", default=None, envvar="EMBER_API_KEY",
               help="require 'Authorization: Bearer KEY' (needed off loopback)")
 @click.option("--insecure-no-auth", is_flag=True, help="allow a non-loopback bind without a key")
@@ -24,11 +26,11 @@ log = logging.getLogger(__name__)
               help="let web pages from this origin call the API (repeatable; also "
                    "EMBER_ORIGINS, comma-separated; `*` matches any run: "
                    "'chrome-extension://*'). Loopback pages may always call")
-@click.option("--idle-ttl", default=600.0, show_default=True, type=float,
+@click.option("--idle-ttl", default=DEFAULTS.idle_ttl_s, show_default=True, type=float,
               help="seconds a model stays loaded after its last request")
-@click.option("--queue-limit", default=16, show_default=True, type=int,
+@click.option("--queue-limit", default=DEFAULTS.queue_limit, show_default=True, type=int,
               help="requests that may wait; beyond, 429")
-@click.option("--parallel", default=8, show_default=True, type=int,
+@click.option("--parallel", default=DEFAULTS.parallel, show_default=True, type=int,
               help="sequences decoded together per model (fewer if memory is short)")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
               help="run every local model on this backend (default: chosen per model for "
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 @click.option("--mcp-allow", multiple=True, metavar="SERVER/TOOL",
               help="with --mcp: let API requests run this MCP tool (repeatable; SERVER/* "
                    "for all of a server's tools)")
-@click.option("--speculation/--no-speculation", default=True, show_default=True,
+@click.option("--speculation/--no-speculation", default=DEFAULTS.speculation, show_default=True,
               envvar="EMBER_SPECULATION",
               help="prompt lookup for requests that do not say (\"speculative\": false "
                    "turns it off per request): the model's own output, faster where the "
@@ -53,7 +55,7 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
     try:
         import uvicorn
 
-        from app.server.app import ServerSettings, check_bind, create_app
+        from app.server.app import check_bind, create_app
         from app.server.web_walls import origins_from_env
     except ImportError as e:
         from app.install_hint import needs_extra

@@ -7,14 +7,12 @@ import hmac
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,45 +20,22 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.errors import ModelBusyError, ModelNotFoundError
 from app.runtime import Runtime
-from app.server import anthropic, ollama, openai, responses, server_tools, tokens
+from app.server import server_tools
 from app.server.access_log import AccessLog
-from app.server.anthropic_schemas import AnthropicErrorResponse
+from app.server.anthropic.schemas import AnthropicErrorResponse
 from app.server.bridge import Admission, ClientGoneError, ServerBusyError
 from app.server.errors import ApiError, error_body, is_anthropic_path
 from app.server.metrics import Metrics
-from app.server.ollama_schemas import OllamaError
-from app.server.response_store import ResponseStore
-from app.server.schemas import ErrorResponse, ReasoningField
+from app.server.ollama.schemas import OllamaError
+from app.server.openai.schemas import ErrorResponse
+from app.server.responses.store import ResponseStore
+from app.server.routes import ROUTERS
 from app.server.server_tools import McpAskReader
+from app.server.settings import ServerSettings
 from app.server.web_walls import WebWalls, is_loopback_name, origin_pattern
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 
 IDLE_SWEEP_S = 5.0
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    host: str = "127.0.0.1"
-    port: int = 11435
-    api_key: str | None = None
-    insecure_no_auth: bool = False
-    cors_origins: tuple[str, ...] = ()
-    max_body_bytes: int = 2 << 20
-    queue_limit: int = 16
-    parallel: int = 8  # sequences decoded together (llama-server's -np 8)
-    idle_ttl_s: float = 600.0
-    open_paths: tuple[str, ...] = field(default=("/health",))
-    owns_runtime: bool = True  # False when the window shares its Runtime with the server
-    # where OpenAI answers carry thinking unless a request says (its `reasoning_field`)
-    reasoning_field: ReasoningField = "reasoning_content"
-    # `ember serve --mcp`: requests may ask for mcp.json's servers (app.server.server_tools);
-    # mcp_home: the folder of mcp.json and the approvals (None: the data folder)
-    mcp: bool = False
-    mcp_allow: tuple[str, ...] = ()
-    mcp_home: Path | None = None
-    # prompt lookup for requests that do not say (backends.base.DEFAULT_SPECULATION);
-    # `ember serve --no-speculation` turns it off
-    speculation: bool = True
 
 
 def check_bind(settings: ServerSettings) -> None:
@@ -258,32 +233,9 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None) -> Fast
     if runtime.idle_ttl_s is None:
         runtime.idle_ttl_s = settings.idle_ttl_s
     runtime.parallel = settings.parallel
-    app.include_router(openai.router)
-    app.include_router(responses.router)
-    app.include_router(ollama.router)
-    app.include_router(tokens.router)
-
-    @app.get("/", tags=["ollama"], response_class=PlainTextResponse, operation_id="root_get")
-    @app.head("/", tags=["ollama"], response_class=PlainTextResponse, operation_id="root_head")
-    def root() -> str:
-        """What Ollama answers here: clients probe it to find a running server."""
-        return "Ollama is running"
-    app.include_router(anthropic.router)
-
+    for router in ROUTERS:
+        app.include_router(router)
     document_errors(app, settings.open_paths)
-
-    # async and lock-free: they answer at once while a model loads (minutes) or the thread
-    # pool is taken by requests waiting for it
-    @app.get("/health", tags=["ember"])
-    async def health() -> dict:
-        return {"status": "ok", "version": __version__,
-                "loaded": [m.model.ref for m in runtime.loaded()],
-                "loading": runtime.loading()}
-
-    @app.get("/metrics", tags=["ember"], response_class=PlainTextResponse)
-    async def metrics() -> str:
-        admission = app.state.admission
-        return app.state.metrics.render(admission.queued, admission.active, runtime.loaded())
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> JSONResponse:

@@ -10,7 +10,7 @@ between rounds that wrote), never the calls of MCP tools (a round that calls cli
 comes back with the client's calls only, its MCP calls not run), and a final event whose text,
 thinking and calls are what was streamed and whose usage sums the rounds. A Responses client
 (SHOWS_CALLS) also gets each call that ran, as an McpCallEvent after its round (its mcp_call
-item, app.server.responses_mcp), and no blank line: each round's text is an item of its own.
+item, app.server.responses.mcp), and no blank line: each round's text is an item of its own.
 
 An MCP server is as untrusted as the web: a call's result is capped (its mcp.json
 `maxResultBytes`), a server that hangs, dies or fails is a tool-error text the model reads,
@@ -73,7 +73,7 @@ SHOWS_CALLS = frozenset({"responses"})  # the endpoints whose clients see the MC
 @dataclass(frozen=True)
 class McpCallEvent:
     """An MCP call the server ran (or would not run), for an endpoint that shows them
-    (SHOWS_CALLS: the Responses API's mcp_call items, app.server.responses_mcp): the call as
+    (SHOWS_CALLS: the Responses API's mcp_call items, app.server.responses.mcp): the call as
     the model made it, its server and the tool's own name there, and what the model read (a
     result, or with `error` why it failed or was not run)."""
     call: ToolCall

@@ -23,13 +23,11 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 from schemathesis.core import NotSet
 
-from app.server import (
-    anthropic_schemas,
-    ollama_schemas,
-    responses_schemas,
-    schemas,
-    tokens,
-)
+from app.server.anthropic import schemas as anthropic_schemas
+from app.server.ember import tokens
+from app.server.ollama import schemas as ollama_schemas
+from app.server.openai import schemas
+from app.server.responses import schemas as responses_schemas
 
 VALID_REQUEST_STATUSES = {401, 403, 404, 409, 429}
 # Routes that run a model: two in three of their cases name the real one (EMBER_FUZZ_MODEL), so

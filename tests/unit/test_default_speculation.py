@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.server.common_schemas import SpeculativeOptions
 from app.server.generation_request import with_speculative
-from app.server.schemas import SpeculativeOptions
 from backends.base import DEFAULT_SPECULATION, GenerationRequest, SpeculativeParams, TokenEvent
 from tests.support.fake_runtime import MODEL, ScriptedRuntime, served
 

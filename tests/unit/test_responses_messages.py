@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.server.generation_request import (
+from app.server.responses.inbound import (
     responses_format,
     responses_messages,
     responses_param,
     responses_thinking,
     responses_tool_choice,
 )
-from app.server.responses_schemas import ReasoningConfig, ResponseCreateRequest
-from app.server.responses_tools import offered_tools
+from app.server.responses.schemas import ReasoningConfig, ResponseCreateRequest
+from app.server.responses.tools import offered_tools
 from backends.base import Message, Thinking, Tool, ToolCall, ToolChoice
 from backends.errors import InvalidRequestError
 

@@ -1,7 +1,7 @@
 """Anthropic's Messages API on Ember's app, without a model (tests/support/fake_runtime.py):
 the conversation, tools, tool choice, thinking and sampling mapped into one GenerationRequest
-(app.server.generation_request.anthropic_messages and friends), the answer's blocks, stop
-reasons and usage whole and streamed (app.server.anthropic_wire), and errors in Anthropic's
+(app.server.anthropic.inbound.anthropic_messages and friends), the answer's blocks, stop
+reasons and usage whole and streamed (app.server.anthropic.wire), and errors in Anthropic's
 shape with the right status on every /v1/messages path. The real models answer in
 tests/integration/test_server_anthropic.py."""
 
@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 
 from app.config import Paths
 from app.runtime import Runtime, endpoints
-from app.server.anthropic_schemas import MessageIn, TextBlock
+from app.server.anthropic.inbound import anthropic_messages
+from app.server.anthropic.schemas import MessageIn, TextBlock
 from app.server.app import create_app
-from app.server.generation_request import anthropic_messages
 from app.store import Store
 from backends.base import (
     Message,

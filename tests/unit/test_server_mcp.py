@@ -373,8 +373,8 @@ def test_a_responses_stream_builds_each_mcp_call_item_with_openais_events(weathe
 
 
 def test_an_mcp_call_sent_back_is_the_call_and_its_result_whatever_its_error_shape():
-    from app.server.generation_request import responses_messages
-    from app.server.responses_schemas import ResponseCreateRequest
+    from app.server.responses.inbound import responses_messages
+    from app.server.responses.schemas import ResponseCreateRequest
 
     body = ResponseCreateRequest.model_validate({"model": MODEL, "input": [
         {"type": "mcp_call", "id": "mcp_1", "server_label": "w", "name": "add",

@@ -12,8 +12,8 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from app.server.response_store import ResponseStore
-from app.server.responses_schemas import ResponseObject
+from app.server.responses.schemas import ResponseObject
+from app.server.responses.store import ResponseStore
 from backends.base import Message, ReasoningEvent, TokenEvent, ToolCall, ToolCallEvent
 from tests.support.fake_runtime import MODEL, ScriptedRuntime, served
 

@@ -13,23 +13,21 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from app.server import openai_wire
 from app.server.bridge import check_model_name, collect, embed, open_events
 from app.server.errors import ApiError, error_for_event
 from app.server.generation_request import (
     chat_request,
     completion_request,
     offered_tools,
-    openai_messages,
-    openai_thinking,
-    openai_tool_choice,
     sampling,
     top_logprobs,
     with_speculative,
 )
 from app.server.heartbeat import SSE_COMMENT, with_heartbeats
 from app.server.model_name import ModelName
-from app.server.schemas import (
+from app.server.openai import wire as openai_wire
+from app.server.openai.inbound import openai_messages, openai_thinking, openai_tool_choice
+from app.server.openai.schemas import (
     ChatChoice,
     ChatCompletion,
     ChatCompletionRequest,

@@ -1,6 +1,6 @@
 """OpenAI's request and response bodies (pydantic), mirroring OpenAI's own schema so its
-clients work unchanged and the OpenAPI document is generated from them. Ollama's are in
-app.server.ollama_schemas."""
+clients work unchanged and the OpenAPI document is generated from them. The fields every dialect
+shares are in app.server.common_schemas; each dialect's own in its package's schemas."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from app.server.common_schemas import TOKEN_COUNT_MAX, SpeculativeOptions
 from app.server.model_name import LocalModelName, ModelName
-from backends.base import MAX_DRAFT, MAX_TOP_LOGPROBS
+from app.server.settings import ReasoningField
+from backends.base import MAX_TOP_LOGPROBS
 
-# A sanity bound for token counts on the wire; the real one is the model's context, which
-# only the Runtime knows (app.server.serving checks it once the model is known).
-TOKEN_COUNT_MAX = 2**31 - 1
+
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str
@@ -107,22 +107,10 @@ class ReasoningOptions(BaseModel):
     enabled: bool | None = None
 
 
-# Which field carries the thinking in answers: clients split between the two names
-# (../shared/WIRE-FORMATS.md C.3); reasoning_content is llama-server's and DeepSeek's.
-ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
-
-
-class SpeculativeOptions(BaseModel):
-    """Ember's extension: speculative decoding for this request (see backends.base)."""
-    model_config = ConfigDict(extra="forbid")
-    method: Literal["draft", "lookup"] = "draft"
-    draft_model: str | None = Field(None, max_length=200)
-    max_draft: int = Field(8, ge=1, le=MAX_DRAFT)
-    adaptive: bool = True  # False: always propose max_draft tokens (benchmarks, tests)
 
 
 class SamplingFields(BaseModel):

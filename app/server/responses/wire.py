@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from app.server.openai_wire import new_call_id
-from app.server.responses_mcp import mcp_call_events
-from app.server.responses_schemas import (
+from app.server.openai.wire import new_call_id
+from app.server.responses.mcp import mcp_call_events
+from app.server.responses.schemas import (
     FunctionCallItem,
     IncompleteDetails,
     InputItem,
@@ -125,7 +125,7 @@ class OutputItems:
     def __init__(self, wire_name: Callable[[str], tuple[str | None, str]] | None = None
                  ) -> None:
         """`wire_name`: a call's namespace and name from the name the model was offered
-        (app.server.responses_tools.OfferedTools.wire_name)."""
+        (app.server.responses.tools.OfferedTools.wire_name)."""
         self.wire_name = wire_name or (lambda shown: (None, shown))
         self.items: list[Item] = []
         self._open: int | None = None  # the output index of the item being written
@@ -139,7 +139,7 @@ class OutputItems:
         return self._call(event)
 
     def mcp_call(self, item: OutputMcpCall) -> list[dict]:
-        """An MCP call the server ran (app.server.responses_mcp): the item before it closed,
+        """An MCP call the server ran (app.server.responses.mcp): the item before it closed,
         then this one's whole life at once."""
         events = self._close("completed")
         self.items.append(item)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.server.responses_schemas import FunctionTool, HostedTool, NamespaceTool, ResponseTool
+from app.server.responses.schemas import FunctionTool, HostedTool, NamespaceTool, ResponseTool
 from backends.base import Tool
 
 SEPARATOR = "__"  # between a namespace and a function's name, where names would clash

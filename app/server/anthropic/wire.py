@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from app.server.anthropic_schemas import (
+from app.server.anthropic.schemas import (
     AnthropicUsage,
     ContentBlockOut,
     StopReason,

@@ -1,6 +1,6 @@
 """OpenAI's Responses API: POST /v1/responses (whole or streamed, continuing a stored
 response by previous_response_id), GET and DELETE /v1/responses/{id}. Codex and other agents
-speak it; the wire mapping is app.server.generation_request (in) and responses_wire (out)."""
+speak it; the wire mapping is app.server.responses.inbound (in) and .wire (out)."""
 
 from __future__ import annotations
 
@@ -13,32 +13,29 @@ from itertools import count
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from app.server import responses_wire
 from app.server.bridge import check_model_name, open_events, until_disconnected
 from app.server.errors import ApiError, error_for_event
-from app.server.generation_request import (
-    LEFT_OUT_HEADER,
-    chat_request,
+from app.server.generation_request import LEFT_OUT_HEADER, chat_request, sampling, with_speculative
+from app.server.heartbeat import SSE_COMMENT, with_heartbeats
+from app.server.mcp_rounds import McpCallEvent
+from app.server.openai.schemas import ErrorResponse
+from app.server.responses import wire as responses_wire
+from app.server.responses.inbound import (
     responses_format,
     responses_messages,
     responses_param,
     responses_thinking,
     responses_tool_choice,
-    sampling,
-    with_speculative,
 )
-from app.server.heartbeat import SSE_COMMENT, with_heartbeats
-from app.server.mcp_rounds import McpCallEvent
-from app.server.response_store import MAX_AGE_S, MAX_RESPONSES, ResponseStore
-from app.server.responses_mcp import mcp_call_item
-from app.server.responses_schemas import (
+from app.server.responses.mcp import mcp_call_item
+from app.server.responses.schemas import (
     DeletedResponse,
     ResponseCreateRequest,
     ResponseError,
     ResponseObject,
 )
-from app.server.responses_tools import OfferedTools, offered_tools
-from app.server.schemas import ErrorResponse
+from app.server.responses.store import MAX_AGE_S, MAX_RESPONSES, ResponseStore
+from app.server.responses.tools import OfferedTools, offered_tools
 from app.server.server_tools import asked
 from backends.base import (
     DoneEvent,

@@ -12,8 +12,15 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from app.server import anthropic_wire
-from app.server.anthropic_schemas import (
+from app.server.anthropic import wire as anthropic_wire
+from app.server.anthropic.inbound import (
+    anthropic_messages,
+    anthropic_server_tools,
+    anthropic_thinking,
+    anthropic_tool_choice,
+    anthropic_tools,
+)
+from app.server.anthropic.schemas import (
     AnthropicErrorResponse,
     CountTokensRequest,
     MessageResponse,
@@ -22,7 +29,7 @@ from app.server.anthropic_schemas import (
     ThinkingEnabled,
     TokenCount,
 )
-from app.server.anthropic_wire import sse
+from app.server.anthropic.wire import sse
 from app.server.bridge import (
     check_model_name,
     collect,
@@ -31,17 +38,7 @@ from app.server.bridge import (
     open_events,
 )
 from app.server.errors import error_for_event
-from app.server.generation_request import (
-    LEFT_OUT_HEADER,
-    anthropic_messages,
-    anthropic_server_tools,
-    anthropic_thinking,
-    anthropic_tool_choice,
-    anthropic_tools,
-    chat_request,
-    sampling,
-    with_speculative,
-)
+from app.server.generation_request import LEFT_OUT_HEADER, chat_request, sampling, with_speculative
 from app.server.heartbeat import with_heartbeats
 from app.server.server_tools import asked
 from backends.base import DoneEvent, ErrorEvent, GenerationRequest, LogprobEvent, SamplingParams

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 from app.server.mcp_rounds import McpCallEvent
-from app.server.responses_schemas import OutputMcpCall
+from app.server.responses.schemas import OutputMcpCall
 
 
 def mcp_call_item(event: McpCallEvent) -> OutputMcpCall:

@@ -3,7 +3,7 @@ and the agents built on it (Claude Code) work unchanged and the OpenAPI document
 the routes take. Blocks Ember cannot use (images, documents, Anthropic's server tools) are
 still read here, so that the mapping (app.server.generation_request) can refuse them with a
 message that says why, rather than a schema mismatch. The OpenAI bodies are in
-app.server.schemas, Ollama's in app.server.ollama_schemas."""
+app.server.openai.schemas, Ollama's in app.server.ollama.schemas."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from app.server.common_schemas import TOKEN_COUNT_MAX, SpeculativeOptions
 from app.server.model_name import ModelName
-from app.server.schemas import TOKEN_COUNT_MAX, SpeculativeOptions
 
 
 def _text_or_blocks(value: object) -> str | None:
@@ -93,7 +93,7 @@ ContentBlockIn = Annotated[
 class MessageIn(BaseModel):
     """One turn: user turns carry text and tool results, assistant turns text, thinking and
     tool calls, system turns text (Claude Code 2.1 sends its environment as a system turn
-    after the user's; app.server.generation_request.anthropic_messages checks which goes
+    after the user's; app.server.anthropic.inbound.anthropic_messages checks which goes
     where)."""
     model_config = ConfigDict(extra="allow")
     role: Literal["user", "assistant", "system"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from app.server.schemas import (
+from app.server.openai.schemas import (
     AssistantMessage,
     CompletionLogprobs,
     CompletionTokensDetails,

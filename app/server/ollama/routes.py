@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from app import __version__
 from app.pull.hf_pull import is_hub_name, parse_hub_name
@@ -21,7 +21,6 @@ from app.registry import load_registry
 from app.runtime.memory_pools import devices_of
 from app.runtime.model_traits import model_traits
 from app.runtime.remote_streams import RemoteModel
-from app.server import ollama_wire, openai_wire
 from app.server.bridge import (
     check_model_name,
     collect,
@@ -34,14 +33,14 @@ from app.server.generation_request import (
     chat_request,
     completion_request,
     offered_tools,
-    ollama_messages,
-    ollama_thinking,
     plain_messages,
     sampling,
     top_logprobs,
     with_speculative,
 )
-from app.server.ollama_schemas import (
+from app.server.ollama import wire as ollama_wire
+from app.server.ollama.inbound import ollama_messages, ollama_thinking
+from app.server.ollama.schemas import (
     OllamaBase,
     OllamaChatRequest,
     OllamaEmbedRequest,
@@ -50,6 +49,7 @@ from app.server.ollama_schemas import (
     OllamaModelRequest,
     OllamaPullRequest,
 )
+from app.server.openai import wire as openai_wire
 from app.store import InstalledModel
 from backends.base import (
     DoneEvent,
@@ -63,6 +63,14 @@ from backends.base import (
 from backends.errors import EmberError
 
 router = APIRouter(prefix="/api", tags=["ollama"])
+root_router = APIRouter(tags=["ollama"])  # `/`, outside /api
+
+
+@root_router.get("/", response_class=PlainTextResponse, operation_id="root_get")
+@root_router.head("/", response_class=PlainTextResponse, operation_id="root_head")
+def root() -> str:
+    """What Ollama answers here: clients probe it to find a running server."""
+    return "Ollama is running"
 
 
 STREAMED: dict[int | str, dict] = {200: {

@@ -1,5 +1,5 @@
 """Ollama's request bodies (pydantic), mirroring Ollama's own API (docs/api.md) so its clients
-work unchanged. Tool definitions are OpenAI's objects (app.server.schemas.ToolDef)."""
+work unchanged. Tool definitions are OpenAI's objects (app.server.openai.schemas.ToolDef)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from app.server.common_schemas import TOKEN_COUNT_MAX, SpeculativeOptions
 from app.server.model_name import LocalModelName, ModelName
-from app.server.schemas import TOKEN_COUNT_MAX, EmbeddingInput, SpeculativeOptions, ToolDef
+from app.server.openai.schemas import EmbeddingInput, ToolDef
 from backends.base import MAX_TOP_LOGPROBS
 
 # Ollama's `think`: a switch, or a level (gpt-oss takes levels only); "max" is Ollama's

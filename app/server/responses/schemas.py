@@ -19,8 +19,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from app.server.common_schemas import TOKEN_COUNT_MAX, SpeculativeOptions
 from app.server.model_name import ModelName
-from app.server.schemas import TOKEN_COUNT_MAX, SpeculativeOptions, ToolChoiceMode
+from app.server.openai.schemas import ToolChoiceMode
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "mcp_call")
 # parts a later Ember may read (vision, files), named in their 400 until then
@@ -181,7 +182,7 @@ class FunctionTool(BaseModel):
 class HostedTool(BaseModel):
     """A tool OpenAI runs on its own servers (web_search, file_search, code_interpreter,
     computer_use_preview, image_generation, mcp, ...) or a freeform `custom` tool: Ember
-    does not offer it to the model (app.server.responses_tools says why)."""
+    does not offer it to the model (app.server.responses.tools says why)."""
     model_config = ConfigDict(extra="allow")
     type: str = Field(max_length=200)
     name: str | None = Field(None, max_length=200)

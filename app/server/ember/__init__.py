@@ -1,0 +1,1 @@
+"""Ember's own routes: tokenize/detokenize (tokens), health and metrics (status)."""

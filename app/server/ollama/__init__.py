@@ -1,0 +1,1 @@
+"""Ollama's API under /api (and its `/` probe): routes, schemas, inbound conversion, wire."""
