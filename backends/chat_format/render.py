@@ -51,7 +51,7 @@ def template_variables(fmt: ChatFormat, request: GenerationRequest) -> dict:
     if enabled is not None:
         variables["enable_thinking"] = enabled
         if family.thinking_variable is not None:
-            variables[family.thinking_variable] = enabled
+            variables[family.thinking_variable] = family.thinking_values[enabled]
     if enabled is False and fmt.thinking_budget:
         variables["thinking_budget"] = 0  # Seed-OSS has no switch: a budget of 0 is off
     if effort is None and enabled is False and fmt.thinking_effort:

@@ -58,8 +58,10 @@ class Family:
     tools_prompt: ToolsPrompt | None = None
     one_call_per_turn: bool = False  # its template takes one call per assistant turn
     # the template's own name for its thinking switch, given with enable_thinking (Granite
-    # 3.x: `thinking`)
+    # 3.x and Kimi K3: `thinking`; MiniMax-M3: `thinking_mode`), and the values it takes for
+    # off and on where they are not false and true (MiniMax-M3: "disabled", "enabled")
     thinking_variable: str | None = None
+    thinking_values: tuple[object, object] = (False, True)
     call_id: Callable[[str], str] | None = None  # ids as its template insists on them
     shape_turns: TurnShaper | None = None
     grammar: GrammarFn | None = None

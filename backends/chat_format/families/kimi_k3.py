@@ -19,8 +19,8 @@ text (`<|open|>` `tools` `<|sep|>`), which Ember's answer grammar (free text, th
 cannot frame, and no K3 vocabulary ships to check one against. With tools, `auto` is left
 free for the parser to read; `required`, a named tool or JSON mode is refused
 (backends.grammar.request), as for any family without a grammar. Its template's thinking
-switch is `thinking`, which Ember does not set: K3 thinks unless the caller's template
-variables say otherwise."""
+switch is `thinking` (on unless said): a request that switches thinking off sets it false,
+and the template then opens the response instead of the thinking."""
 
 from __future__ import annotations
 
@@ -111,5 +111,6 @@ FAMILY = Family(
     call_markers=(OPEN, CLOSE, SEP),
     thinking=THINK,
     builds_thinking=True,
+    thinking_variable="thinking",
     blocks=BlockSyntax((TOOLS,), parse, close=TOOLS_END, drop=FRAME),
 )

@@ -7,7 +7,9 @@ nested as elements (an array's as `item`):
     NS</tool_call>
 
 A leaf is raw text (typed by its schema: a string as it is, a number or boolean as JSON).
-It thinks in `<mm:think>` (the model decides, unless the template's thinking_mode says).
+It thinks in `<mm:think>`; the model decides (the template's "adaptive") unless a request
+switches thinking on or off, which sets the template's `thinking_mode` to "enabled" or
+"disabled".
 Its template names the namespace token and `<invoke name=`. The grammar writes the same
 elements from each parameter's schema (objects and arrays nested, at most a few deep;
 deeper, or a schema of alternatives, is text).
@@ -153,6 +155,8 @@ FAMILY = Family(
     matches=matches,
     call_markers=(NS, OPEN, CLOSE),
     thinking=THINK,
+    thinking_variable="thinking_mode",
+    thinking_values=("disabled", "enabled"),
     blocks=BlockSyntax((OPEN,), parse, close=CLOSE),
     grammar=grammar,
 )
