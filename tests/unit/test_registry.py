@@ -179,6 +179,14 @@ def _split_registry(tmp_path, **changes):
     return path
 
 
+def test_a_split_gguf_variant_lists_its_parts_in_order():
+    variant = load_registry().get("gpt-oss-120b").variant("MXFP4")
+    assert variant.split and variant.file == "gpt-oss-120b-mxfp4-00001-of-00003.gguf"
+    assert [f.name for f in variant.files] == [
+        f"gpt-oss-120b-mxfp4-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
+    assert variant.size_bytes == sum(f.size_bytes for f in variant.files)
+
+
 @pytest.mark.parametrize("changes, why", [
     ({"files": SPLIT_PARTS[::-1]}, "are not a split GGUF's parts in order"),
     ({"files": SPLIT_PARTS[:2], "size_bytes": 300}, "are not a split GGUF's parts in order"),

@@ -15,10 +15,11 @@ import yaml
 from app import hardware
 from app.config import Paths
 from app.errors import ChecksumError, DownloadError
-from app.fit import plan_for
+from app.fit import fits_for, plan_for
 from app.gguf_file import read_model_gguf
 from app.pull import install
 from app.pull.install import Cancelled, pull
+from app.registry import load_registry
 from app.runtime.model_traits import model_traits
 from app.store import Store
 from tests.support.hub_repos import model_gguf
@@ -166,3 +167,13 @@ def test_free_space_is_checked_for_the_whole_set_before_any_part(hub, full_disk)
         pull(REF, store=hub["store"])
     assert part_gets(hub["hub"]) == []
 
+
+def test_the_fit_sizes_gpt_oss_120b_by_all_its_parts():
+    spec = load_registry().get("gpt-oss-120b")
+    variant = spec.variant("MXFP4")
+    weights = sum(f.size_bytes for f in variant.files)
+    assert variant.size_bytes == weights > 60e9
+    small, big = (fits_for(spec, desktop(ram_total=n * 2**30, ram_available=(n - 4) * 2**30))
+                  for n in (32, 128))
+    assert [f.placement for f in small] == ["wont_fit"]  # a third of it would fit
+    assert [f.placement for f in big] == ["cpu"] and big[0].memory.weights >= weights
