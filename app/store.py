@@ -287,24 +287,12 @@ class Store:
         with the repo's vision projector beside them; then its manifest."""
         self._check_free(model_id, quant, repo)
         target_dir = self.hub_folder(repo)
-        first = folder / parts[0]
-        info = read_gguf(first)
-        targets = [self.inside_models(target_dir / Path(p).name) for p in parts]
-        for target in targets:
-            owner = self.installed_at(target)
-            if owner is not None:
-                raise EmberError(f"{target} is already installed as {owner.ref}")
-        target_dir.mkdir(parents=True, exist_ok=True)
-        for p, target in zip(parts, targets, strict=True):
-            os.replace(folder / p, target)
+        info = read_gguf(folder / parts[0])
+        targets, digest = self._place_parts(folder, parts, sha256, target_dir)
         if projector is not None:
             proj = self.inside_models(target_dir / Path(projector).name)
             if not proj.exists():
                 os.replace(folder / projector, proj)
-        digest = (sha256.get(parts[0]) or sha256_file(targets[0])) if len(parts) == 1 else \
-            hashlib.sha256("".join(f"{Path(p).name}\0{sha256.get(p) or sha256_file(t)}\n"
-                                   for p, t in zip(parts, targets, strict=True))
-                           .encode()).hexdigest()
         model = InstalledModel(
             id=model_id, quant=quant, format="gguf", path=targets[0],
             size_bytes=sum(t.stat().st_size for t in targets), sha256=digest,
@@ -313,6 +301,43 @@ class Store:
             repo=repo)
         self._write_manifest(model)
         return model
+
+    def install_split(self, spec: ModelSpec, variant: Variant, folder: Path,
+                      sha256: dict[str, str]) -> InstalledModel:
+        """A registry split GGUF's verified parts (repo paths under `folder`, `sha256`: their
+        digests) into the variant's folder under their own names; the manifest, beside the
+        first part, comes last, so a half-moved set is never listed."""
+        parts = [f.name for f in variant.files]
+        info = read_gguf(folder / parts[0])
+        targets, digest = self._place_parts(folder, parts, sha256,
+                                            self.target_path(spec, variant).parent)
+        model = InstalledModel(
+            id=spec.id, quant=variant.quant, format="gguf", path=targets[0],
+            size_bytes=sum(t.stat().st_size for t in targets), sha256=digest,
+            architecture=info.architecture, context_length=info.context_length,
+            chat=spec.chat and info.chat_template is not None, origin="registry",
+            installed_at=time.time())
+        self._write_manifest(model)
+        return model
+
+    def _place_parts(self, folder: Path, parts: Sequence[str], sha256: dict[str, str],
+                     target_dir: Path) -> tuple[list[Path], str]:
+        """A GGUF's verified parts (one file, or a split set in order) moved from `folder`
+        into `target_dir` under their own file names; (their places, the model's digest: the
+        file's SHA-256, or for a split set one over each part's name and SHA-256)."""
+        targets = [self.inside_models(target_dir / Path(p).name) for p in parts]
+        for target in targets:
+            owner = self.installed_at(target)
+            if owner is not None:
+                raise EmberError(f"{target} is already installed as {owner.ref}")
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for p, target in zip(parts, targets, strict=True):
+            os.replace(folder / p, target)
+        digest = (sha256.get(parts[0]) or sha256_file(targets[0])) if len(parts) == 1 else \
+            hashlib.sha256("".join(f"{Path(p).name}\0{sha256.get(p) or sha256_file(t)}\n"
+                                   for p, t in zip(parts, targets, strict=True))
+                           .encode()).hexdigest()
+        return targets, digest
 
     def install_hub_directory(self, folder: Path, sha256: dict[str, str], model_id: str,
                               quant: str, repo: str) -> InstalledModel:

@@ -7,8 +7,9 @@ and HF_TOKEN are honoured, as by `ember pull`) for the listing of the repo its f
 source names, and writes the LFS SHA-256 the Hub publishes for that file into the `sha256:`
 line. The file is edited line by line: comments, order and every other line stay as they are.
 A file the Hub does not store in LFS (so publishes no SHA-256 for), a repo or file the Hub
-does not have, and a variant without an hf source are left null and listed. Run it with Hub
-access whenever models.yaml gains variants.
+does not have, and a variant without an hf source are left null and listed. A split GGUF
+(its parts in `files`) is skipped: its checksums go on each part, not on the variant. Run it
+with Hub access whenever models.yaml gains variants.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def find_unpinned(text: str) -> list[Unpinned]:
     found = []
     for v, i in zip(variants, sha_lines, strict=True):
         if v.get("sha256") is not None or not v.get("file"):
+            continue
+        if v.get("files"):  # a split GGUF: its checksums go on its parts, pinned by hand
             continue
         if not _SHA_LINE.match(lines[i]):
             raise SystemExit(f"line {i + 1}: expected `sha256: null` for {v['file']}")

@@ -87,8 +87,12 @@ def _variant_json(v) -> dict:
                             "size_bytes": s.size_bytes, "weights_sha256": s.weights_sha256})
         else:
             sources.append({"kind": s.kind, "packages": list(s.packages)})
-    return {"format": v.format, "quant": v.quant, "file": v.file, "size_bytes": v.size_bytes,
-            "sha256": v.sha256, "sources": sources}
+    out = {"format": v.format, "quant": v.quant, "file": v.file, "size_bytes": v.size_bytes,
+           "sha256": v.sha256, "sources": sources}
+    if v.split:  # a split GGUF: its parts, in order (the first is `file`)
+        out["parts"] = [{"name": f.name, "size_bytes": f.size_bytes, "sha256": f.sha256}
+                        for f in v.files]
+    return out
 
 
 @cli.command()

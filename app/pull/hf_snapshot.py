@@ -97,12 +97,14 @@ def fetch_files(repo: str, files: list[RepoFile], ref: str, work: Path, report: 
     verified = _read_verified(work)
 
     def finished(f: RepoFile) -> bool:
+        """Verified by an earlier pull: its digest is the one pinned, where one is. (Not its
+        size: a registry's size may be approximate, and the hub's was checked then.)"""
         dest = folder / f.name
         return f.name in verified and dest.is_file() and (
-            f.expected.size is None or dest.stat().st_size == f.expected.size)
+            not f.expected.sha256 or verified[f.name] == f.expected.sha256)
 
     total = sum(f.expected.size or 0 for f in files)
-    done = sum(f.expected.size or 0 for f in files if finished(f))
+    done = sum((folder / f.name).stat().st_size for f in files if finished(f))
     if done:
         report(Progress(ref, "download", done, total, message="resuming"))
     check_disk_space(work, total - done)

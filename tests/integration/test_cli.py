@@ -210,6 +210,12 @@ def test_catalog_json_with_fit(qwen):
 def test_catalog_without_fit_has_no_fit_key():
     models = json.loads(ember("catalog", "--json").stdout)
     assert all("fit" not in m for m in models)
+    # a split GGUF lists its parts, in order, the first being its file
+    split = next(v for m in models if m["id"] == "gpt-oss-120b" for v in m["variants"])
+    assert [p["name"] for p in split["parts"]] == [
+        f"gpt-oss-120b-mxfp4-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
+    assert split["file"] == split["parts"][0]["name"]
+    assert split["size_bytes"] == sum(p["size_bytes"] for p in split["parts"])
 
 
 def test_pull_says_which_quantization_it_picked(qwen):

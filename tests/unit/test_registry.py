@@ -116,7 +116,10 @@ def test_every_variant_is_complete():
                 assert s.kind in ("hf", "mirror", "pypi-model")
                 if s.kind == "hf":
                     assert s.repo and "/" in s.repo, (m.id, v.quant)
-                    assert v.format != "gguf" or s.file, (m.id, v.quant)
+                    # a split GGUF's files name its parts; a single GGUF's source its file
+                    assert v.format != "gguf" or v.split or s.file, (m.id, v.quant)
+            if v.split:
+                assert v.size_bytes == sum(f.size_bytes for f in v.files), (m.id, v.quant)
 
 
 def _registry_with(tmp_path, links: dict[str, str]):
@@ -165,3 +168,51 @@ def test_every_superseded_model_points_at_a_current_one_of_its_kind():
         newer = reg.newest(m)
         assert not newer.superseded_by and newer.id != m.id, m.id
         assert newer.chat == m.chat and newer.embedding == m.embedding, m.id
+
+
+SPLIT_PARTS = [{"name": f"big-q4_k_m-{i:05d}-of-00003.gguf", "size_bytes": 100 * i, "sha256": None}
+               for i in (1, 2, 3)]
+
+
+def _split_registry(tmp_path, **changes):
+    """A one-model registry whose variant is a split GGUF of three parts (`changes` replace
+    the variant's fields)."""
+    variant = {"format": "gguf", "quant": "Q4_K_M", "file": SPLIT_PARTS[0]["name"],
+               "size_bytes": 600, "sha256": None, "files": SPLIT_PARTS,
+               "sources": [{"kind": "hf", "repo": "a/b"}]}
+    variant.update(changes)
+    model = {"id": "big", "family": "f", "name": "Big", "description": "d", "license": "mit",
+             "params": 1000, "context": {"default": 512, "max": 1024},
+             "arch": {"type": "llama", "layers": 1, "hidden": 8, "heads": 1, "kv_heads": 1,
+                      "head_dim": 8, "vocab": 10, "ffn": 8},
+             "variants": [variant]}
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"models": [model]}), encoding="utf-8")
+    return path
+
+
+def test_a_split_gguf_variant_lists_its_parts_in_order():
+    variant = load_registry().get("gpt-oss-120b").variant("MXFP4")
+    assert variant.split and variant.file == "gpt-oss-120b-mxfp4-00001-of-00003.gguf"
+    assert [f.name for f in variant.files] == [
+        f"gpt-oss-120b-mxfp4-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
+    assert variant.size_bytes == sum(f.size_bytes for f in variant.files)
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"files": SPLIT_PARTS[::-1]}, "are not a split GGUF's parts in order"),
+    ({"files": SPLIT_PARTS[:2], "size_bytes": 300}, "are not a split GGUF's parts in order"),
+    ({"files": SPLIT_PARTS[:1], "size_bytes": 100}, "are not a split GGUF's parts in order"),
+    ({"file": "other.gguf"}, "must be the first part"),
+    ({"size_bytes": 601}, "size_bytes 601 is not the sum of its parts' \\(600\\)"),
+    ({"sha256": "a" * 64}, "sha256 goes on each part"),
+    ({"sources": [{"kind": "mirror", "packages": ["p"]}]}, "from one Hugging Face repo"),
+])
+def test_a_bad_split_variant_is_a_config_error_naming_it(tmp_path, changes, why):
+    with pytest.raises(ConfigError, match=f"big:Q4_K_M: .*{why}"):
+        load_registry(_split_registry(tmp_path, **changes))
+
+
+def test_a_good_split_registry_loads(tmp_path):
+    variant = load_registry(_split_registry(tmp_path)).get("big").variant()
+    assert variant.split and [f.size_bytes for f in variant.files] == [100, 200, 300]
