@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import time
 
+import jsonschema
+
 from backends.base import GenerationRequest, Message
 from backends.chat_format.json_extent import JsonCallsEnd, JsonScan
 from tests.support.families import chat
-from tests.support.family_cases import TOOLS
+from tests.support.family_cases import TOOLS, WEATHER
 from tests.unit.test_family_conformance import summary
 
 MINISTRAL = "mistralai-Ministral-3-14B-Reasoning-2512"
@@ -231,6 +233,56 @@ def test_gemma_s_grammar_writes_its_calls_with_the_tools_keys_and_types():
         assert not _takes(vocab, make, f"<|tool_call>call:get_weather{{unit:{Q}kelvin{Q}}}"
                                        "<tool_call|>")
         assert not _takes(vocab, make, "<|tool_call>call:nope{}<tool_call|>")
+
+
+def test_gemma_s_grammar_writes_each_required_key_once_optional_ones_at_most_once():
+    vocab, make = _gemma_constraint("gemma-4")
+    city, unit = f"city:{Q}Paris{Q}", f"unit:{Q}celsius{Q}"
+
+    def weather(body: str) -> str:
+        return f"<|tool_call>call:get_weather{{{body}}}<tool_call|>"
+
+    for body in (city, f"{city},days:3", f"{city},{unit}", f"{city},days:3,{unit}"):
+        assert _takes(vocab, make, weather(body)), body
+        (_, _, calls), _ = run(GEMMA, [weather(body)])  # and it reads as that call
+        args = calls[0][1]
+        assert calls[0][0] == "get_weather" and args["city"] == "Paris"
+        jsonschema.validate(args, WEATHER.parameters)
+    for body in ("", "days:3", unit, f"{city},{city}", f"{city},days:3,days:4",
+                 f"days:3,{city}"):  # city is required; keys come once, in schema order
+        assert not _takes(vocab, make, weather(body)), body
+    note = f"<|tool_call>call:write_note{{tags:[{Q}a{Q}]}}<tool_call|>"  # text is required
+    assert not _takes(vocab, make, note)
+
+
+def test_gemma_s_grammar_types_nested_objects_and_list_items_by_their_schema():
+    from backends.base import Tool
+    from backends.grammar import Constraint, vocab_from_llama
+    from backends.grammar.lark import Answer, grammar_text
+    from tests.support.token_stream import load_vocab
+
+    place = {"type": "object", "properties": {"country": {"type": "string"},
+                                              "zip": {"type": "integer"}},
+             "required": ["country"]}
+    tool = Tool("trip", "A trip", {"type": "object", "properties": {
+        "place": place, "stops": {"type": "array", "items": place}}, "required": ["place"]})
+    model = load_vocab("gemma-4").model
+    vocab = vocab_from_llama(model.vocab, model.n_vocab())
+    grammar = grammar_text(Answer(tools=(tool,), choice="required"), chat(GEMMA).fmt,
+                           "after", vocab)
+
+    def make():
+        return Constraint(vocab, grammar)
+
+    ch = f"country:{Q}CH{Q}"
+    good = f"<|tool_call>call:trip{{place:{{{ch},zip:8000}},stops:[{{{ch}}}]}}<tool_call|>"
+    assert _takes(vocab, make, good)
+    (_, _, calls), _ = run(GEMMA, [good])
+    assert calls == (("trip", {"place": {"country": "CH", "zip": 8000},
+                               "stops": [{"country": "CH"}]}),)
+    for body in ("place:{zip:8000}", f"place:{{{ch}}},stops:[{{zip:1}}]",
+                 f"place:{{{ch},other:1}}", "stops:[]"):
+        assert not _takes(vocab, make, f"<|tool_call>call:trip{{{body}}}<tool_call|>"), body
 
 
 def test_gemma_s_grammar_takes_parallel_calls_when_asked():
