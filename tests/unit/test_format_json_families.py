@@ -333,11 +333,8 @@ def test_k3_a_section_it_cannot_read_is_text_and_a_cut_one_is_dropped():
     assert calls == () and cut and content == ""
 
 
-def test_k3_without_a_call_grammar_leaves_auto_free_and_refuses_forcing():
-    import pytest
-
+def test_k3_leaves_auto_free_for_its_parser_and_forces_calls_with_its_grammar():
     from backends.base import ToolChoice
-    from backends.errors import InvalidRequestError
     from backends.grammar import vocab_from_llama
     from backends.grammar.request import request_constraint
     from tests.support.token_stream import load_vocab
@@ -348,9 +345,106 @@ def test_k3_without_a_call_grammar_leaves_auto_free_and_refuses_forcing():
     messages = (Message("user", "Hi"),)
     auto = GenerationRequest(messages=messages, tools=TOOLS)
     assert request_constraint(auto, fmt, vocab) is None
-    forced = GenerationRequest(messages=messages, tools=TOOLS, tool_choice=ToolChoice("required"))
-    with pytest.raises(InvalidRequestError, match="no grammar"):
-        request_constraint(forced, fmt, vocab)
+    for choice in (ToolChoice("required"), ToolChoice("function", "get_weather")):
+        forced = GenerationRequest(messages=messages, tools=TOOLS, tool_choice=choice)
+        assert request_constraint(forced, fmt, vocab, "<|open|>think<|sep|>") is not None
+    json_too = GenerationRequest(messages=messages, tools=TOOLS, json_mode=True)
+    assert request_constraint(json_too, fmt, vocab) is not None
+
+
+K3_MARKERS = ["<|open|>", "<|close|>", "<|sep|>"]
+
+
+def k3_call(name: str, args: str, index: int = 1) -> str:
+    return (f'<|open|>call tool="{name}" index="{index}"<|sep|><|open|>json type="object"'
+            f"<|sep|>{args}<|close|>json<|sep|><|close|>call<|sep|>")
+
+
+def k3_tools(*calls: str) -> str:
+    return "<|open|>tools<|sep|>" + "".join(calls) + "<|close|>tools<|sep|>"
+
+
+def _k3_constraint(special: bool, parallel: bool = False):
+    """K3's forced-call grammar over a stand-in vocabulary (none of K3's ships): Qwen's,
+    with K3's three markers as special tokens or (`special` False) as text; the prompt
+    opened the thinking, as K3's template does."""
+    from backends.grammar import Constraint
+    from backends.grammar.lark import Answer, grammar_text
+    from tests.unit.test_format_xml_families import qwen_vocab, special_vocab
+
+    if special:
+        vocab, _, encode = special_vocab(K3_MARKERS)
+    else:
+        vocab = qwen_vocab()
+
+        def encode(text: str) -> list[int]:
+            return vocab.tokenizer.tokenize_str(text)
+
+    answer = Answer(tools=(WEATHER, TOOLS[2]), choice="required", parallel=parallel)
+    grammar = grammar_text(answer, chat(K3).fmt, "inside", vocab)
+
+    def takes(text: str | list[int]) -> bool:
+        c, ids = Constraint(vocab, grammar), encode(text) if isinstance(text, str) else text
+        return c.valid_prefix(ids) == len(ids) and c.matcher.consume_tokens(ids) \
+            and c.matcher.is_accepting()
+
+    return grammar, takes, encode
+
+
+def test_k3_s_grammar_writes_a_call_after_its_thinking_and_frame_that_parses_back():
+    paris = k3_call("get_weather", '{"city": "Zürich \\"x\\" {y}", "days": 2}')
+    texts = [
+        "Hm.<|close|>think<|sep|>" + k3_tools(paris),
+        "Hm.<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|>"
+        + k3_tools(paris) + "<|close|>message<|sep|>",
+        "<|close|>think<|sep|>" + k3_tools(k3_call("write_note", '{"text": "a&b"}', 7)),
+    ]
+    for special in (True, False):
+        grammar, takes, _ = _k3_constraint(special)
+        assert ("<[" in grammar) == special  # the markers are their tokens where they are
+        for text in texts:
+            assert takes(text), (special, text)
+            (_, reasoning, calls), _ = run(K3, by_char("x" + text))
+            assert len(calls) == 1
+            name, args = calls[0]
+            assert name in ("get_weather", "write_note")
+            jsonschema.validate(args, {t.name: t for t in TOOLS}[name].parameters)
+        (_, _, calls), _ = run(K3, [texts[1]])
+        assert calls == (("get_weather", {"city": 'Zürich "x" {y}', "days": 2}),)
+
+
+def test_k3_s_grammar_refuses_a_missing_required_key_a_wrong_tool_and_text_markers():
+    _, takes, encode = _k3_constraint(True)
+    head = "Hm.<|close|>think<|sep|>"
+    assert takes(head + k3_tools(k3_call("get_weather", '{"city": "Paris"}')))
+    bad = [
+        k3_tools(k3_call("get_weather", '{"days": 2}')),  # city is required
+        k3_tools(k3_call("get_weather", '{"city": "Paris", "city": "Rome"}')),
+        k3_tools(k3_call("get_weather", '{"city": 3}')),
+        k3_tools(k3_call("get_time", "{}")),  # not offered
+        k3_tools(k3_call("nope", "{}")),
+        k3_tools(),  # no call
+        k3_tools(k3_call("get_weather", '{"city": "Paris"}'),
+                 k3_call("get_weather", '{"city": "Rome"}', 2)),  # not parallel
+        '<|open|>response<|sep|>Sure.<|close|>response<|sep|>',  # no call at all
+    ]
+    for text in bad:
+        assert not takes(head + text), text
+    # the markers written as text are not the markers
+    from tests.unit.test_format_xml_families import qwen_vocab
+
+    call = k3_tools(k3_call("get_weather", '{"city": "Paris"}'))
+    assert not takes(encode(head) + qwen_vocab().tokenizer.tokenize_str(call))
+
+
+def test_k3_s_grammar_takes_parallel_calls_when_asked():
+    _, takes, _ = _k3_constraint(True, parallel=True)
+    calls = k3_tools(k3_call("get_weather", '{"city": "Paris"}'),
+                     k3_call("write_note", '{"text": "hi", "tags": ["a"]}', 2))
+    assert takes("<|close|>think<|sep|>" + calls)
+    (_, _, parsed), _ = run(K3, by_char("x<|close|>think<|sep|>" + calls))
+    assert parsed == (("get_weather", {"city": "Paris"}),
+                      ("write_note", {"text": "hi", "tags": ["a"]}))
 
 
 def test_k3_deep_nesting_is_text_not_a_crash():
