@@ -21,6 +21,8 @@ from backends.base import Tool
 if TYPE_CHECKING:
     from backends.grammar.vocab import GrammarVocab
 
+SPECIAL_PREFIX = b"\xff"  # llguidance's mark of a special token's bytes (backends.grammar.vocab)
+
 # Arguments are written as Python's json.dumps writes them (", " and ": ", no newlines), the
 # form Qwen, Llama and Mistral print their calls in: a fixed spelling also leaves a small
 # model no room to loop on whitespace.
@@ -38,8 +40,8 @@ class CallGrammar:
 class Markers:
     """Marker texts as grammar symbols of one vocabulary: a marker that is one special
     token is that token (`<[id]>`), so the model writes it as the token it was trained on;
-    one that starts with a special token is that token and text (`<|channel>thought`);
-    other markers are text."""
+    one that mixes special tokens and text is those tokens and that text, in order
+    (`<|channel>thought`, Kimi K3's `<|open|>tools<|sep|>`); other markers are text."""
 
     def __init__(self, vocab: GrammarVocab) -> None:
         self.vocab = vocab
@@ -47,19 +49,54 @@ class Markers:
     def special(self, text: str) -> bool:
         return self.vocab.special_id(text) is not None
 
+    def starts_special(self, text: str) -> bool:
+        """`text` opens with a special token: text before it cannot hold that token, so a
+        lexeme of any text ends where the marker starts."""
+        parts = self.parts(text)
+        return bool(parts) and isinstance(parts[0], int)
+
     def ends_generation(self, text: str) -> bool:
         token = self.vocab.special_id(text)
         return token is not None and token in self.vocab.eog
 
-    def __call__(self, text: str) -> str:
+    def parts(self, text: str) -> list[int | str]:
+        """`text` as its special tokens (ids) and the texts between them, in order."""
         token = self.vocab.special_id(text)
         if token is not None:
-            return f"<[{token}]>"
-        for k in range(len(text) - 1, 0, -1):  # a token and text (Gemma 4's thought channel)
-            token = self.vocab.special_id(text[:k])
-            if token is not None:
-                return f"<[{token}]> {lit(text[k:])}"
-        return lit(text)
+            return [token]
+        out: list[int | str] = []
+        pos = 0
+        for i, piece in self._specials_in(text):
+            at = text.find(piece, pos) if piece else -1
+            if at < 0:  # a token whose text is not spelled out here: the marker is text
+                return [text]
+            if at > pos:
+                out.append(text[pos:at])
+            out.append(i)
+            pos = at + len(piece)
+        if pos < len(text):
+            out.append(text[pos:])
+        return out
+
+    def _specials_in(self, text: str) -> list[tuple[int, str]]:
+        """The special tokens `text` holds, in order, with their texts: from the texts the
+        vocabulary names (MLX, Hugging Face tokenizers, whose encoders read no special
+        text), else from llama.cpp's tokenizer reading special text."""
+        if self.vocab.specials:
+            names = sorted((n for n in self.vocab.specials if n), key=len, reverse=True)
+            if not names:
+                return []
+            found = re.findall("|".join(re.escape(n) for n in names), text)
+            return [(self.vocab.specials[n], n) for n in found]
+        tok = self.vocab.tokenizer
+        return [(i, tok.decode_bytes([i]).removeprefix(SPECIAL_PREFIX).decode("utf-8",
+                                                                              "replace"))
+                for i in tok.tokenize_str(text, parse_special=True)
+                if tok.is_special_token(i)]
+
+    def __call__(self, text: str) -> str:
+        parts = self.parts(text) or [text]
+        return " ".join(f"<[{p}]>" if isinstance(p, int) else lit(p) for p in parts)
 
 
 def lit(text: str) -> str:

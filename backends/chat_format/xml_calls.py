@@ -181,8 +181,9 @@ def text_until(name: str, closer: str) -> str:
 
 def text_value(name: str, closer: str, m: Markers) -> list[str]:
     """`name`: a string value and its closer. Where the closer is one special token (GLM's
-    `</arg_value>`), any text and then that token (text cannot hold it)."""
-    if m.special(closer):
+    `</arg_value>`) or starts with one (Kimi K3's `<|close|>response<|sep|>`), any text and
+    then the closer (text cannot hold its token)."""
+    if m.starts_special(closer):
         return [f"{name}: {name.upper()}_TEXT {m(closer)}", f"{name.upper()}_TEXT: /(.|\\n)*/"]
     return [text_until(name, closer)]
 

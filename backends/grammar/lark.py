@@ -89,7 +89,7 @@ def answer_grammar(answer: Answer, fmt: ChatFormat, m: Markers) -> list[str]:
     if trigger == "{":  # Llama 3: a call is the whole answer, which then starts with "{"
         rules.append("PLAIN: /([^{](.|\\n)*)?/")
         return rules + ["answer: PLAIN | calls"]
-    if m.special(trigger):  # the text cannot hold the token: it ends where the call starts
+    if m.starts_special(trigger):  # text cannot hold the token: it ends where calls start
         return rules + ["answer: TEXT calls?"]
     # a text trigger: a lazy lexeme ends the text at the trigger's first occurrence
     pattern = "/(.|\\n)*" + regex_text(trigger) + "/"
@@ -120,7 +120,7 @@ def thinking_rules(fmt: ChatFormat, start: ThinkingStart, m: Markers) -> list[st
     markers = fmt.thinking
     if markers is None or fmt.harmony or start == "after":
         return ["start: answer"]
-    if m.special(markers.close):
+    if m.starts_special(markers.close):  # text, ended by the closer's token
         rules = [f"think_body: THINK {m(markers.close)}", "THINK: /(.|\\n)*/"]
     else:  # a lazy lexeme: the thinking ends at the first closing marker
         rules = [f"think_body[lazy]: /(.|\\n)*{regex_text(markers.close)}/"]

@@ -49,14 +49,18 @@ def request_constraint(request: GenerationRequest, fmt: ChatFormat, vocab: Gramm
     answer = request_answer(request)
     if answer is None:
         return None
-    if answer.tools and by_name(fmt.tools).grammar is None:
-        # a family without a call grammar (Kimi K3): auto is free text its parser reads;
-        # forcing a call cannot be done
-        if answer.choice != "auto" or answer.json:
+    family = by_name(fmt.tools)
+    free = answer.choice == "auto" and not answer.json
+    if answer.tools and family.grammar is None:
+        # a family without a call grammar: auto is free text its parser reads; forcing a
+        # call cannot be done
+        if not free:
             raise InvalidRequestError(
                 f"the {fmt.tools} tool-call format has no grammar to force calls or JSON "
                 "with tools; use tool_choice auto without response_format", "tool_choice")
         return None
+    if answer.tools and free and not family.lazy_grammar:
+        return None  # Kimi K3: its grammar forces calls only; auto is the parser's
     start = thinking_start(fmt, prompt_tail) if request.messages is not None else "after"
     text = grammar_text(answer, fmt, start, vocab)
     try:

@@ -114,6 +114,22 @@ def test_llamacpp_hermes_call_is_written_with_qwens_marker_token(llama, monkeypa
     assert_calls(done, "get_weather", FORECAST, count=1)
 
 
+def test_llamacpp_forces_a_gemma_4_call_on_qwen(llama, monkeypatch):
+    """Gemma 4's forced-call grammar on a real model: Qwen's 0.5B given Gemma 4's template
+    (no Gemma 4 is small enough to run here), its markers text in Qwen's vocabulary. The
+    call reads back as one of the named tool whose arguments validate: every required key,
+    nested ones too. (Kimi K3's is checked at the grammar level only: its template opens
+    the thinking, which Ember cannot switch off, and the 0.5B did not close it in 160
+    tokens.)"""
+    from tests.support.families import chat
+
+    ct = chat("google-gemma-4-31B-it")
+    monkeypatch.setattr(llama, "chat", ct)
+    monkeypatch.setattr(llama, "_markers", ct.use_marker_tokens(llama.tokenize_special))
+    done = run(llama, forced(ToolChoice("function", "get_weather"), n=160))
+    assert_calls(done, "get_weather", FORECAST, count=1)
+
+
 def test_llamacpp_json_schema_and_json_mode(llama):
     assert_person(run(llama, PERSON_REQUEST))
     done = run(llama, GenerationRequest(

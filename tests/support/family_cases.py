@@ -404,6 +404,9 @@ CASES: list[FamilyCase] = [
                ("write_note", {"text": 'Zürich "quoted" {braces} [x] <tool_call> 🙂',
                                "tags": ["a", "}"]})),
         content="On it.", reasoning="Weather, and a note.", id="kimi-k3",
+        forced='<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>'
+               '<|open|>json type="object"<|sep|>{"city": "Paris"}<|close|>json<|sep|>'
+               "<|close|>call<|sep|><|close|>tools<|sep|>",
         markers=("<|open|>", "<|close|>", "<|sep|>")),
     FamilyCase(
         "qwen3_coder", ("Qwen3-Coder",),

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import time
 
+import jsonschema
+
 from backends.base import GenerationRequest, Message
 from backends.chat_format.json_extent import JsonCallsEnd, JsonScan
 from tests.support.families import chat
-from tests.support.family_cases import TOOLS
+from tests.support.family_cases import TOOLS, WEATHER
 from tests.unit.test_family_conformance import summary
 
 MINISTRAL = "mistralai-Ministral-3-14B-Reasoning-2512"
@@ -233,6 +235,56 @@ def test_gemma_s_grammar_writes_its_calls_with_the_tools_keys_and_types():
         assert not _takes(vocab, make, "<|tool_call>call:nope{}<tool_call|>")
 
 
+def test_gemma_s_grammar_writes_each_required_key_once_optional_ones_at_most_once():
+    vocab, make = _gemma_constraint("gemma-4")
+    city, unit = f"city:{Q}Paris{Q}", f"unit:{Q}celsius{Q}"
+
+    def weather(body: str) -> str:
+        return f"<|tool_call>call:get_weather{{{body}}}<tool_call|>"
+
+    for body in (city, f"{city},days:3", f"{city},{unit}", f"{city},days:3,{unit}"):
+        assert _takes(vocab, make, weather(body)), body
+        (_, _, calls), _ = run(GEMMA, [weather(body)])  # and it reads as that call
+        args = calls[0][1]
+        assert calls[0][0] == "get_weather" and args["city"] == "Paris"
+        jsonschema.validate(args, WEATHER.parameters)
+    for body in ("", "days:3", unit, f"{city},{city}", f"{city},days:3,days:4",
+                 f"days:3,{city}"):  # city is required; keys come once, in schema order
+        assert not _takes(vocab, make, weather(body)), body
+    note = f"<|tool_call>call:write_note{{tags:[{Q}a{Q}]}}<tool_call|>"  # text is required
+    assert not _takes(vocab, make, note)
+
+
+def test_gemma_s_grammar_types_nested_objects_and_list_items_by_their_schema():
+    from backends.base import Tool
+    from backends.grammar import Constraint, vocab_from_llama
+    from backends.grammar.lark import Answer, grammar_text
+    from tests.support.token_stream import load_vocab
+
+    place = {"type": "object", "properties": {"country": {"type": "string"},
+                                              "zip": {"type": "integer"}},
+             "required": ["country"]}
+    tool = Tool("trip", "A trip", {"type": "object", "properties": {
+        "place": place, "stops": {"type": "array", "items": place}}, "required": ["place"]})
+    model = load_vocab("gemma-4").model
+    vocab = vocab_from_llama(model.vocab, model.n_vocab())
+    grammar = grammar_text(Answer(tools=(tool,), choice="required"), chat(GEMMA).fmt,
+                           "after", vocab)
+
+    def make():
+        return Constraint(vocab, grammar)
+
+    ch = f"country:{Q}CH{Q}"
+    good = f"<|tool_call>call:trip{{place:{{{ch},zip:8000}},stops:[{{{ch}}}]}}<tool_call|>"
+    assert _takes(vocab, make, good)
+    (_, _, calls), _ = run(GEMMA, [good])
+    assert calls == (("trip", {"place": {"country": "CH", "zip": 8000},
+                               "stops": [{"country": "CH"}]}),)
+    for body in ("place:{zip:8000}", f"place:{{{ch}}},stops:[{{zip:1}}]",
+                 f"place:{{{ch},other:1}}", "stops:[]"):
+        assert not _takes(vocab, make, f"<|tool_call>call:trip{{{body}}}<tool_call|>"), body
+
+
 def test_gemma_s_grammar_takes_parallel_calls_when_asked():
     vocab, make = _gemma_constraint("gemma-4", parallel=True)
     call = f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}<tool_call|>"
@@ -281,11 +333,8 @@ def test_k3_a_section_it_cannot_read_is_text_and_a_cut_one_is_dropped():
     assert calls == () and cut and content == ""
 
 
-def test_k3_without_a_call_grammar_leaves_auto_free_and_refuses_forcing():
-    import pytest
-
+def test_k3_leaves_auto_free_for_its_parser_and_forces_calls_with_its_grammar():
     from backends.base import ToolChoice
-    from backends.errors import InvalidRequestError
     from backends.grammar import vocab_from_llama
     from backends.grammar.request import request_constraint
     from tests.support.token_stream import load_vocab
@@ -296,9 +345,106 @@ def test_k3_without_a_call_grammar_leaves_auto_free_and_refuses_forcing():
     messages = (Message("user", "Hi"),)
     auto = GenerationRequest(messages=messages, tools=TOOLS)
     assert request_constraint(auto, fmt, vocab) is None
-    forced = GenerationRequest(messages=messages, tools=TOOLS, tool_choice=ToolChoice("required"))
-    with pytest.raises(InvalidRequestError, match="no grammar"):
-        request_constraint(forced, fmt, vocab)
+    for choice in (ToolChoice("required"), ToolChoice("function", "get_weather")):
+        forced = GenerationRequest(messages=messages, tools=TOOLS, tool_choice=choice)
+        assert request_constraint(forced, fmt, vocab, "<|open|>think<|sep|>") is not None
+    json_too = GenerationRequest(messages=messages, tools=TOOLS, json_mode=True)
+    assert request_constraint(json_too, fmt, vocab) is not None
+
+
+K3_MARKERS = ["<|open|>", "<|close|>", "<|sep|>"]
+
+
+def k3_call(name: str, args: str, index: int = 1) -> str:
+    return (f'<|open|>call tool="{name}" index="{index}"<|sep|><|open|>json type="object"'
+            f"<|sep|>{args}<|close|>json<|sep|><|close|>call<|sep|>")
+
+
+def k3_tools(*calls: str) -> str:
+    return "<|open|>tools<|sep|>" + "".join(calls) + "<|close|>tools<|sep|>"
+
+
+def _k3_constraint(special: bool, parallel: bool = False):
+    """K3's forced-call grammar over a stand-in vocabulary (none of K3's ships): Qwen's,
+    with K3's three markers as special tokens or (`special` False) as text; the prompt
+    opened the thinking, as K3's template does."""
+    from backends.grammar import Constraint
+    from backends.grammar.lark import Answer, grammar_text
+    from tests.unit.test_format_xml_families import qwen_vocab, special_vocab
+
+    if special:
+        vocab, _, encode = special_vocab(K3_MARKERS)
+    else:
+        vocab = qwen_vocab()
+
+        def encode(text: str) -> list[int]:
+            return vocab.tokenizer.tokenize_str(text)
+
+    answer = Answer(tools=(WEATHER, TOOLS[2]), choice="required", parallel=parallel)
+    grammar = grammar_text(answer, chat(K3).fmt, "inside", vocab)
+
+    def takes(text: str | list[int]) -> bool:
+        c, ids = Constraint(vocab, grammar), encode(text) if isinstance(text, str) else text
+        return c.valid_prefix(ids) == len(ids) and c.matcher.consume_tokens(ids) \
+            and c.matcher.is_accepting()
+
+    return grammar, takes, encode
+
+
+def test_k3_s_grammar_writes_a_call_after_its_thinking_and_frame_that_parses_back():
+    paris = k3_call("get_weather", '{"city": "Zürich \\"x\\" {y}", "days": 2}')
+    texts = [
+        "Hm.<|close|>think<|sep|>" + k3_tools(paris),
+        "Hm.<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|>"
+        + k3_tools(paris) + "<|close|>message<|sep|>",
+        "<|close|>think<|sep|>" + k3_tools(k3_call("write_note", '{"text": "a&b"}', 7)),
+    ]
+    for special in (True, False):
+        grammar, takes, _ = _k3_constraint(special)
+        assert ("<[" in grammar) == special  # the markers are their tokens where they are
+        for text in texts:
+            assert takes(text), (special, text)
+            (_, reasoning, calls), _ = run(K3, by_char("x" + text))
+            assert len(calls) == 1
+            name, args = calls[0]
+            assert name in ("get_weather", "write_note")
+            jsonschema.validate(args, {t.name: t for t in TOOLS}[name].parameters)
+        (_, _, calls), _ = run(K3, [texts[1]])
+        assert calls == (("get_weather", {"city": 'Zürich "x" {y}', "days": 2}),)
+
+
+def test_k3_s_grammar_refuses_a_missing_required_key_a_wrong_tool_and_text_markers():
+    _, takes, encode = _k3_constraint(True)
+    head = "Hm.<|close|>think<|sep|>"
+    assert takes(head + k3_tools(k3_call("get_weather", '{"city": "Paris"}')))
+    bad = [
+        k3_tools(k3_call("get_weather", '{"days": 2}')),  # city is required
+        k3_tools(k3_call("get_weather", '{"city": "Paris", "city": "Rome"}')),
+        k3_tools(k3_call("get_weather", '{"city": 3}')),
+        k3_tools(k3_call("get_time", "{}")),  # not offered
+        k3_tools(k3_call("nope", "{}")),
+        k3_tools(),  # no call
+        k3_tools(k3_call("get_weather", '{"city": "Paris"}'),
+                 k3_call("get_weather", '{"city": "Rome"}', 2)),  # not parallel
+        '<|open|>response<|sep|>Sure.<|close|>response<|sep|>',  # no call at all
+    ]
+    for text in bad:
+        assert not takes(head + text), text
+    # the markers written as text are not the markers
+    from tests.unit.test_format_xml_families import qwen_vocab
+
+    call = k3_tools(k3_call("get_weather", '{"city": "Paris"}'))
+    assert not takes(encode(head) + qwen_vocab().tokenizer.tokenize_str(call))
+
+
+def test_k3_s_grammar_takes_parallel_calls_when_asked():
+    _, takes, _ = _k3_constraint(True, parallel=True)
+    calls = k3_tools(k3_call("get_weather", '{"city": "Paris"}'),
+                     k3_call("write_note", '{"text": "hi", "tags": ["a"]}', 2))
+    assert takes("<|close|>think<|sep|>" + calls)
+    (_, _, parsed), _ = run(K3, by_char("x<|close|>think<|sep|>" + calls))
+    assert parsed == (("get_weather", {"city": "Paris"}),
+                      ("write_note", {"text": "hi", "tags": ["a"]}))
 
 
 def test_k3_deep_nesting_is_text_not_a_crash():

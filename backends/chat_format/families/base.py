@@ -65,6 +65,10 @@ class Family:
     call_id: Callable[[str], str] | None = None  # ids as its template insists on them
     shape_turns: TurnShaper | None = None
     grammar: GrammarFn | None = None
+    # its grammar can follow free text (`auto`: the answer runs free until the trigger);
+    # False: only forced calls use it, and `auto` is left free for the parser (Kimi K3,
+    # whose answer is framed in special tokens the free text cannot frame)
+    lazy_grammar: bool = True
     # history: Ember rewrites calls and results as text turns (the generic format)
     history_as_text: Callable[[tuple[Message, ...], tuple[Tool, ...]],
                               tuple[Message, ...]] | None = None

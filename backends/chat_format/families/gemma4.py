@@ -11,10 +11,12 @@ Thinking is the `thought` channel, `<|channel>thought\\n..<channel|>`; with thin
 the template writes an empty one itself. `<|"|>`, `<|channel>` and the call markers are
 special tokens the backend must show, or strings would lose their quotes.
 
-The grammar writes the offered tool's own keys, each value of its schema's simple type
-(string, string enum, integer, number, boolean; any Gemma value for the rest), in any
-order: it does not insist on required keys nor forbid a key twice (llama.cpp's grammar
-for Gemma 4 reads no schema at all).
+The grammar writes the offered tool's own keys in its schema's order, each at most once and
+the required ones always (as llguidance writes a JSON schema's object; llama.cpp's grammar
+for Gemma 4 reads no schema at all), each value of its schema's type: string, string enum,
+integer, number, boolean, an object's keys the same way, a list's items of its `items`
+(any Gemma value where the schema says no more, or nested past 8). An object that lists no
+keys takes any.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ THINK = ThinkingMarkers(CHANNEL + "thought", CHANNEL_END)
 HEAD = re.compile(r"\s*call:([\w.\-]{1,256})\s*")
 NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 KEY = re.compile(r"\s*([^:{}\[\],<\s][^:{}\[\],<]*?)\s*:\s*")
-KEY_NAME = re.compile(r"[A-Za-z_]\w{0,63}")
+BARE_KEY = re.compile(r"[^:{}\[\],<\s](?:[^:{}\[\],<]{0,62}[^:{}\[\],<\s])?")
 WORDS = {"true": True, "false": False, "null": None}
+TYPED_DEPTH = 8  # objects and lists nested deeper take any Gemma value
 MAX_DEPTH = 64  # deeper arguments are no call (and no recursion past it)
 
 
@@ -168,13 +171,11 @@ def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
         'g_kv: /[A-Za-z_][A-Za-z0-9_]{0,63}/ ":" g_value',
         'g_list: "[" (g_value ("," g_value)*)? "]"',
     ]
+    typed = _Typed(q)
     for i, tool in enumerate(tools):
-        props = (tool.parameters or {}).get("properties") or {}
-        kvs = [f"{lit(key + ':')} {_value_rule(schema, q)}" for key, schema in props.items()
-               if isinstance(schema, dict) and KEY_NAME.fullmatch(key)]
-        rules.append(f"kv_{i}: " + (" | ".join(kvs) if kvs else "g_kv"))
-        rules.append(f"body_{i}: {lit(f'call:{tool.name}{{')} (kv_{i} (\",\" kv_{i})*)? "
-                     f"\"}}\" {m(CLOSE)}")
+        args = typed.members(tool.parameters or {}, 0)
+        rules.append(f"body_{i}: {lit(f'call:{tool.name}{{')} {args} \"}}\" {m(CLOSE)}")
+    rules += typed.rules
     rules.append("body: " + " | ".join(f"body_{i}" for i in range(len(tools))))
     rules.append(f"call: {m(OPEN)} body")
     rules.append("rest: body" + (" call*" if parallel and tools else ""))
@@ -182,14 +183,72 @@ def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
     return CallGrammar(rules, OPEN)
 
 
-def _value_rule(schema: dict, q: str) -> str:
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
-        return "(" + " | ".join(f"{q} {lit(v)} {q}" for v in enum) + ")"
-    kind = schema.get("type")
-    return {"string": "g_string", "integer": "g_int", "number": "g_number",
-            "boolean": "g_bool", "object": "g_dict", "array": "g_list"}.get(
-                kind if isinstance(kind, str) else "", "g_value")
+def _key(key: str, q: str) -> str:
+    """A key as the template writes it, bare (`city:`); one the parser could not read bare
+    is between quotes."""
+    return lit(key + ":") if BARE_KEY.fullmatch(key) else f"{q} {lit(key)} {q} \":\""
+
+
+class _Typed:
+    """The rules of values typed by their schema: an object's keys in its schema's order,
+    each at most once and the required ones always (as llguidance writes a JSON schema's
+    object), a list's items of its `items`; simple types as their own rules. Past
+    TYPED_DEPTH, or where the schema says nothing of them, any Gemma value."""
+
+    def __init__(self, q: str) -> None:
+        self.q, self.count = q, 0
+        self.rules: list[str] = []
+
+    def name(self) -> str:
+        self.count += 1
+        return f"t{self.count}"
+
+    def members(self, schema: dict, depth: int) -> str:
+        """The rule of an object's members (between its braces)."""
+        name = self.name()
+        props = schema.get("properties")
+        keys = [(k, v) for k, v in props.items() if isinstance(v, dict)] \
+            if isinstance(props, dict) else []
+        if not keys or depth > TYPED_DEPTH:
+            self.rules.append(f'{name}: (g_kv ("," g_kv)*)?')
+            return name
+        required = set(schema.get("required") or ())
+        # NAME_f_j: keys j.. with none written yet; NAME_t_j: keys j.. after one (each after
+        # ","); "" is the empty rest past the last key
+        first, then = "", ""
+        for j in range(len(keys) - 1, -1, -1):
+            key, value = keys[j]
+            kv = f"{name}_kv{j}"
+            self.rules.append(f"{kv}: {_key(key, self.q)} {self.value(value, depth + 1)}")
+            written = f"{kv} {then}".strip()
+            if key in required:
+                first, then = written, f'"," {written}'
+            else:
+                first = f"{written} | {first}" if first else f"({written})?"
+                then = f'("," {kv})? {then}'.strip()
+            self.rules.append(f"{name}_f{j}: {first}")
+            if j:
+                self.rules.append(f"{name}_t{j}: {then}")
+            first, then = f"{name}_f{j}", f"{name}_t{j}"
+        self.rules.append(f"{name}: {first}")
+        return name
+
+    def value(self, schema: dict, depth: int) -> str:
+        q = self.q
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+            return "(" + " | ".join(f"{q} {lit(v)} {q}" for v in enum) + ")"
+        kind = schema.get("type")
+        if kind == "object" and schema.get("properties") and depth <= TYPED_DEPTH:
+            return f'"{{" {self.members(schema, depth)} "}}"'
+        items = schema.get("items")
+        if kind == "array" and isinstance(items, dict) and items and depth <= TYPED_DEPTH:
+            item = self.name()
+            self.rules.append(f"{item}: {self.value(items, depth + 1)}")
+            return f'"[" ({item} ("," {item})*)? "]"'
+        return {"string": "g_string", "integer": "g_int", "number": "g_number",
+                "boolean": "g_bool", "object": "g_dict", "array": "g_list"}.get(
+                    kind if isinstance(kind, str) else "", "g_value")
 
 
 FAMILY = Family(

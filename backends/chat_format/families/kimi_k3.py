@@ -14,19 +14,29 @@ opens the thinking itself (its `thinking` is on unless a caller says otherwise);
 response's and the message's tags frame the answer and are dropped. Attribute values
 escape `&` and `"` as `&amp;` and `&quot;`.
 
-No grammar forces its calls: its thinking, frame and call tags are each a special token and
-text (`<|open|>` `tools` `<|sep|>`), which Ember's answer grammar (free text, then a trigger)
-cannot frame, and no K3 vocabulary ships to check one against. With tools, `auto` is left
-free for the parser to read; `required`, a named tool or JSON mode is refused
-(backends.grammar.request), as for any family without a grammar. Its template's thinking
-switch is `thinking` (on unless said): a request that switches thinking off sets it false,
-and the template then opens the response instead of the thinking."""
+The grammar (for `required`, a named tool, JSON mode with tools) writes, after the
+thinking, an optional response frame (any text between its tags), then the tools section
+with each call's arguments as the JSON object of its tool's schema, and the message's close:
+
+    <|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>
+    <|open|>json type="object"<|sep|>{"city": "Paris"}<|close|>json<|sep|>
+    <|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>
+
+Each marker is its special tokens and text (call_grammar.Markers), so a model whose
+vocabulary has them writes them as its tokens. `auto` with tools is left free for the
+parser to read (Family.lazy_grammar): its answer is framed in those tokens, which the lazy
+answer grammar (free text, then a trigger) cannot frame. No K3 vocabulary ships: the
+grammar is checked on a stand-in with the three markers as special tokens, and as text.
+Its template's thinking switch is `thinking` (on unless said): a request that switches
+thinking off sets it false, and the template then opens the response instead."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
+from backends.base import Tool
 from backends.chat_format.base import ThinkingMarkers
 from backends.chat_format.block import (
     BlockSyntax,
@@ -35,7 +45,9 @@ from backends.chat_format.block import (
     parameter_schema,
     typed_value,
 )
+from backends.chat_format.call_grammar import CallGrammar, Markers, args_rule, lit
 from backends.chat_format.families.base import Family
+from backends.chat_format.xml_calls import text_value
 
 OPEN, CLOSE, SEP = "<|open|>", "<|close|>", "<|sep|>"
 THINK = ThinkingMarkers(f"{OPEN}think{SEP}", f"{CLOSE}think{SEP}")
@@ -105,6 +117,31 @@ def parse(block: str, schemas: Schemas) -> list[ParsedCall] | None:
     return calls if calls and not block[pos:].strip() else None
 
 
+# -- the grammar: the frame, the tools section, each call's arguments as one JSON object --
+JSON_OPEN, QUOTE = 'json type="object"', '"'
+
+
+def _attr(value: str) -> str:
+    return value.replace("&", "&amp;").replace('"', "&quot;")
+
+
+def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
+    o, c, s = m(OPEN), m(CLOSE), m(SEP)
+    rules = text_value("k3_said", f"{CLOSE}response{SEP}", m)
+    for i, tool in enumerate(tools):
+        head = lit(f'call tool="{_attr(tool.name)}" index="')
+        rules.append(f"call_{i}: {o} {head} /[1-9][0-9]{{0,2}}/ {lit(QUOTE)} {s} {o} "
+                     f"{lit(JSON_OPEN)} {s} {args_rule(tool)} {c} \"json\" {s} "
+                     f"{c} \"call\" {s}")
+    rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
+    end = FRAME[-1]
+    tail = f" ({c} \"message\" {s})?" + ("" if m.ends_generation(end) else f" {m(end)}?")
+    rules.append("rest: call" + (" call*" if parallel and tools else "")
+                 + f" {c} \"tools\" {s}{tail}")
+    rules.append(f'calls: ({o} "response" {s} k3_said)? {o} "tools" {s} rest')
+    return CallGrammar(rules, TOOLS)
+
+
 FAMILY = Family(
     name="kimi_k3",
     matches=matches,
@@ -113,4 +150,6 @@ FAMILY = Family(
     builds_thinking=True,
     thinking_variable="thinking",
     blocks=BlockSyntax((TOOLS,), parse, close=TOOLS_END, drop=FRAME),
+    grammar=grammar,
+    lazy_grammar=False,
 )
