@@ -10,6 +10,7 @@ app.mcp.tool_loop's; this module runs them for a chat.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from app.config import Paths
 from app.history import History
 from app.mcp.approvals import Approvals
 from app.mcp.config import McpConfigError, McpServerConfig, load_mcp_config
-from app.mcp.connections import McpConnections, McpServerError
+from app.mcp.connections import McpConnections, McpResult, McpServerError
 from app.mcp.tool_loop import ToolIndex, call_arguments, denied_text, failed_text
 from backends.base import ToolCall
 from backends.errors import InvalidRequestError
@@ -28,6 +29,8 @@ STOPPED = "The call was not run: the user stopped the answer."
 # a call cannot be taken back from a server once sent: it may finish there, unseen
 STOPPED_RUNNING = ("The user stopped the answer while this call ran: its result was not "
                    "waited for (the server may still have done it).")
+
+STOP_POLL_S = 0.1  # how often a running call looks whether the turn was stopped
 
 Approve = Callable[[ToolCallAsked], Decision]
 
@@ -124,19 +127,41 @@ def _answer_call(call: ToolCall, offered: Offered, tools: ChatTools, history: Hi
     stats["outcome"] = "running"
     history.update_message(message.id, NOT_RUN, stats=dict(stats))
     on_event(ToolResult(message.id, call.name, "running", "", None, note))
-    try:
-        result = tools.connections.call(server, tool.name, arguments)
-    except McpServerError as e:
-        settle("error", failed_text(str(e)), note=note)
+    outcome = _call_until_stopped(tools, server, tool.name, arguments, stopped)
+    if outcome is None:  # stopped while it ran: its result, when it comes, is dropped
+        settle("stopped", STOPPED_RUNNING, note=note)
         return
-    except Exception as e:  # a bug must not leave the answer waiting
-        settle("error", failed_text(f"MCP server {server.name}: {type(e).__name__}: {e}"),
-               note=note)
+    if isinstance(outcome, str):
+        settle("error", failed_text(outcome), note=note)
         return
-    if stopped():
-        settle("stopped", STOPPED_RUNNING)
-        return
+    result = outcome
     settle("error" if result.is_error else "ok", result.text, result.seconds, note)
+
+
+def _call_until_stopped(tools: ChatTools, server: McpServerConfig, tool: str,
+                        arguments: dict, stopped: Callable[[], bool]
+                        ) -> McpResult | str | None:
+    """Run one call on its server: its result, the line that says why it failed, or None
+    when the turn was stopped first (a call cannot be taken back from a server once sent:
+    it is not waited for)."""
+    box: list[McpResult | str] = []
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            box.append(tools.connections.call(server, tool, arguments))
+        except McpServerError as e:
+            box.append(str(e))
+        except Exception as e:  # a bug must not leave the answer waiting
+            box.append(f"MCP server {server.name}: {type(e).__name__}: {e}")
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name="ember-chat-mcp-call", daemon=True).start()
+    while not done.wait(STOP_POLL_S):
+        if stopped():
+            return None
+    return box[0]
 
 
 def list_tools(tools: ChatTools, servers: dict[str, McpServerConfig]

@@ -25,7 +25,7 @@ from app.chat.events import (
 from app.chat.policy import DROP_OLD_TURNS, TRUNCATED_NOTE, ContextPolicy
 from app.chat.request import TurnOptions, build_request, options_from
 from app.chat.session import ChatSession
-from app.chat.tools import ChatTools
+from app.chat.tools import STOPPED_RUNNING, ChatTools
 from app.config import Paths
 from app.documents.library import DocumentLibrary
 from app.documents.reader import read_document
@@ -84,7 +84,8 @@ class Lab:
 def lab(tmp_path: Path) -> Iterator[Lab]:
     home = Paths(tmp_path / "home")
     home.home.mkdir(parents=True)
-    home.mcp_file.write_text(json.dumps({"mcpServers": {"weather": command()}}))
+    home.mcp_file.write_text(json.dumps({"mcpServers": {
+        "weather": command(), "slow": command("--slow", "30")}}))
     requests: list[dict] = []
     with fake_server(slow_s=30, requests=requests) as url:
         endpoints.add("lab", url, paths=home)
@@ -203,6 +204,23 @@ def test_allow_always_is_remembered_and_not_asked_again(lab: Lab):
     session.send("And now?", again.show, again.approve)
     assert again.asked == []
     assert [r.outcome for r in again.of(ToolResult)] == ["running", "ok"]
+
+
+def test_stop_while_a_call_runs_ends_the_turn_without_waiting_for_it(lab: Lab):
+    """The slow server answers after 30 s; Stop while it runs ends the turn now, the call's
+    message saying its result was not waited for, and the model is not asked again."""
+    session, front = lab.session("agent", ("slow",)), Front(["approve"])
+
+    def show(event: ChatEvent) -> None:
+        front.show(event)
+        if isinstance(event, ToolResult) and event.outcome == "running":
+            session.stop()  # as a front end's Stop button would, from its own thread
+
+    session.send("Weather in Oslo?", show, front.approve)
+    assert stored(lab, session) == [
+        ("user", "complete", "Weather in Oslo?"), ("assistant", "complete", ""),
+        ("tool", "stopped", STOPPED_RUNNING)]
+    assert [r.outcome for r in front.of(ToolResult)] == ["running", "stopped"]
 
 
 def test_a_model_that_calls_tools_forever_stops_at_the_step_limit(lab: Lab):
