@@ -223,13 +223,6 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
         click.echo(f"[{_stats_line(done.stats)}]", err=True)
 
 
-CHAT_HELP = ("/reset clears the conversation, /system TEXT sets the system prompt, "
-             "/think on|off|low|medium|high|default sets thinking, /bye leaves")
-THINK_WORDS = {"on": Thinking(enabled=True), "off": Thinking(enabled=False),
-               "default": Thinking(), **{e: Thinking(enabled=True, effort=e)  # type: ignore
-                                         for e in EFFORTS}}
-
-
 @cli.command()
 @click.argument("model", default=DEFAULT_MODEL)
 @sampling_options
@@ -239,13 +232,16 @@ THINK_WORDS = {"on": Thinking(enabled=True), "off": Thinking(enabled=False),
 def chat(model: str, system: str | None, backend: str | None, quant: str | None,
          think: bool | None, think_effort: str | None, hide_thinking: bool, **kw) -> None:
     """Chat with MODEL (installed, or NAME/model on a remote endpoint) in the terminal.
-    Ctrl+C stops an answer; Ctrl+D or /bye leaves."""
+    The conversation is kept in the history (the window shows it too); /tools switches on
+    the MCP servers of mcp.json, /attach FILE adds a document, /retry and /edit keep both
+    versions. Ctrl+C stops an answer; Ctrl+D or /bye leaves."""
+    from app.chat.request import TurnOptions
+    from app.cli.chat_terminal import CHAT_HELP, chat_loop
     from app.runtime import Runtime
 
     sampling = sampling_from(kw)
     sampling.validate()
     thinking = thinking_from(think, think_effort)
-    history: list[Message] = []
     with Runtime() as rt:
         target = open_target(rt, model, kw["context"], backend, quant)
         if not target.chat:
@@ -253,72 +249,6 @@ def chat(model: str, system: str | None, backend: str | None, quant: str | None,
                              f"use `ember run {target.model} PROMPT` for completions")
         click.echo(f"{target.ref} {target.about}", err=True)
         click.echo(CHAT_HELP, err=True)
-        while True:
-            try:
-                line = input(">>> ")
-            except EOFError:
-                click.echo()
-                return
-            except KeyboardInterrupt:
-                click.echo("\n(Ctrl+D or /bye to leave)")
-                continue
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/bye", "/exit", "/quit"):
-                return
-            if text == "/reset":
-                history.clear()
-                click.echo("(conversation cleared)")
-                continue
-            if text.split()[0] == "/think":
-                word = text.removeprefix("/think").strip() or "on"
-                if word not in THINK_WORDS:
-                    click.echo(f"/think takes one of {', '.join(THINK_WORDS)}")
-                    continue
-                thinking = THINK_WORDS[word]
-                click.echo(f"(thinking: {word})")
-                continue
-            if text.startswith("/system"):
-                system = text.removeprefix("/system").strip() or None
-                click.echo(f"(system prompt {'set' if system else 'cleared'})")
-                continue
-            if text.startswith("/"):
-                click.echo(f"unknown command {text.split()[0]!r}; {CHAT_HELP}")
-                continue
-            history.append(Message("user", line))
-            messages = ((Message("system", system),) if system else ()) + tuple(history)
-            generation = rt.generate(target.ref, GenerationRequest(
-                messages=messages, sampling=sampling, thinking=thinking, truncate=True,
-                speculative=DEFAULT_SPECULATION),
-                backend=backend)
-            answer = reasoning = ""
-            printer = AnswerPrinter(hide=hide_thinking)
-            try:
-                for event in generation:
-                    if isinstance(event, TokenEvent):
-                        answer += event.text
-                        printer.token(event.text)
-                    elif isinstance(event, ReasoningEvent):
-                        reasoning += event.text
-                        printer.reasoning(event.text)
-                    elif isinstance(event, DoneEvent):
-                        printer.end(event.tool_calls)
-                        if printer.answered:
-                            click.echo()
-                        click.echo(f"[{_stats_line(event.stats)}]", err=True)
-                    elif isinstance(event, ErrorEvent):
-                        printer.end()
-                        click.echo(f"\nerror: {event.message}", err=True)
-            except KeyboardInterrupt:
-                generation.cancel()
-                generation.drain()  # to the final event, so the worker is free
-                printer.end()
-                click.echo("\n[stopped]", err=True)
-            if answer:
-                # with its thinking: the model's template decides whether to show it again
-                history.append(Message("assistant", answer, reasoning=reasoning))
-            else:
-                history.pop()  # nothing came back: keep the history a valid alternation
-
-
+        options = TurnOptions(sampling, DEFAULT_SPECULATION, kw["context"], backend,
+                              thinking=thinking)
+        chat_loop(rt, target.ref, options, system, hide_thinking, _stats_line)

@@ -37,16 +37,23 @@ window shows them under the answer ("Sources: ..."), their citations kept in its
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
+from app.chat.request import (
+    TurnOptions,
+    build_request,
+    options_from,
+    think_setting,
+    title_from,
+)
+from app.chat.tools import ChatTools
 from app.config import Paths
 from app.gui.branch_switcher import show_version
 from app.gui.chat_documents import ChatDocuments
-from app.gui.chat_tools import ChatTools
 from app.gui.chat_view import ChatView, MessageWidget
 from app.gui.document_tasks import DocumentContextTask
 from app.gui.sources_block import sources_of
@@ -55,66 +62,28 @@ from app.gui.tool_round import ToolRound
 from app.gui.tool_tasks import ToolListTask
 from app.history import LEAF, History, Leaf, StoredMessage
 from app.mcp.tool_loop import (
-    DEFAULT_SYSTEM,
-    TOOLS_NOTE,
     ToolIndex,
     call_key,
     next_step,
     step_limit_note,
 )
 from app.preferences import Settings
-from app.presets import Preset, load_options, presets
+from app.presets import Preset, presets
 from app.runtime import Runtime
-from app.runtime.thinking import LEVELS, ThinkingSupport, thinking_for
+from app.runtime.thinking import ThinkingSupport
 from app.sqlite_file import SqliteFileError
 from backends.base import (
-    DEFAULT_SPECULATION,
     DoneEvent,
     GenerationRequest,
-    Message,
     SamplingParams,
-    SpeculativeParams,
     ToolCall,
     ToolCallEvent,
-    ToolChoice,
 )
 from backends.errors import EmberError
 
 if TYPE_CHECKING:
     from app.documents.context import DocumentContext
     from app.documents.library import DocumentLibrary
-
-KEPT_STATUSES = ("complete", "stopped", "interrupted")  # what the model sees of the past
-CONTEXT_ROLES = ("user", "assistant", "tool")
-TITLE_CHARS = 48
-
-
-def title_from(text: str) -> str:
-    first = " ".join(text.split())
-    return first if len(first) <= TITLE_CHARS else first[:TITLE_CHARS - 1] + "…"
-
-
-def think_setting(stored: str | None, support: ThinkingSupport) -> str | None:
-    """The conversation's Think choice as this model can take it: None (its default) for a
-    model without the choice; an effort level is "on" for a model without levels."""
-    if stored in support.settings:
-        return stored
-    if stored in LEVELS and "on" in support.settings:
-        return "on"
-    return None
-
-
-def with_documents(history: list[Message], prompt_text: str) -> list[Message]:
-    """The conversation with the documents' block before the last question (the stored
-    question stays as the user typed it)."""
-    last = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"),
-                None)
-    if last is None or not prompt_text.strip():
-        return history
-    question = history[last]
-    return [*history[:last], replace(question, content=f"{prompt_text}\n\n{question.content}"),
-            *history[last + 1:]]
-
 
 class ChatController(QObject):
     busy_changed = Signal(bool)
@@ -519,20 +488,13 @@ class ChatController(QObject):
 
     def sampling(self) -> SamplingParams:
         """The conversation's preset's sampling settings, else the app's."""
-        conv = self.history.get(self.conversation_id) if self.conversation_id else None
-        preset = self._preset(conv.preset if conv else self.preset_for_new)
-        if preset is not None:
-            return preset.sampling()
-        s = self.settings
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+        return self.options().sampling
 
     def load_options(self) -> tuple[int | None, int | None, str | None]:
         """Context, GPU layers and KV cache type to load the model with: its own remembered
         settings, else the app's, else (None) the load plan's."""
-        s = self.settings
-        if self.model and not self.runtime.is_remote(self.model):
-            return load_options(self.model, s.context, s.gpu_layers, self.home)
-        return s.context or None, s.gpu_layers if s.gpu_layers >= 0 else None, None
+        o = self.options()
+        return o.context, o.gpu_layers, o.kv_cache
 
     def stop(self, wait: bool = False) -> None:
         if self._listing is not None:  # its answer, when it comes, is dropped
@@ -552,36 +514,21 @@ class ChatController(QObject):
                 self.task.wait(30)
 
     def request(self) -> GenerationRequest:
-        """The conversation as the model is given it: each turn with its thinking and tool
-        calls (the model's template decides what of them to keep), tool results with their
-        call, and the chat's Think setting."""
+        """The conversation as the model is given it (app.chat.request.build_request)."""
         conv = self.history.get(self.conversation_id)
-        # the shown path, root to leaf (an answer streaming into it is left out by its status)
-        history = [Message(m.role, m.content, m.reasoning, m.tool_calls, m.tool_call_id,
-                           m.tool_name)
-                   for m in self.history.messages(conv.id)
-                   if m.role in CONTEXT_ROLES and m.status in KEPT_STATUSES
-                   and (m.content.strip() or m.tool_calls or m.role == "tool")]
-        if self._context is not None:
-            history = with_documents(history, self._context.prompt_text)
         tools = self._index.request_tools() if self._index is not None else ()
-        prompt = conv.system_prompt.strip()
-        if tools:
-            prompt = f"{prompt or DEFAULT_SYSTEM} {TOOLS_NOTE}"
-        system = (Message("system", prompt),) if prompt else ()
-        s = self.settings
-        sampling = self.sampling()
-        speculative = None
-        if s.speculative and not self.runtime.is_remote(self.model or ""):
-            # prompt lookup is the default: it gives way quietly where it cannot run
-            speculative = (SpeculativeParams(method="draft", draft_model=s.draft_model)
-                           if s.draft_model else DEFAULT_SPECULATION)
-        thinking = thinking_for(think_setting(conv.thinking, self.support))
-        # truncate: the oldest turns drop out of a long chat, and the window says so
-        choice = ToolChoice("none" if self._answer_only else "auto")
-        return GenerationRequest(messages=system + tuple(history), sampling=sampling,
-                                 speculative=speculative, thinking=thinking, truncate=True,
-                                 tools=tools, tool_choice=choice)
+        return build_request(conv, self.history.messages(conv.id), self.options(),
+                             self.support, tools,
+                             self._context.prompt_text if self._context else "",
+                             self._answer_only)
+
+    def options(self) -> TurnOptions:
+        """How this chat's answers are made: the app's settings, the conversation's preset,
+        the model's remembered load settings."""
+        conv = self.history.get(self.conversation_id) if self.conversation_id else None
+        return options_from(self.settings, self._preset(conv.preset if conv
+                                                        else self.preset_for_new),
+                            self.model, self.runtime.is_remote(self.model or ""), self.home)
 
     def _new_turn(self) -> None:
         self._context = None  # chosen for the new turn by _with_documents

@@ -27,12 +27,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chat.tools import ChatTools
 from app.config import Paths
 from app.export import ImportFormatError, import_file
 from app.gui import shortcuts
 from app.gui.catalog_page import HubWidget
 from app.gui.chat_controller import ChatController
-from app.gui.chat_tools import ChatTools
 from app.gui.chat_view import ChatView
 from app.gui.conversations import ConversationList
 from app.gui.export_dialog import ExportDialog, import_file_dialog

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from app.gui.chat_tools import ChatTools
+from app.chat.tools import NOT_RUN, STOPPED, STOPPED_RUNNING, ChatTools
 from app.gui.chat_view import ChatView
 from app.gui.tool_card import ToolCard
 from app.gui.tool_tasks import ToolCallTask
@@ -21,12 +21,6 @@ from app.mcp.connections import McpResult
 from app.mcp.tool_loop import ToolIndex, call_arguments, denied_text, failed_text
 from backends.base import ToolCall
 from backends.errors import InvalidRequestError
-
-NOT_RUN = "The call was not run: Ember stopped before it finished."
-STOPPED = "The call was not run: the user stopped the answer."
-# a call cannot be taken back from a server once sent: it may finish there, unseen
-STOPPED_RUNNING = ("The user stopped the answer while this call ran: its result was not "
-                   "waited for (the server may still have done it).")
 
 
 class ToolRound(QObject):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from app.chat.documents import MIN_DOCUMENT_TOKENS, NoRoomError, budget_for
+from app.chat.request import with_documents
 from app.export import export_file, import_file
-from app.gui.chat_controller import with_documents
-from app.gui.document_tasks import MIN_DOCUMENT_TOKENS, NoRoomError, budget_for
 from app.gui.sources_block import Source, citations_of, summary
 from app.history import History
 from backends.base import Message

@@ -78,3 +78,29 @@ def test_the_check_catches_an_engine_imported_inside_a_function(tmp_path):
     bad.write_text("from backends.base import Message\n\n\ndef models():\n"
                    "    from backends.remote import RemoteBackend\n")
     assert violations([bad], concrete, root=tmp_path) == ["window.py:5: imports backends.remote"]
+
+
+
+def qt_or_window(files: list[Path], root: Path = ROOT) -> list[str]:
+    """Imports of Qt (an installed package, so not checked with is_module) or of app.gui."""
+    return [f"{p.relative_to(root)}:{line}: imports {name}"
+            for p in files for line, name in imports(p)
+            if name.split(".")[0] in ("PySide6", "shiboken6") or name == "app.gui"
+            or name.startswith("app.gui.")]
+
+
+def test_the_chat_session_imports_no_qt_and_no_window():
+    """app/chat is the headless core the window and `ember chat` share (Anki's aqt over its
+    core): a Qt import there would tie the terminal to the window."""
+    files = sources("app/chat")
+    assert len(files) >= 5
+    assert qt_or_window(files) == []
+
+
+def test_the_chat_check_catches_qt_and_the_window(tmp_path):
+    bad = tmp_path / "session.py"
+    bad.write_text("from app.history import History\n\n\ndef show():\n"
+                   "    from PySide6.QtCore import Signal\n    import app.gui.chat_view\n")
+    assert qt_or_window([bad], root=tmp_path) == [
+        "session.py:5: imports PySide6.QtCore", "session.py:5: imports PySide6.QtCore.Signal",
+        "session.py:6: imports app.gui.chat_view"]
