@@ -110,7 +110,7 @@ def _budget(runtime: Runtime, model: str, request: GenerationRequest, options: T
         return Budget(REMOTE_DOCUMENT_TOKENS, 0, 0), estimate
     progress(f"Loading {model}…")
     lm = runtime.load(model, options.context, options.backend, options.gpu_layers,
-                      kv_cache=options.kv_cache)
+                      quant=options.quant, kv_cache=options.kv_cache)
     loaded(lm)
     progress("Counting the conversation…")
     conversation = runtime.count_prompt_tokens(model, request, options.backend)

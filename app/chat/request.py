@@ -77,6 +77,7 @@ class TurnOptions:
     backend: str | None = None  # None: the one the Runtime picks
     gpu_layers: int | None = None
     kv_cache: str | None = None
+    quant: str | None = None  # weights packed at load (the cuda backend's int8/int4)
     thinking: Thinking | None = None  # None: the conversation's Think setting
 
 

@@ -307,7 +307,7 @@ class _Turn:
         try:
             if not remote:
                 lm = s.runtime.load(s.model, o.context, o.backend, o.gpu_layers,
-                                    kv_cache=o.kv_cache)
+                                    quant=o.quant, kv_cache=o.kv_cache)
                 self.emit(Loaded(lm.plan.context))
             else:
                 self.emit(Loaded(0))

@@ -250,5 +250,5 @@ def chat(model: str, system: str | None, backend: str | None, quant: str | None,
         click.echo(f"{target.ref} {target.about}", err=True)
         click.echo(CHAT_HELP, err=True)
         options = TurnOptions(sampling, DEFAULT_SPECULATION, kw["context"], backend,
-                              thinking=thinking)
+                              quant=quant, thinking=thinking)
         chat_loop(rt, target.ref, options, system, hide_thinking, _stats_line)
