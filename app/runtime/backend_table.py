@@ -6,7 +6,7 @@ An engine is imported only inside its worker (`make_backend`): torch, MLX and ll
 out of the app's own process, and a build without an optional engine says so in the worker's
 load error instead of failing at import. The remote backend is not here: it runs in the
 app's process (app.runtime.remote_streams). Each backend's own `capabilities()` must agree
-with its entry (tests/test_backend_table.py checks them against the real classes).
+with its entry (tests/integration/test_backend_table.py checks them against the real classes).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Log-probabilities of generated tokens on the cuda backend (CPU, float32), with the real
 Qwen2.5-Coder models: they are the model's own raw distribution (teacher-forced scoring of
 the same tokens gives the same numbers, a repeat penalty notwithstanding). With a draft
-model they are the target model's: tests/integration/test_cuda_speculative.py checks them
+model they are the target model's: tests/integration/test_cuda_speculative_real_pair.py checks them
 beside the answer."""
 
 from __future__ import annotations

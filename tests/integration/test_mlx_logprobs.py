@@ -2,7 +2,8 @@
 converted to MLX: they are the model's own raw distribution (teacher-forced scoring of the
 same tokens gives the same numbers, a repeat penalty notwithstanding), and a speculative
 request's come from the model's verification rows (with a draft model: the target's, not
-the draft model's, in tests/integration/test_mlx_speculative.py, beside the answer's check).
+the draft model's, in tests/integration/test_mlx_speculative_real_pair.py, beside the answer's
+check).
 
 MLX on this CPU is slow (about a token a second for the 0.5B, a prompt token costing as much
 as a generated one): short prompts, 16 tokens, one loaded backend."""

@@ -1,7 +1,7 @@
-"""What the logprobs tests of every local backend check (tests/integration/test_logprobs.py
-for llama.cpp, test_mlx_logprobs.py, test_cuda_logprobs.py): a request's logprobs are the
-model's own, i.e. the backend's teacher-forced scoring of the same tokens (`score`) gives the
-same numbers."""
+"""What the logprobs tests of every local backend check
+(tests/integration/test_logprobs_real_models.py for llama.cpp, test_mlx_logprobs.py,
+test_cuda_logprobs.py): a request's logprobs are the model's own, i.e. the backend's
+teacher-forced scoring of the same tokens (`score`) gives the same numbers."""
 
 from __future__ import annotations
 

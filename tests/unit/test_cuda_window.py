@@ -1,7 +1,7 @@
 """Sliding-window layers' own KV pool (backends/cuda/window_blocks.py): blocks that slid out
 of every future query's window go back to the pool, global layers keep everything, prefix
 hits need the last window's blocks, and the pool exists only where it saves memory. (Gemma 3
-computing the same with the pool as without: tests/integration/test_cuda_window.py.)"""
+computing the same with the pool as without: tests/integration/test_cuda_window_real_gemma.py.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """kernels/: the int8/int4 packing, every Triton kernel against its plain-torch reference
 (run by Triton's interpreter on the CPU), and the engine and loader on packed weights of tiny
-random models. (Conversions of a real GGUF's blocks: tests/integration/test_kernels.py.)
+random models. (Conversions of a real GGUF's blocks: tests/integration/test_kernels_real_qwen.py.)
 
 TRITON_INTERPRET=1 has to be set before a kernel is decorated, i.e. before
 kernels.*_triton is imported. The `interpreter` fixture sets it for this module only and

@@ -1,6 +1,6 @@
 """Ember's log (app.logs) without a model or a process: the EMBER_LOG levels, rotation by
 size, and a data folder that cannot hold the log. The rest, with the `ember` command, the
-Runtime's workers and the server, is tests/integration/test_logs.py."""
+Runtime's workers and the server, is tests/integration/test_logs_real_processes.py."""
 
 from __future__ import annotations
 

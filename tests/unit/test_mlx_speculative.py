@@ -1,5 +1,5 @@
 """The mlx backend's prompt lookup on its own (speculation on the real models:
-tests/integration/test_mlx_speculative.py)."""
+tests/integration/test_mlx_speculative_real_pair.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Remote endpoints in config.toml (app/endpoints.py): a broken file or an endpoint without a
 url is a clear error and the file is never overwritten, an endpoint is replaced by name, and
 NAME/model resolves to both. (`ember remote` as a user runs it:
-tests/integration/test_remote_config.py.)"""
+tests/integration/test_remote_config_cli.py.)"""
 
 from __future__ import annotations
 

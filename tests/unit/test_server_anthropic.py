@@ -3,7 +3,7 @@ the conversation, tools, tool choice, thinking and sampling mapped into one Gene
 (app.server.anthropic.inbound.anthropic_messages and friends), the answer's blocks, stop
 reasons and usage whole and streamed (app.server.anthropic.wire), and errors in Anthropic's
 shape with the right status on every /v1/messages path. The real models answer in
-tests/integration/test_server_anthropic.py."""
+tests/integration/test_server_anthropic_real_models.py."""
 
 from __future__ import annotations
 
