@@ -92,7 +92,7 @@ class Store:
 
     # -- reading ---------------------------------------------------------------------------
     def list(self) -> list[InstalledModel]:
-        found = []
+        found: list[InstalledModel] = []
         if not self.paths.models.exists():
             return found
         root = self.paths.models.resolve()

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from app.errors import ModelNotFoundError
 from app.store import InstalledModel, Store
 from backends.base import SamplingParams
+
+if TYPE_CHECKING:
+    from app.pull.progress import Progress
 
 
 def sampling_options(f: Callable) -> Callable:
@@ -41,10 +45,10 @@ class ProgressBar:
     """tqdm bars fed by download Progress events: bytes, speed, ETA."""
 
     def __init__(self) -> None:
-        self._bar = None
-        self._phase = None
+        self._bar: Any = None  # a tqdm bar (tqdm ships no type information)
+        self._phase: str | None = None
 
-    def __call__(self, p) -> None:  # app.pull.install.Progress
+    def __call__(self, p: Progress) -> None:
         from tqdm import tqdm
 
         if p.phase == "done":

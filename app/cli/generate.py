@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +28,9 @@ from backends.base import (
     TokenEvent,
 )
 from backends.errors import EmberError
+
+if TYPE_CHECKING:
+    from app.runtime import Runtime
 
 
 def _stats_line(stats: Stats) -> str:
@@ -52,7 +56,7 @@ class Target:
     about: str  # one line for the chat banner
 
 
-def open_target(rt, model: str, context: int | None, backend: str | None,
+def open_target(rt: Runtime, model: str, context: int | None, backend: str | None,
                 quant: str | None = None) -> Target:
     """Load a local model (pulling it first if it is in the registry), or check that a
     remote one exists, so that a wrong name fails before the first prompt."""
@@ -149,7 +153,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
         backend: str | None, quant: str | None, draft_model: str | None, lookup: bool,
         max_draft: int, no_speculation: bool, think: bool | None, think_effort: str | None,
         hide_thinking: bool,
-        **kw) -> None:
+        **kw: Any) -> None:
     """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin).
     MODEL is an installed model or NAME/model on a remote endpoint (`ember remote`).
     A reasoning model's thinking is shown dimmed before the answer (on stderr when stdout
@@ -230,7 +234,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
 @thinking_options
 @click.option("--system", default=None, help="system prompt")
 def chat(model: str, system: str | None, backend: str | None, quant: str | None,
-         think: bool | None, think_effort: str | None, hide_thinking: bool, **kw) -> None:
+         think: bool | None, think_effort: str | None, hide_thinking: bool, **kw: Any) -> None:
     """Chat with MODEL (installed, or NAME/model on a remote endpoint) in the terminal.
     The conversation is kept in the history (the window shows it too); /tools switches on
     the MCP servers of mcp.json, /attach FILE adds a document, /retry and /edit keep both

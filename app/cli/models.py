@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,11 +11,15 @@ from app.cli import cli
 from app.cli.common import gb, pull_with_bar
 from app.store import Store
 
+if TYPE_CHECKING:
+    from app.hardware import HardwareProfile
+    from app.registry import Variant
+
 BEST_MODELS_SHOWN = 8
 READABLE_SPEED = 8.0  # tokens/s: below this a model is listed after the faster ones
 
 
-def _best_models(hw, context: int | None = None) -> list:
+def _best_models(hw: HardwareProfile, context: int | None = None) -> list:
     from app.fit import recommend
     from app.registry import load_registry
 
@@ -77,8 +82,8 @@ def hw(as_json: bool, context: int | None) -> None:
         click.echo(f"  {spec.id:34} {fit.quant:7} {fit.explain()}")
 
 
-def _variant_json(v) -> dict:
-    sources = []
+def _variant_json(v: Variant) -> dict[str, Any]:
+    sources: list[dict[str, Any]] = []
     for s in v.sources:
         if s.kind == "hf":
             sources.append({"kind": "hf", "repo": s.repo, "file": s.file})
@@ -107,9 +112,9 @@ def catalog(as_json: bool, with_fit: bool) -> None:
     from app.registry import load_registry
 
     profile = detect() if with_fit else None
-    rows = []
+    rows: list[dict[str, Any]] = []  # as --json prints them
     for spec in load_registry().models:
-        row = {"id": spec.id, "family": spec.family, "name": spec.name,
+        row: dict[str, Any] = {"id": spec.id, "family": spec.family, "name": spec.name,
                "description": spec.description, "license": spec.license, "params": spec.params,
                "context": {"default": spec.context_default, "max": spec.context_max},
                "chat": spec.chat, "embedding": spec.embedding, "arch": asdict(spec.arch),
@@ -167,8 +172,8 @@ def list_models(as_json: bool) -> None:
     for m in models:
         click.echo(f"{m.id:40} {m.quant:8} {m.size_bytes / 1e9:7.2f}GB  {m.architecture:8} "
                    f"{m.path}")
-    for m in remote:
-        click.echo(f"{m.ref:40} {'remote':8} {'':>9}  {'':8} {m.owned_by}")
+    for r in remote:
+        click.echo(f"{r.ref:40} {'remote':8} {'':>9}  {'':8} {r.owned_by}")
 
 
 @cli.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -58,7 +59,7 @@ def add(name: str, url: str, api_key: str | None, no_check: bool) -> None:
 @click.option("--offline", is_flag=True, help="do not ask the servers for their models")
 def list_(as_json: bool, offline: bool) -> None:
     """The endpoints, and the models each serves now."""
-    rows = []
+    rows: list[dict[str, Any]] = []  # as --json prints them
     for endpoint in endpoints.endpoints().values():
         models, error = ([], None) if offline else _models(endpoint)
         rows.append({"name": endpoint.name, "url": endpoint.base,

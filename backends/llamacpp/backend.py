@@ -136,8 +136,9 @@ class LlamaCppBackend:
         self._n_ctx_seq = 0
         self._threads = 1
         self._batch = 512
-        self._embed_ctx = None  # a second context, made on the first embeddings request
-        self._embed_batch = None
+        # a second context, made on the first embeddings request
+        self._embed_ctx: LlamaContext | None = None
+        self._embed_batch: LlamaBatch | None = None
         self._parallel = 1
         self._drafts: dict[str, DraftModel] = {}  # draft models by path, loaded on first use
         self._sliding_window = False
@@ -259,7 +260,7 @@ class LlamaCppBackend:
         as its file says; a generative one gets the mean of its last hidden states (what
         llama-server --embeddings and Ollama do)."""
         model = self._loaded()
-        if self._embed_ctx is None:
+        if self._embed_ctx is None or self._embed_batch is None:
             own_pooling = any(k.endswith(".pooling_type") for k in model.metadata())
             cparams = llama_cpp.llama_context_default_params()
             cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = EMBED_MAX_TOKENS
@@ -271,6 +272,7 @@ class LlamaCppBackend:
             self._embed_ctx = LlamaContext(model=model, params=cparams, verbose=False)
             self._embed_batch = LlamaBatch(n_tokens=EMBED_MAX_TOKENS, embd=0, n_seq_max=1,
                                            verbose=False)
+        ctx, batch = self._embed_ctx, self._embed_batch
         n_embd = llama_cpp.llama_model_n_embd(model.model)
         vectors, total = [], 0
         for i, text in enumerate(texts):
@@ -281,10 +283,10 @@ class LlamaCppBackend:
                 raise InvalidRequestError(f"input {i} is {len(tokens)} tokens; Ember embeds at "
                                           f"most {EMBED_MAX_TOKENS} per input")
             total += len(tokens)
-            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self._embed_ctx.ctx), True)
-            self._embed_batch.set_batch(tokens, 0, False)
-            self._embed_ctx.decode(self._embed_batch)
-            vector = llama_cpp.llama_get_embeddings_seq(self._embed_ctx.ctx, 0)[:n_embd]
+            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx.ctx), True)
+            batch.set_batch(tokens, 0, False)
+            ctx.decode(batch)
+            vector = llama_cpp.llama_get_embeddings_seq(ctx.ctx, 0)[:n_embd]
             norm = math.sqrt(sum(x * x for x in vector)) or 1.0
             vectors.append([x / norm for x in vector])
         return vectors, total
@@ -330,6 +332,12 @@ class LlamaCppBackend:
             raise BackendError("no model is loaded")
         return self._model
 
+    def _held(self) -> LlamaModel:
+        """The model from the start of `load` to `unload` (the engine exists only then)."""
+        if self._model is None:
+            raise BackendError("no model is loaded")
+        return self._model
+
     def tokenize(self, text: str) -> list[int]:
         return self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
@@ -339,20 +347,20 @@ class LlamaCppBackend:
         return model.detokenize(tokens, special=True).decode("utf-8", "replace")
 
     def tokenize_special(self, text: str) -> list[int]:
-        return self._model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        return self._held().tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
     # Called for every token by the engine, which exists only while a model is loaded.
     # Control tokens stay hidden, except the markers the output parser reads.
     def _piece(self, token: int) -> bytes:
         marker = self._markers.get(token)
-        return marker if marker is not None else self._model.detokenize([token], special=False)
+        return marker if marker is not None else self._held().detokenize([token], special=False)
 
     def _token_bytes(self, token: int) -> bytes:
         """A token as logprobs show it: control tokens as their text (`<|im_end|>`)."""
-        return self._model.detokenize([token], special=True)
+        return self._held().detokenize([token], special=True)
 
     def _is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
+        return bool(llama_cpp.llama_vocab_is_eog(self._held().vocab, token))
 
     # -- prompt ----------------------------------------------------------------------------
     def render(self, messages: tuple[Message, ...],

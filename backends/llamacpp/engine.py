@@ -15,7 +15,8 @@ import ctypes
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +84,7 @@ def plan_prompt_rows(prefilling: list[Slot], room: int) -> list[tuple[Slot, int,
     for slot in prefilling:
         if room <= 0:
             break
-        job = slot.job
+        job = slot.running
         end = min(len(job.prompt), job.pos + room)
         pieces.append((slot, job.pos, end))
         room -= end - job.pos
@@ -111,7 +112,7 @@ class Placement:
     moved: bool = False
 
 
-def runs(seq_ids: set[int]) -> int:
+def runs(seq_ids: AbstractSet[int]) -> int:
     """How many runs of consecutive ids `seq_ids` make: the passes over the weights a decode
     step of those sequences takes (llama.cpp splits a batch of separate KV streams at every
     gap, `llama_batch_allocr::split_equal`)."""
@@ -260,6 +261,13 @@ class Slot:
     last_used: float = 0.0
     cache_key: str | None = None  # the cache_key of the request that last ran here
 
+    @property
+    def running(self) -> Job:
+        """The job of a slot the engine is stepping (one taken from a running list)."""
+        if self.job is None:
+            raise RuntimeError(f"slot {self.seq_id} has no request")
+        return self.job
+
 
 class BatchEngine:
     def __init__(self, ctx: Any, n_seq: int, n_ctx_seq: int, n_batch: int,
@@ -327,7 +335,8 @@ class BatchEngine:
                               wanted=wanted, covered=covered, cache_key=job.request.cache_key)
             slot, keep = placement.slot, placement.keep
             donor = placement.donor
-            if placement.moved and displaces(placement, covered) and self._swap(donor, slot):
+            if placement.moved and donor is not None and displaces(placement, covered) and \
+                    self._swap(donor, slot):
                 # a request moving next to the running sequences with its cache: its old
                 # slot would keep a copy of that, so the cache it displaces goes there
                 # instead (a retried prompt's old answer past `keep` is what is given up)
@@ -423,11 +432,12 @@ class BatchEngine:
         out: list[tuple[str, Event]] = []
         running = [s for s in self.slots if s.job is not None]
         for slot in running:
-            if slot.job.is_cancelled():
+            job = slot.running
+            if job.is_cancelled():
                 out += self._finish(slot, "cancelled")
-            elif slot.job.stored_logits is not None:  # a prompt seen whole before
-                logits, slot.job.stored_logits = slot.job.stored_logits, None
-                out += self._accept(slot, self._sample_from(slot.job, logits))
+            elif job.stored_logits is not None:  # a prompt seen whole before
+                logits, job.stored_logits = job.stored_logits, None
+                out += self._accept(slot, self._sample_from(job, logits))
         running = [s for s in self.slots if s.job is not None]
         if not running or out:
             # A step's events go out when it returns: a first token from stored logits
@@ -440,7 +450,7 @@ class BatchEngine:
         rows: list[tuple[Slot, int, list[int], bool, list[int]]] = []
 
         def add(slot: Slot, tokens: list[int], first_pos: int, logits_from: int,
-                proposal: list[int] = ()) -> None:
+                proposal: Sequence[int] = ()) -> None:
             start = b.n_tokens
             for i, tok in enumerate(tokens):
                 j = start + i
@@ -448,23 +458,26 @@ class BatchEngine:
                 b.seq_id[j][0], b.n_seq_id[j] = slot.seq_id, 1
                 b.logits[j] = i >= logits_from
             b.n_tokens = start + len(tokens)
-            rows.append((slot, start, tokens, first_pos < len(slot.job.prompt), list(proposal)))
+            rows.append((slot, start, tokens, first_pos < len(slot.running.prompt),
+                         list(proposal)))
 
-        decoding = [s for s in running if s.job.next_token is not None][: self.n_batch]
-        prefilling = sorted((s for s in running
-                             if s.job.next_token is None and s.job.pos < len(s.job.prompt)),
-                            key=lambda s: s.job.started)  # oldest request first
+        decoding = [s for s in running if s.running.next_token is not None][: self.n_batch]
+        prefilling = sorted((s for s in running if s.running.next_token is None
+                             and s.running.pos < len(s.running.prompt)),
+                            key=lambda s: s.running.started)  # oldest request first
         # every decoding sequence's row, then as much of the prompts as fits; proposals
         # only in steps without prompt rows (their verification then stays cheap)
         pieces = plan_prompt_rows(prefilling, self.n_batch - len(decoding))
         for slot, start, end in pieces:
-            prompt = slot.job.prompt
+            prompt = slot.running.prompt
             add(slot, prompt[start:end], start, end - start - 1 if end == len(prompt)
                 else end - start)
         proposals = self._proposals(decoding) if not pieces else {}
         for slot in decoding:
             proposal = proposals.get(slot.seq_id, [])
-            add(slot, [slot.job.next_token, *proposal], len(slot.tokens), 0, proposal)
+            pending = slot.running.next_token
+            assert pending is not None  # what makes the slot one of `decoding`
+            add(slot, [pending, *proposal], len(slot.tokens), 0, proposal)
         is_decode = not pieces
         started = time.perf_counter()
         self.ctx.decode(self.batch)
@@ -475,7 +488,7 @@ class BatchEngine:
 
         rechecks: list[Recheck] = []
         for slot, start, tokens, prefill, proposal in rows:
-            job = slot.job
+            job = slot.running
             base = len(slot.tokens)
             slot.tokens += tokens
             if prefill:
@@ -504,13 +517,14 @@ class BatchEngine:
         drafts: dict[int, list[tuple[Slot, int, list[int]]]] = {}  # slot, k, its tokens
         spare = self.n_batch - len(decoding)
         for slot in decoding:
-            job = slot.job
+            job = slot.running
             if job.spec is None or spare <= 0:
                 continue
             limit = min(job.max_new - job.n_out - 1, self.n_ctx_seq - 1 - len(slot.tokens),
                         spare)
             job.spec.remaining = job.max_new - job.n_out
-            history = slot.tokens + [job.next_token] if job.draft is not None else []
+            history = (slot.tokens + [job.next_token]
+                       if job.draft is not None and job.next_token is not None else [])
             cost = (DraftCost(job.draft.round_s, job.draft.behind(slot.seq_id, history),
                               job.draft.prefill_s) if job.draft is not None else None)
             rows = self.n_batch - spare  # the decodes, and proposals chosen before this one
@@ -526,18 +540,20 @@ class BatchEngine:
                 drafts.setdefault(id(job.draft), []).append((slot, k, history))
                 spare -= k
         for wants in drafts.values():
-            draft = wants[0][0].job.draft
+            draft = wants[0][0].running.draft
+            assert draft is not None  # only jobs with a draft model are in `drafts`
             started = time.perf_counter()
             made = draft.propose([(slot.seq_id, history, k) for slot, k, history in wants])
             share = (time.perf_counter() - started) / len(wants)
             for (slot, _, _), proposal in zip(wants, made, strict=True):
-                proposal = self._grammatical(slot.job, proposal)
+                proposal = self._grammatical(slot.running, proposal)
                 if proposal:
                     out[slot.seq_id] = proposal
-                slot.job.propose_s = share
+                slot.running.propose_s = share
         for slot in decoding:
-            if slot.seq_id in out:
-                slot.job.spec.proposed += len(out[slot.seq_id])
+            spec = slot.running.spec
+            if slot.seq_id in out and spec is not None:
+                spec.proposed += len(out[slot.seq_id])
         return out
 
     @staticmethod
@@ -555,8 +571,9 @@ class BatchEngine:
         proposed token) is the next token. Rejected tokens leave the KV cache. A greedy
         position at a near-tie stops the verification there: `rechecks` gets it, to be
         sampled from a one-row step once the batch's other rows are read."""
-        job = slot.job
+        job = slot.running
         spec = job.spec
+        assert spec is not None  # only a speculating request has a proposal
         out: list[tuple[str, Event]] = []
         matched = 0
         for i in range(len(proposal) + 1):
@@ -597,7 +614,7 @@ class BatchEngine:
     def _recheck(self, recheck: Recheck) -> list[tuple[str, Event]]:
         """Evaluate a near-tie position's row alone, as plain decoding would, and take the
         token sampled there: the proposal's tokens after it leave the KV cache."""
-        slot, job = recheck.slot, recheck.slot.job
+        slot, job = recheck.slot, recheck.slot.running
         if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, recheck.pos, -1):
             raise RuntimeError("llama.cpp could not drop rejected speculative tokens")
         del slot.tokens[recheck.pos + 1:]  # the row's own token is evaluated again
@@ -607,6 +624,7 @@ class BatchEngine:
         self.ctx.decode(self.one_row)
         token = self._sample(job, 0)
         spec = job.spec
+        assert spec is not None  # a recheck comes from a proposal's verification
         hit = recheck.index < len(recheck.proposal) and token == recheck.proposal[recheck.index]
         spec.accepted += hit
         spec.observe(len(recheck.proposal), recheck.matched + hit)
@@ -664,7 +682,7 @@ class BatchEngine:
         return self._with_logprob(job, raw, token)
 
     def _accept(self, slot: Slot, token: int) -> list[tuple[str, Event]]:
-        job = slot.job
+        job = slot.running
         logprob, job.logprob = job.logprob, None
         if self.is_eog(token):
             return self._finish(slot, "stop")
@@ -682,7 +700,7 @@ class BatchEngine:
         return events
 
     def _finish(self, slot: Slot, reason: FinishReason) -> list[tuple[str, Event]]:
-        job = slot.job
+        job = slot.running
         slot.job = None
         slot.last_used = time.monotonic()
         return job.finish(reason, prompt_tokens=len(job.prompt), completion_tokens=job.n_out,

@@ -127,9 +127,10 @@ class MlxEngine:
             return out
         _, responses = self.generator.next()
         for r in responses:
-            job = self.jobs.get(r.uid)
-            if job is None:
+            found = self.jobs.get(r.uid)
+            if found is None:
                 continue
+            job = found
             row = job.raw.rows.popleft() if job.raw is not None else None
             if r.finish_reason == "stop" and r.token in self.eog:
                 self._keep_cache(r.all_tokens, r.prompt_cache)
@@ -177,7 +178,7 @@ class MlxEngine:
     def _token_bytes(self, token: int) -> bytes:
         return self.token_bytes[token] if 0 <= token < len(self.token_bytes) else b""
 
-    def _remove(self, job: Job, reason: str) -> list[tuple[str, Event]]:
+    def _remove(self, job: Job, reason: FinishReason) -> list[tuple[str, Event]]:
         """End a request the generator is still running (cancelled, or a stop string)."""
         if job.run is not None:  # its cache holds all its tokens but the last
             self._keep_cache(job.run.tokens[:-1], job.run.cache)

@@ -20,10 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from backends.errors import ModelFileError
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 GROUP_SIZE = 64  # mlx-community's default; 4-bit at group 64 stores 4.5 bits per weight
 # HF model_type and class per GGUF architecture: the decoder-only families whose tensors map
@@ -75,7 +79,7 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def _metadata(reader) -> dict:  # gguf.GGUFReader
+def _metadata(reader: GGUFReader) -> dict[str, Any]:
     return {key: field.contents() for key, field in reader.fields.items()}
 
 
@@ -83,7 +87,7 @@ def hf_config(meta: dict, tensors: set[str]) -> dict:
     arch = meta["general.architecture"]
     model_type, cls = ARCHITECTURES[arch]
 
-    def get(key: str, default: object = None) -> object:
+    def get(key: str, default: object = None) -> Any:  # a GGUF value: numbers, str, lists
         return meta.get(f"{arch}.{key}", default)
 
     heads = int(get("attention.head_count"))

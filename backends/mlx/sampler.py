@@ -82,9 +82,17 @@ class GrammarProcessor:
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         if self.calls:
-            self.grammar.accept(int(tokens[-1].item()))
+            self.grammar.accept(token_id(tokens[-1]))
         self.calls += 1
         return apply_mask(self.grammar, logits)
+
+
+def token_id(value: mx.array) -> int:
+    """A one-element integer array's value: mlx types `item()` as any scalar."""
+    item = value.item()
+    if not isinstance(item, int):
+        raise TypeError(f"a token id must be an integer, not {item!r}")
+    return item
 
 
 def apply_mask(grammar: Constraint, logits: mx.array) -> mx.array:
@@ -92,7 +100,7 @@ def apply_mask(grammar: Constraint, logits: mx.array) -> mx.array:
     allowed = grammar.allowed()
     width = logits.shape[-1]
     if len(allowed) < width:  # columns past the grammar's vocabulary are never allowed
-        allowed = mx.concatenate([mx.array(allowed), mx.zeros(width - len(allowed), mx.bool_)])
+        mask = mx.concatenate([mx.array(allowed), mx.zeros(width - len(allowed), mx.bool_)])
     else:
-        allowed = mx.array(allowed[:width])
-    return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))
+        mask = mx.array(allowed[:width])
+    return mx.where(mask, logits, mx.array(-float("inf"), dtype=logits.dtype))

@@ -31,14 +31,14 @@ been measured on Apple Silicon, where an extra verified row costs little.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from backends.errors import InvalidRequestError
 from backends.grammar import Constraint
-from backends.mlx.sampler import apply_mask
+from backends.mlx.sampler import apply_mask, token_id
 from backends.speculation.ngram import NgramIndex
 
 PENALTY_LAST_N = 64  # tokens the logits processors see (backends.mlx.sampler's window)
@@ -81,7 +81,7 @@ class DraftProposer:
         out: list[int] = []
         for _ in range(k):
             logits = self.model(mx.array([[y]]), cache=self.cache)
-            y = int(mx.argmax(logits[0, -1]).item())
+            y = token_id(mx.argmax(logits[0, -1]))
             out.append(y)
         # the cache holds the history and every proposal but the last
         self.seen = history + out[:-1]
@@ -144,7 +144,8 @@ class SpeculativeRun:
         differs from the proposal there (or one past the last proposal)."""
         if self.sampler is None and not self.processors and self.grammar is None:
             # greedy: every position at once
-            picks = mx.argmax(logits, axis=-1).tolist()
+            # a 1-d integer array's tolist(), which mlx types as any nested list or scalar
+            picks = cast(list[int], mx.argmax(logits, axis=-1).tolist())
             n = 0
             while n < len(proposals) and picks[n] == proposals[n]:
                 n += 1
@@ -160,7 +161,7 @@ class SpeculativeRun:
             logprobs = row - mx.logsumexp(row, axis=-1, keepdims=True)
             pick = mx.argmax(logprobs, axis=-1) if self.sampler is None else self.sampler(
                 logprobs)
-            out.append(int(pick.item()))
+            out.append(token_id(pick))
             if self.grammar is not None and out[-1] not in self.eog:
                 self.grammar.accept(out[-1])
             if i == len(proposals) or out[-1] != proposals[i]:
