@@ -1,1 +1,2 @@
-"""Triton kernels and their plain-torch references for the cuda backend (see DESIGN.md)."""
+"""Triton kernels and their plain-torch references for the cuda backend
+(docs/architecture.md)."""

@@ -1,5 +1,6 @@
-"""The layers of DESIGN.md, checked on the source: engines never import the app, and the app
-reaches engines only through the Runtime (app/runtime), which imports them in the worker.
+"""The layers of docs/architecture.md, checked on the source: engines never import the app,
+and the app reaches engines only through the Runtime (app/runtime), which imports them in the
+worker.
 
 Read from the files' import statements (every one, including those inside functions), so the
 check needs no engine installed and runs in the unit tier.
