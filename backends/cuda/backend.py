@@ -83,7 +83,7 @@ class CudaBackend:
     def load(self, model: ModelFiles, plan: LoadPlan) -> None:
         self.load_path(model.path, plan)
 
-    def load_path(self, path, plan: LoadPlan) -> None:
+    def load_path(self, path: Path, plan: LoadPlan) -> None:
         self.device, self.dtype = pick_device()
         dtype = self.dtype
         if self.device.type == "cpu":

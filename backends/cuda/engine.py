@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -83,7 +84,7 @@ class Engine:
         self.speculator = Speculator(self.blocks, config.context, self.sampler,
                                      model_bytes(model), config.adaptive_speculation)
 
-    def use_draft(self, model: CausalLM | None, path=None) -> None:
+    def use_draft(self, model: CausalLM | None, path: Path | str = "draft") -> None:
         """Propose with `model` (same tokenizer; None: no draft model). Its KV blocks match
         ours, plus room for every sequence's proposals."""
         if self.speculator.draft is not None:
@@ -94,7 +95,7 @@ class Engine:
             return
         per_seq = blocks_per_context(self.config.context)
         num_blocks = len(self.blocks.blocks) + self.config.max_seqs * 2
-        self.speculator.draft = DraftModel(model, path, num_blocks, per_seq,
+        self.speculator.draft = DraftModel(model, Path(path), num_blocks, per_seq,
                                            self.runner.device, self.runner.dtype,
                                            self.runner.model.config.vocab_size)
         self.speculator.draft.runner.threads = self.runner.threads  # not a decode's one

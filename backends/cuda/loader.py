@@ -25,6 +25,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -88,7 +89,7 @@ def gguf_config(fields: dict, vocab_size: int, tensor_names: set[str],
         raise ModelFileError(f"architecture {arch!r} is not supported by the cuda backend "
                              f"(it runs {', '.join(SUPPORTED)}); use --backend llamacpp")
 
-    def get(key: str, default=None):
+    def get(key: str, default: Any = None) -> Any:  # a GGUF value: numbers, str, lists
         return fields.get(f"{arch}.{key}", default)
 
     hidden, heads = get("embedding_length"), get("attention.head_count")
@@ -147,7 +148,8 @@ def pack_linears(tensors: dict[str, torch.Tensor], quant: str
             for name, t in tensors.items()}
 
 
-def _load_gguf(path: Path, dtype: torch.dtype, device, quant: str | None) -> LoadedWeights:
+def _load_gguf(path: Path, dtype: torch.dtype, device: torch.device | str,
+               quant: str | None) -> LoadedWeights:
     from gguf import GGMLQuantizationType
 
     from backends.gguf_tensors import FastGGUFReader, tensor_to_float32
@@ -173,7 +175,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, device, quant: str | None) -> Loa
             t.name.endswith(("attn_q.weight", "attn_k.weight"))
         shape = (int(t.shape[1]), int(t.shape[0])) if len(t.shape) == 2 else ()
         q8_0 = t.tensor_type == GGMLQuantizationType.Q8_0
-        if quant and LINEAR.fullmatch(name) and not permuted and \
+        if quant and len(shape) == 2 and LINEAR.fullmatch(name) and not permuted and \
                 (quant, t.tensor_type) in (("int8", GGMLQuantizationType.Q8_0),
                                            ("int4", GGMLQuantizationType.Q4_K)):
             # straight from the blocks (Q4_K re-quantizes to group 128 inside from_q4_k)
@@ -212,7 +214,7 @@ def hf_config(cfg: dict) -> ModelConfig:
                              f"cuda backend (it runs {', '.join(HF_ARCHITECTURES)})")
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    extra = {}
+    extra: dict[str, Any] = {}  # ModelConfig's fields this architecture sets
     scaling = cfg.get("rope_scaling") or {}
     if scaling.get("rope_type", scaling.get("type")) == "llama3":
         extra["rope_freq_factors"] = llama3_freq_factors(
@@ -247,6 +249,7 @@ def hf_name(name: str, arch: str) -> str | None:
     if not m:
         return None  # vision tower, rotary caches and other tensors we do not use
     part = m[2]
+    part_ours: str | None
     if part == "post_attention_layernorm":
         # Llama's norm before the MLP; Gemma's norm after attention
         part_ours = "post_attn_norm" if arch == "gemma3" else "ffn_norm"
@@ -255,8 +258,8 @@ def hf_name(name: str, arch: str) -> str | None:
     return f"layers.{m[1]}.{part_ours}.{m[3]}" if part_ours else None
 
 
-def _load_safetensors(path: Path, dtype: torch.dtype, device, quant: str | None
-                      ) -> LoadedWeights:
+def _load_safetensors(path: Path, dtype: torch.dtype, device: torch.device | str,
+                      quant: str | None) -> LoadedWeights:
     from safetensors.torch import load_file
 
     config_file = path / "config.json"

@@ -67,6 +67,7 @@ class ModelRunner:
         index = {True: 0, False: 0}
         for attn, local in zip(self.model.attention_layers(), self.local, strict=True):
             cache = self.window_cache if local else self.kv_cache
+            assert cache is not None  # a local layer means a window pool was made
             i = index[local]
             index[local] += 1
             attn.k_cache, attn.v_cache = cache[0, i], cache[1, i]
@@ -79,7 +80,9 @@ class ModelRunner:
         return sum(c.numel() * c.element_size() for c in caches)
 
     def prepare(self, scheduled: list[Scheduled]) -> Batch:
-        ids, pos, slots, tables, lens, q_lens, rows = [], [], [], [], [], [], []
+        ids, slots, tables, lens, q_lens = [], [], [], [], []
+        pos: list[int] = []
+        rows: list[int] = []
         for s in scheduled:
             seq, start = s.seq, s.seq.num_computed
             end = start + s.num_tokens
@@ -181,7 +184,9 @@ class ModelRunner:
         if self.window_cache is not None:
             static["local_slot_mapping"].fill_(self.window_scratch_slot)
             static["local_block_tables"].fill_(self.window_null)
-            static["local_slot_mapping"][:n] = batch.ctx.local_slot_mapping
-            static["local_block_tables"][:n, :width] = batch.ctx.local_block_tables
+            local_slots, local_tables = batch.ctx.local_slot_mapping, batch.ctx.local_block_tables
+            assert local_slots is not None and local_tables is not None  # prepare() made them
+            static["local_slot_mapping"][:n] = local_slots
+            static["local_block_tables"][:n, :width] = local_tables
         graph.replay()
         return static["hidden"][:n]

@@ -9,11 +9,15 @@ seed gives the same text every run, alone or in a batch).
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 import torch
 
 from backends.base import SamplingParams
 from backends.grammar import Constraint
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PENALTY_LAST_N = 64  # llama.cpp's default repeat-penalty window
 
@@ -60,7 +64,7 @@ class Sampler:
         return out
 
 
-def masked(row: torch.Tensor, allowed) -> torch.Tensor:
+def masked(row: torch.Tensor, allowed: np.ndarray) -> torch.Tensor:
     """`row` with the logits of tokens outside `allowed` (a boolean numpy row, the
     grammar's) at -inf; columns past the grammar's vocabulary are forbidden too."""
     ok = torch.zeros(row.shape[-1], dtype=torch.bool)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -64,6 +65,7 @@ class Speculator:
         spec = self.requests.get(id(seq))
         if spec is None:
             params = seq.speculative
+            assert params is not None  # only speculating sequences get here (propose)
             if not self.adaptive:
                 params = dataclasses.replace(params, adaptive=False)
             spec = self.requests[id(seq)] = Speculation.start(params, seq.tokens)
@@ -148,7 +150,7 @@ class Speculator:
             spec.decoded_plainly(token)
 
     def verify(self, s: Scheduled, logits: torch.Tensor,
-               is_eog) -> tuple[list[int], Scheduled]:
+               is_eog: Callable[[int], bool]) -> tuple[list[int], Scheduled]:
         """The tokens `s.seq` gets from its 1 + k rows of logits, appended, with the K/V of
         rejected proposals rolled back; and the step as it counts for the cache."""
         seq, k = s.seq, s.draft

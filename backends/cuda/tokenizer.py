@@ -119,13 +119,19 @@ class HFTokenizer:
         cfg_file = Path(path) / "tokenizer_config.json"
         cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
 
-        def token_text(v: object) -> str:
-            return (v.get("content", "") if isinstance(v, dict) else v) or ""
+        def token_text(v: object) -> str:  # a token as a string, or as an added-token dict
+            text = v.get("content", "") if isinstance(v, dict) else v
+            return text if isinstance(text, str) else ""
 
         self.chat_template = cfg.get("chat_template")
         self.bos_text = token_text(cfg.get("bos_token"))
         self.eos_text = token_text(cfg.get("eos_token"))
         self._add_bos = bool(cfg.get("add_bos_token", False)) and bool(self.bos_text)
+        bos_id = self._tok.token_to_id(self.bos_text) if self._add_bos else None
+        if self._add_bos and bos_id is None:
+            raise ModelFileError(f"{path}: its BOS token {self.bos_text!r} is not in "
+                                 "tokenizer.json")
+        self._bos_id = bos_id or 0
         eos_ids = {self._tok.token_to_id(self.eos_text)} if self.eos_text else set()
         model_cfg = Path(path) / "config.json"
         if model_cfg.is_file():
@@ -139,7 +145,7 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         ids = self._tok.encode(text, add_special_tokens=False).ids
         if self._add_bos and not text.startswith(self.bos_text):
-            ids = [self._tok.token_to_id(self.bos_text), *ids]
+            ids = [self._bos_id, *ids]
         return ids
 
     def tokenize(self, text: str) -> list[int]:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from backends.cuda.context import Context
+from backends.cuda.model_config import ModelConfig
 from kernels.matmul import linear
 from kernels.paged_attention import attention_mask, gather_blocks, paged_decode
 from kernels.quant import Int4Weight, Int8Weight, PackedWeight
@@ -40,6 +41,8 @@ class RMSNorm(nn.Module):
 class Rotary(nn.Module):
     """NeoX-style rotary embedding (halves rotate together), as Hugging Face applies it;
     the loader has undone llama.cpp's Q/K permutation for models stored for pair rotation."""
+
+    inv_freq: torch.Tensor  # a buffer (register_buffer), which nn.Module types as Any module
 
     def __init__(self, head_dim: int, theta: float, scaling: float = 1.0,
                  freq_factors: tuple[float, ...] | None = None) -> None:
@@ -94,7 +97,8 @@ class PagedAttention(nn.Module):
                 ctx: Context) -> torch.Tensor:
         # q: (tokens, heads, dim); k, v: (tokens, kv_heads, dim)
         slots, tables = ctx.slot_mapping, ctx.block_tables
-        if self.window and ctx.local_block_tables is not None:
+        if self.window and ctx.local_block_tables is not None and \
+                ctx.local_slot_mapping is not None:
             slots, tables = ctx.local_slot_mapping, ctx.local_block_tables
         self.k_cache[slots] = k.to(self.k_cache.dtype)
         self.v_cache[slots] = v.to(self.v_cache.dtype)
@@ -107,6 +111,7 @@ class PagedAttention(nn.Module):
                             self.scale, self.window, self.block_size)
 
     def _prefill(self, q: torch.Tensor, tables: torch.Tensor, ctx: Context) -> torch.Tensor:
+        assert ctx.query_lens is not None and ctx.context_lens_list is not None  # a prefill
         outs, start = [], 0
         for i, (n_q, n_ctx) in enumerate(zip(ctx.query_lens, ctx.context_lens_list,
                                              strict=True)):
@@ -127,6 +132,10 @@ class PagedAttention(nn.Module):
 class QuantLinear(nn.Module):
     """A Linear whose weight is int8 or int4 (kernels.quant), run by `kernels.matmul.linear`.
     The packed tensors are buffers, so `.to(device)` moves them with the model."""
+
+    qweight: torch.Tensor  # the buffers `weight.tensors()` registers (zeros: int4 only)
+    scales: torch.Tensor
+    zeros: torch.Tensor
 
     def __init__(self, weight: PackedWeight, bias: bool) -> None:
         super().__init__()
@@ -188,7 +197,7 @@ class Attention(nn.Module):
         q = self.q(x).view(n, self.num_heads, self.head_dim)
         k = self.k(x).view(n, self.num_kv_heads, self.head_dim)
         v = self.v(x).view(n, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary(positions, q, k)
         return self.o(self.attn(q, k, v, ctx).reshape(n, -1))
@@ -199,6 +208,12 @@ class CausalLM(nn.Module):
     the output head (tied to the embedding where the checkpoint has none)."""
 
     embed_scale = 1.0
+    # what each architecture's __init__ sets
+    config: ModelConfig
+    tok_embd: nn.Embedding
+    layers: nn.ModuleList
+    output_norm: RMSNorm
+    output: nn.Linear | None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 ctx: Context) -> torch.Tensor:
@@ -225,22 +240,24 @@ class CausalLM(nn.Module):
         return found
 
     def attention_layers(self) -> list[PagedAttention]:
-        return [layer.attn.attn for layer in self.layers]
+        """Each layer's paged attention, in layer order (each layer holds one)."""
+        return [m for m in self.modules() if isinstance(m, PagedAttention)]
 
     def load_weights(self, tensors: dict[str, torch.Tensor | PackedWeight]) -> None:
         """Take the loader's tensors as the parameters (no copy). The model is built on the
         meta device, so no time goes into random initialisation of weights we replace.
         A packed (int8/int4) weight turns its Linear into a `QuantLinear`."""
         tensors = dict(tensors)
-        for name in [n for n, t in tensors.items() if isinstance(t, Int8Weight | Int4Weight)]:
-            packed = tensors.pop(name)
+        for name, packed in [(n, t) for n, t in tensors.items()
+                             if isinstance(t, Int8Weight | Int4Weight)]:
+            del tensors[name]
             prefix = name.removesuffix(".weight")
             parent, _, attr = prefix.rpartition(".")
             old = self.get_submodule(prefix)
             setattr(self.get_submodule(parent), attr, QuantLinear(packed, old.bias is not None))
             tensors |= {f"{prefix}.{k}": t for k, t in packed.tensors().items()}
         missing, unexpected = self.load_state_dict(tensors, strict=False, assign=True)
-        device = next(iter(tensors.values())).device
+        device = next(t for t in tensors.values() if isinstance(t, torch.Tensor)).device
         for module in self.modules():
             if isinstance(module, Rotary):
                 module.inv_freq = module.frequencies(device)
