@@ -16,7 +16,7 @@ another version shows the path that version had below it (app.history_tree).
 
 An assistant turn keeps its thinking (`reasoning`) and the tool calls it made apart from its
 answer, and a tool result its call's id and tool name, so the model is given them back the way
-its template expects (WIRE-FORMATS.md C.7). The schema's version is SQLite's user_version;
+its template expects (docs/wire-formats.md C.7). The schema's version is SQLite's user_version;
 opening an older file migrates it in one transaction (MIGRATIONS), keeping every row.
 """
 

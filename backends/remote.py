@@ -7,7 +7,7 @@ as the stream arrives.
 Tools, tool choice and thinking settings go upstream as OpenAI fields (plus vLLM's and
 llama-server's `chat_template_kwargs`), the conversation's tool calls, tool results and
 reasoning with them; the server's `reasoning_content`/`reasoning` and `tool_calls` deltas come
-back as ReasoningEvent and ToolCallEvent (WIRE-FORMATS.md C.1-C.3).
+back as ReasoningEvent and ToolCallEvent (docs/wire-formats.md C.1-C.3).
 Every way a server or network can fail becomes a RemoteError (or an ErrorEvent) whose message
 names the endpoint and what went wrong; none escapes as an httpx traceback.
 
@@ -491,7 +491,7 @@ class Received:
 
     def _delta(self, delta: dict) -> list[Event] | None:
         """One chat delta: thinking, then text, then pieces of calls (a server sends one kind
-        per delta, WIRE-FORMATS C.3, but one that mixes them loses nothing)."""
+        per delta, docs/wire-formats.md C.3, but one that mixes them loses nothing)."""
         events: list[Event] = []
         if reasoning := _reasoning_of(delta):
             events.append(ReasoningEvent(reasoning))

@@ -36,8 +36,9 @@ from app.identity import APP_ID, APP_NAME  # noqa: E402
 # project ships it; issue 39 measures ours). CUDA's backend and runtime are hundreds of MB:
 # an optional download, not part of this budget.
 SIZE_BUDGET = 300 * 1000 * 1000
-# Not NEEDED by any binary, but the window shows no text without them (PACKAGING-NOTES trap 7),
-# and desktop-file-utils/hicolor update the menus and icon caches through their dpkg triggers.
+# Not NEEDED by any binary, but the window shows no text without them
+# (docs/notes/packaging-traps.md, trap 7), and desktop-file-utils/hicolor update the menus
+# and icon caches through their dpkg triggers.
 EXTRA_DEPENDS = ["fontconfig", "fonts-dejavu-core"]
 MAINTAINER = "Ember developers <ember@users.noreply.github.com>"
 HOMEPAGE = "https://github.com/ember-app/ember"

@@ -3,7 +3,8 @@
 # builds with and runs the tests on (Mesa's lavapipe), a real X server and the tools that
 # drive it (the window and bundle tests), the Linux packaging tools (bundle, .deb, clean-root
 # install, NSIS compile) and the X libraries Qt's xcb platform plugin loads at build time
-# (PACKAGING-NOTES trap 6). Installed with apt-get as root, or through passwordless sudo.
+# (docs/notes/packaging-traps.md, trap 6). Installed with apt-get as root, or through
+# passwordless sudo.
 # On another system, install the equivalents by hand; the tests that need them fail with the
 # missing command's name.
 set -euo pipefail

@@ -1,7 +1,7 @@
 """The parts of an answer beside its text: the model's thinking, and the tools it called.
 
 Thinking is a collapsible block above the answer, the way Ollama's and Jan's windows show it
-(WIRE-FORMATS.md C.7): open and growing while the model thinks, folded to "Thought for N s"
+(docs/wire-formats.md C.7): open and growing while the model thinks, folded to "Thought for N s"
 once the answer starts; a click on its header opens or folds it again.
 """
 

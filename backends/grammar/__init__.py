@@ -4,7 +4,7 @@ backends, so a JSON schema or a forced tool call means the same thing on each.
 - `vocab`: an llguidance tokenizer from a backend's vocabulary (every token's bytes, the
   special tokens marked, the end-of-generation ids).
 - `lark`: the grammar of an answer, as Lark text: JSON mode, a JSON schema, or tool calls in
-  the model's own format (WIRE-FORMATS.md C.5), after the thinking when the model thinks.
+  the model's own format (docs/wire-formats.md C.5), after the thinking when the model thinks.
 - `constraint`: one request's grammar state: it masks that request's logits row, consumes
   each accepted token, and checks speculative proposals.
 - `request`: the constraint a GenerationRequest needs, if any.

@@ -1,6 +1,6 @@
 """A clean minimal Debian root (debootstrap --variant=minbase) to install a .deb into, as on a
-user's fresh system: only what the package's Depends bring in is there (PACKAGING-NOTES traps
-6 and 7 were found this way). Needs root, debootstrap and the Debian mirror.
+user's fresh system: only what the package's Depends bring in is there (traps 6 and 7 of
+docs/notes/packaging-traps.md were found this way). Needs root, debootstrap and the Debian mirror.
 
 The debootstrapped root is cached as a tarball keyed by its suite, variant and mirror, and the
 packages apt downloads are kept between runs; each test gets a fresh copy of the root."""

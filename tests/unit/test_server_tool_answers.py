@@ -1,5 +1,5 @@
 """What the OpenAI and Ollama routes answer when the model thinks and calls tools: the
-shapes of ../shared/WIRE-FORMATS.md C.2-C.4, read back through the official openai and
+shapes of docs/wire-formats.md C.2-C.4, read back through the official openai and
 ollama clients, for answers a test scripts as a backend's events (tests.support.fake_runtime).
 """
 

@@ -1,4 +1,4 @@
-"""Ember's answer -> Ollama's wire (../shared/WIRE-FORMATS.md C.4): the message of a whole
+"""Ember's answer -> Ollama's wire (docs/wire-formats.md C.4): the message of a whole
 answer, and the NDJSON pieces of a streamed one, where thinking comes in pieces and each tool
 call whole, in one line, with its arguments as an object. Both come from the same events, so
 they say the same thing (the `call_...` ids Ember makes up aside)."""

@@ -1,5 +1,5 @@
 """Ember's answer -> OpenAI's wire: the finish reason, usage, the assistant message of a whole
-answer, and the deltas of a streamed one (../shared/WIRE-FORMATS.md C.2, C.3).
+answer, and the deltas of a streamed one (docs/wire-formats.md C.2, C.3).
 
 Both come from the same events (a DoneEvent is the sum of what was streamed), so a streamed
 answer and a whole one say the same thing; only the `call_...` ids Ember makes up for calls
