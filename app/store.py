@@ -321,7 +321,7 @@ class Store:
         return model
 
     def _place_parts(self, folder: Path, parts: Sequence[str], sha256: dict[str, str],
-                     target_dir: Path) -> tuple[list[Path], str]:
+                     target_dir: Path) -> tuple[Sequence[Path], str]:  # `list` is Store.list here
         """A GGUF's verified parts (one file, or a split set in order) moved from `folder`
         into `target_dir` under their own file names; (their places, the model's digest: the
         file's SHA-256, or for a split set one over each part's name and SHA-256)."""
