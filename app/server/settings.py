@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 # Which field carries the thinking in answers: clients split between the two names
-# (../shared/WIRE-FORMATS.md C.3); reasoning_content is llama-server's and DeepSeek's.
+# (docs/wire-formats.md C.3); reasoning_content is llama-server's and DeepSeek's.
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 
 
