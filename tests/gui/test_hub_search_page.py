@@ -13,7 +13,7 @@ from app.config import Paths
 from app.gui.catalog_page import HubWidget
 from app.store import Store
 from tests.support.hub_repos import add_gguf_repo
-from tests.support.hub_server import start_hub
+from tests.support.hub_server import start_hub, use_hub
 from tests.support.machines import desktop
 
 REPO = "someone/Tiny-Chat-GGUF"
@@ -22,10 +22,7 @@ REPO = "someone/Tiny-Chat-GGUF"
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Paths):
     server_hub, server = start_hub()
-    monkeypatch.setenv("HF_ENDPOINT", server_hub.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    use_hub(monkeypatch, server_hub.url, tmp_path / "hf-cache")
     files = add_gguf_repo(server_hub, tmp_path, REPO, ["Q4_0", "Q8_0", "F16"],
                           weights=1_500_000, license="apache-2.0", downloads=4321, likes=12,
                           last_modified="2025-05-04T03:02:01.000Z")

@@ -14,7 +14,7 @@ from app.config import Paths
 from app.gguf_file import read_gguf
 from app.store import InstalledModel, Store
 from tests.support.cli import ember
-from tests.support.hub_server import start_hub
+from tests.support.hub_server import start_hub, use_hub
 
 REPO = "tester/Renamed-Coder-0.5B-GGUF"
 FILE = "Renamed-Coder-0.5B-Instruct-Q4_K_M.gguf"
@@ -39,10 +39,7 @@ def test_a_renamed_real_gguf_pulls_by_hf_co_name_loads_and_answers(
     data = renamed(qwen, tmp_path / FILE, "Renamed Coder")
     assert hashlib.sha256(data).hexdigest() != qwen.sha256
     hub, server = start_hub()
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    use_hub(monkeypatch, hub.url, tmp_path / "hf-cache")
     hub.repo(REPO, tags=("gguf",), library_name="gguf", license="apache-2.0")
     hub.add(REPO, FILE, data)
     try:

@@ -16,7 +16,7 @@ from app.errors import ChecksumError, DownloadError
 from app.pull.install import Cancelled, pull
 from app.store import InstalledModel, Store, dir_sha256
 from tests.support import REPO
-from tests.support.hub_server import start_hub
+from tests.support.hub_server import start_hub, use_hub
 
 LISTED = "mlx-community/Qwen2.5-Coder-0.5B-Instruct-8bit"  # the registry lists its files
 UNLISTED = "someone/Qwen2.5-Coder-0.5B-Instruct-mlx"  # the hub's listing gives them
@@ -79,10 +79,7 @@ def hub(repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home):
             server_hub.add(name, filename, data)
         server_hub.add(name, "README.md", b"# a model card\n")  # not part of the model
         server_hub.add(name, ".gitattributes", b"*.safetensors filter=lfs\n")
-    monkeypatch.setenv("HF_ENDPOINT", server_hub.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    use_hub(monkeypatch, server_hub.url, tmp_path / "hf-cache")
     monkeypatch.setenv("EMBER_REGISTRY", str(write_registry(tmp_path, repo)))
     yield {"hub": server_hub, "store": Store(isolated_home), "files": repo, "tmp": tmp_path}
     server.shutdown()

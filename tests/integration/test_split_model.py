@@ -22,7 +22,7 @@ from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, Message, SamplingParams
 from tests.support import REPO
 from tests.support.gguf_split import split_gguf
-from tests.support.hub_server import start_hub
+from tests.support.hub_server import start_hub, use_hub
 
 HUB_REPO = "someone/Qwen2.5-Coder-0.5B-Instruct-split-GGUF"
 MODEL_ID = "qwen2.5-coder-0.5b-instruct"
@@ -65,10 +65,7 @@ def test_a_pulled_split_gguf_loads_from_its_first_part_and_answers(
     try:
         for p in parts:
             server_hub.add(HUB_REPO, p.name, p.read_bytes())
-        monkeypatch.setenv("HF_ENDPOINT", server_hub.url)
-        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.delenv("HF_TOKEN", raising=False)
+        use_hub(monkeypatch, server_hub.url, tmp_path / "hf-cache")
         monkeypatch.setattr(install, "detect",
                             functools.partial(hardware.detect, measure=False))
         monkeypatch.setenv("EMBER_REGISTRY", str(split_registry(tmp_path, parts)))

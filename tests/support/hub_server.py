@@ -283,6 +283,15 @@ def range_end(handler: BaseHTTPRequestHandler, size: int) -> int:
     return size
 
 
+def use_hub(monkeypatch: pytest.MonkeyPatch, url: str, cache: Path) -> None:
+    """Point huggingface_hub (and Ember's Hub code) at the local Hub server at `url`: plain
+    HTTP downloads (no Xet), its own cache folder, and no token of the user's."""
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+
+
 def start_hub() -> tuple[FakeHub, ThreadingHTTPServer]:
     hub = FakeHub()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))

@@ -18,7 +18,7 @@ from app.errors import ChecksumError, DownloadError
 from app.pull import install
 from app.pull.install import Cancelled, pull
 from app.store import Store
-from tests.support.hub_server import TINY_FILE, TINY_REPO, start_hub, write_registry
+from tests.support.hub_server import TINY_FILE, TINY_REPO, start_hub, use_hub, write_registry
 from tests.support.mirror import make_chunk_wheel, mirror_index
 from tests.support.tiny_gguf import write_tiny_gguf
 
@@ -28,10 +28,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Paths):
     data = write_tiny_gguf(tmp_path / "src.gguf", extra_floats=1_500_000).read_bytes()  # 6 MB
     server_hub, server = start_hub()
     server_hub.add(TINY_REPO, TINY_FILE, data)
-    monkeypatch.setenv("HF_ENDPOINT", server_hub.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    use_hub(monkeypatch, server_hub.url, tmp_path / "hf-cache")
     # the machine only ranks quantizations, and tiny-hub has one: its memory bandwidth goes
     # unmeasured (seconds a test, each in a new EMBER_HOME)
     monkeypatch.setattr(install, "detect", functools.partial(hardware.detect, measure=False))

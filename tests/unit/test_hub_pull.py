@@ -25,7 +25,7 @@ from app.runtime import Runtime
 from app.store import Store
 from backends.errors import ModelFileError
 from tests.support.hub_repos import add_gguf_repo, add_mlx_repo, model_gguf
-from tests.support.hub_server import start_hub
+from tests.support.hub_server import start_hub, use_hub
 from tests.support.machines import desktop
 
 REPO = "someone/Tiny-Chat-GGUF"
@@ -34,10 +34,7 @@ REPO = "someone/Tiny-Chat-GGUF"
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Paths):
     server_hub, server = start_hub()
-    monkeypatch.setenv("HF_ENDPOINT", server_hub.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    use_hub(monkeypatch, server_hub.url, tmp_path / "hf-cache")
     # the recommendation ranks quantizations only: the bandwidth goes unmeasured
     monkeypatch.setattr(hf_pull, "detect", functools.partial(hardware.detect, measure=False))
     files = add_gguf_repo(server_hub, tmp_path, REPO, ["Q4_0", "Q8_0", "F16"],

@@ -23,7 +23,7 @@ from app.registry import load_registry
 from app.runtime.model_traits import model_traits
 from app.store import Store
 from tests.support.hub_repos import model_gguf
-from tests.support.hub_server import start_hub
+from tests.support.hub_server import start_hub, use_hub
 from tests.support.machines import desktop
 
 REPO = "someone/Big-GGUF"
@@ -57,10 +57,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Paths):
     server_hub, server = start_hub()
     for name, data in zip(PARTS, parts, strict=True):
         server_hub.add(REPO, name, data)
-    monkeypatch.setenv("HF_ENDPOINT", server_hub.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    use_hub(monkeypatch, server_hub.url, tmp_path / "hf-cache")
     monkeypatch.setattr(install, "detect", functools.partial(hardware.detect, measure=False))
     monkeypatch.setenv("EMBER_REGISTRY", str(split_registry(tmp_path, parts)))
     yield {"hub": server_hub, "parts": parts, "store": Store(isolated_home), "tmp": tmp_path}
