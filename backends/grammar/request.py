@@ -62,6 +62,11 @@ def request_constraint(request: GenerationRequest, fmt: ChatFormat, vocab: Gramm
     if answer.tools and free and not family.lazy_grammar:
         return None  # Kimi K3: its grammar forces calls only; auto is the parser's
     start = thinking_start(fmt, prompt_tail) if request.messages is not None else "after"
+    if start == "maybe" and request.thinking.enabled is False and fmt.thinking_toggle:
+        # thinking switched off through the template's own switch (Kimi K3 then opens the
+        # response, not the thinking): the answer comes at once, and the grammar must not
+        # let the model open a thinking it was told not to have
+        start = "after"
     text = grammar_text(answer, fmt, start, vocab)
     try:
         return Constraint(vocab, text)

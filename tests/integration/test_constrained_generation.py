@@ -16,6 +16,7 @@ from backends.base import (
     Message,
     SamplingParams,
     SpeculativeParams,
+    Thinking,
     Tool,
     ToolChoice,
 )
@@ -118,15 +119,27 @@ def test_llamacpp_forces_a_gemma_4_call_on_qwen(llama, monkeypatch):
     """Gemma 4's forced-call grammar on a real model: Qwen's 0.5B given Gemma 4's template
     (no Gemma 4 is small enough to run here), its markers text in Qwen's vocabulary. The
     call reads back as one of the named tool whose arguments validate: every required key,
-    nested ones too. (Kimi K3's is checked at the grammar level only: its template opens
-    the thinking, which Ember cannot switch off, and the 0.5B did not close it in 160
-    tokens.)"""
+    nested ones too."""
     from tests.support.families import chat
 
     ct = chat("google-gemma-4-31B-it")
     monkeypatch.setattr(llama, "chat", ct)
     monkeypatch.setattr(llama, "_markers", ct.use_marker_tokens(llama.tokenize_special))
     done = run(llama, forced(ToolChoice("function", "get_weather"), n=160))
+    assert_calls(done, "get_weather", FORECAST, count=1)
+
+
+def test_llamacpp_forces_a_kimi_k3_call_on_qwen_with_thinking_off(llama, monkeypatch):
+    """Kimi K3's forced-call grammar on a real model, the same way (its markers text in
+    Qwen's vocabulary): with thinking switched off through K3's own `thinking` variable the
+    prompt opens the response, and the grammar's call reads back, validated."""
+    from tests.support.families import chat
+
+    ct = chat("Kimi-K3")
+    monkeypatch.setattr(llama, "chat", ct)
+    monkeypatch.setattr(llama, "_markers", ct.use_marker_tokens(llama.tokenize_special))
+    done = run(llama, forced(ToolChoice("function", "get_weather"), n=160,
+                             thinking=Thinking(enabled=False)))
     assert_calls(done, "get_weather", FORECAST, count=1)
 
 

@@ -395,7 +395,7 @@ def test_k3_s_grammar_writes_a_call_after_its_thinking_and_frame_that_parses_bac
     paris = k3_call("get_weather", '{"city": "Zürich \\"x\\" {y}", "days": 2}')
     texts = [
         "Hm.<|close|>think<|sep|>" + k3_tools(paris),
-        "Hm.<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|>"
+        "Hm.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
         + k3_tools(paris) + "<|close|>message<|sep|>",
         "<|close|>think<|sep|>" + k3_tools(k3_call("write_note", '{"text": "a&b"}', 7)),
     ]
@@ -427,6 +427,8 @@ def test_k3_s_grammar_refuses_a_missing_required_key_a_wrong_tool_and_text_marke
         k3_tools(k3_call("get_weather", '{"city": "Paris"}'),
                  k3_call("get_weather", '{"city": "Rome"}', 2)),  # not parallel
         '<|open|>response<|sep|>Sure.<|close|>response<|sep|>',  # no call at all
+        '<|open|>response<|sep|>On it.<|close|>response<|sep|>'  # text before the call
+        + k3_tools(k3_call("get_weather", '{"city": "Paris"}')),
     ]
     for text in bad:
         assert not takes(head + text), text

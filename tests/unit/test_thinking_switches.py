@@ -54,3 +54,31 @@ def test_minimax_m3_modes():
     assert "Current thinking mode: adaptive" in adaptive
     assert answer(M3, False, "Paris.") == ("Paris.", "")
     assert answer(M3, True, "Easy.</mm:think>Paris.") == ("Paris.", "Easy.")
+
+
+def test_kimi_k3_forced_call_with_thinking_off_starts_at_once():
+    """Thinking off, the grammar of a forced call neither opens a thinking nor lets text
+    run before the call: the prompt opened the response frame, which it may close."""
+    from backends.base import ToolChoice
+    from backends.grammar import request_constraint
+    from tests.unit.test_format_json_families import TOOLS, k3_call, k3_tools
+    from tests.unit.test_format_xml_families import qwen_vocab
+
+    vocab = qwen_vocab()
+    ct = chat(K3)
+    request = GenerationRequest(messages=MESSAGES, tools=TOOLS,
+                                tool_choice=ToolChoice("function", "get_weather"),
+                                thinking=Thinking(enabled=False))
+    prompt = ct.render(MESSAGES, request)
+    encode = vocab.tokenizer.tokenize_str
+
+    def takes(text: str) -> bool:
+        constraint = request_constraint(request, ct.fmt, vocab, prompt[-40:])
+        assert constraint is not None
+        ids = encode(text)
+        return constraint.valid_prefix(ids) == len(ids)
+
+    call = k3_tools(k3_call("get_weather", '{"city": "Paris"}'))
+    assert takes(call) and takes("<|close|>response<|sep|>" + call)
+    assert not takes("The weather in Paris")
+    assert not takes("<|open|>think<|sep|>Hm.<|close|>think<|sep|>" + call)

@@ -15,8 +15,10 @@ response's and the message's tags frame the answer and are dropped. Attribute va
 escape `&` and `"` as `&amp;` and `&quot;`.
 
 The grammar (for `required`, a named tool, JSON mode with tools) writes, after the
-thinking, an optional response frame (any text between its tags), then the tools section
-with each call's arguments as the JSON object of its tool's schema, and the message's close:
+thinking, the response frame's tags at most (no text: a forced call is the whole answer;
+with thinking off the prompt has opened the frame, and the grammar may close it), then the
+tools section with each call's arguments as the JSON object of its tool's schema, and the
+message's close:
 
     <|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>
     <|open|>json type="object"<|sep|>{"city": "Paris"}<|close|>json<|sep|>
@@ -47,7 +49,6 @@ from backends.chat_format.block import (
 )
 from backends.chat_format.call_grammar import CallGrammar, Markers, args_rule, lit
 from backends.chat_format.families.base import Family
-from backends.chat_format.xml_calls import text_value
 
 OPEN, CLOSE, SEP = "<|open|>", "<|close|>", "<|sep|>"
 THINK = ThinkingMarkers(f"{OPEN}think{SEP}", f"{CLOSE}think{SEP}")
@@ -127,7 +128,7 @@ def _attr(value: str) -> str:
 
 def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
     o, c, s = m(OPEN), m(CLOSE), m(SEP)
-    rules = text_value("k3_said", f"{CLOSE}response{SEP}", m)
+    rules: list[str] = []
     for i, tool in enumerate(tools):
         head = lit(f'call tool="{_attr(tool.name)}" index="')
         rules.append(f"call_{i}: {o} {head} /[1-9][0-9]{{0,2}}/ {lit(QUOTE)} {s} {o} "
@@ -138,7 +139,10 @@ def grammar(tools: Sequence[Tool], parallel: bool, m: Markers) -> CallGrammar:
     tail = f" ({c} \"message\" {s})?" + ("" if m.ends_generation(end) else f" {m(end)}?")
     rules.append("rest: call" + (" call*" if parallel and tools else "")
                  + f" {c} \"tools\" {s}{tail}")
-    rules.append(f'calls: ({o} "response" {s} k3_said)? {o} "tools" {s} rest')
+    # a forced call has no text before it (as in every family's forced grammar): at most
+    # the response frame opened and closed empty, as the template renders a turn of calls,
+    # or only closed where the prompt opened it (thinking switched off)
+    rules.append(f'calls: ({o} "response" {s})? ({c} "response" {s})? {o} "tools" {s} rest')
     return CallGrammar(rules, TOOLS)
 
 
