@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 MANIFEST_SUFFIX = ".ember.json"
 DIR_MANIFEST = "mlx" + MANIFEST_SUFFIX  # inside a directory model
 DIR_FORMATS = frozenset({"mlx"})  # formats whose model is a directory
+# In the models folder: rewritten (a fresh token, by rename) by every install and removal
+# through a Store, in any process. A Store's index of installed models is good while the
+# token it read is still there: one small read per `get`, where a scan globs and parses
+# every manifest and stats every model file. (A folder's mtime would not do: manifests lie
+# two folders down, and an mtime can repeat within its clock tick.)
+STAMP = ".ember-changed"
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,8 @@ def slug(text: str) -> str:
 class Store:
     def __init__(self, paths: config.Paths | None = None) -> None:
         self.paths = paths or config.paths()
+        self._index: list[InstalledModel] | None = None  # as the last scan found them
+        self._index_stamp: str | None = None  # the STAMP token that scan read
 
     def inside_models(self, path: Path) -> Path:
         """`path`, if it lies in the models folder once `..` and symlinks are resolved; an
@@ -92,6 +100,35 @@ class Store:
 
     # -- reading ---------------------------------------------------------------------------
     def list(self) -> list[InstalledModel]:
+        """The installed models, read from their manifests now (and the index refreshed)."""
+        stamp = self._stamp()
+        found = self._scan()
+        self._index, self._index_stamp = found, stamp
+        return list(found)
+
+    def _stamp(self) -> str | None:
+        try:
+            return (self.paths.models / STAMP).read_text(encoding="utf-8")
+        except OSError:
+            return None
+
+    def _indexed(self) -> list[InstalledModel]:
+        """The index, scanned again when a Store (of this process or another) installed or
+        removed a model since it was read."""
+        if self._index is None or self._stamp() != self._index_stamp:
+            return self.list()
+        return self._index
+
+    def _touch(self) -> None:
+        """Tell every Store that the installed models changed (STAMP)."""
+        self.paths.models.mkdir(parents=True, exist_ok=True)
+        stamp = self.paths.models / STAMP
+        tmp = stamp.with_name(f"{STAMP}.{os.getpid()}.tmp")
+        tmp.write_text(os.urandom(16).hex(), encoding="utf-8")
+        os.replace(tmp, stamp)
+        self._index = None
+
+    def _scan(self) -> list[InstalledModel]:
         found: list[InstalledModel] = []
         if not self.paths.models.exists():
             return found
@@ -122,11 +159,19 @@ class Store:
             if found is not None:
                 return found
         base, _, quant = name.partition(":")
-        installed = self.list()
-        matches = [m for m in installed if m.id == base.lower()
-                   and (not quant or m.quant.lower() == quant.lower())]
-        if matches:
-            return next((m for m in matches if m.format == prefer), matches[0])
+        installed = self._indexed()
+        for scanned in (False, True):
+            matches = [m for m in installed if m.id == base.lower()
+                       and (not quant or m.quant.lower() == quant.lower())]
+            found = next((m for m in matches if m.format == prefer), matches[0]) \
+                if matches else None
+            # a miss, or files gone since the scan, looks again: a manifest written by hand
+            # (or by an older Ember, which left no STAMP) and a file deleted by hand count
+            if found is not None and _complete(found):
+                return found
+            if scanned:
+                break
+            installed = self.list()
         names = [m.id for m in installed]
         hints = suggest(base, names)
         where = "installed models"
@@ -145,10 +190,11 @@ class Store:
             hub = parse_hub_name(name)
         except EmberError:
             return None
-        for m in self.list():
-            if m.repo.lower() == hub.repo.lower() and (
-                    not hub.quant or m.quant.lower() == hub.quant.lower()):
-                return m
+        for installed in (self._indexed, self.list):  # a miss looks again, as get's does
+            for m in installed():
+                if m.repo.lower() == hub.repo.lower() and (
+                        not hub.quant or m.quant.lower() == hub.quant.lower()) and _complete(m):
+                    return m
         return None
 
     # -- writing ---------------------------------------------------------------------------
@@ -366,6 +412,7 @@ class Store:
         model = self.get(name)
         self.inside_models(model.path)  # list() checked it; a last check before deleting
         _manifest_path(model).unlink(missing_ok=True)  # unlisted first, then deleted
+        self._touch()
         if model.path.is_dir():
             shutil.rmtree(model.path, ignore_errors=True)
         else:
@@ -386,6 +433,7 @@ class Store:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(model.to_json(), indent=2), encoding="utf-8")
         os.replace(tmp, path)
+        self._touch()
 
 
 def _remove_orphan_projectors(folder: Path) -> None:

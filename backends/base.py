@@ -372,7 +372,37 @@ class ErrorEvent:
     partial: str = ""  # the answer's text received before the failure (remote streams)
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A generation's first event from a local backend: its prompt was rendered and
+    tokenized (once, by the generation itself) and it is queued. `prompt_tokens` is the
+    prompt it runs (after dropped turns, for a request that may be cut); `cached_tokens`
+    what a free slot's KV cache already holds of it now, where the backend knows before its
+    next step (llama.cpp), else 0."""
+    prompt_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class PromptTooLong:
+    """A generation's first and last event when its prompt (which may not be cut: `truncate`
+    False) does not fit the loaded context with room for its answer: `tokens` against the
+    `limit` that `context` leaves (backends.prompt.prompt_limit). Nothing was queued; the
+    Runtime decides what happens (a larger context, or the caller's error)."""
+    tokens: int
+    limit: int
+    context: int
+
+    @property
+    def message(self) -> str:
+        return (f"the prompt is {self.tokens} tokens; with room for the answer "
+                f"({self.context - self.limit} tokens) the loaded context ({self.context} "
+                f"tokens) holds {self.limit}: shorten the prompt, ask for fewer max_tokens, "
+                "or load the model with a larger context")
+
+
 Event = TokenEvent | ReasoningEvent | ToolCallEvent | LogprobEvent | DoneEvent | ErrorEvent
+Admission = Admitted | PromptTooLong  # what a backend's submit answers, the stream's first event
 OutputEvent = TokenEvent | ReasoningEvent | ToolCallEvent  # what an output parser produces
 
 
@@ -434,7 +464,7 @@ class Backend(Protocol):
     rendered, nothing dropped to fit the context). A backend whose `tokenize`,
     `detokenize` and `count_prompt_tokens` are safe to call from another thread while a
     `step` runs says so in `tokenizes_while_stepping`: the worker then answers them at once,
-    not after the step (a burst of API requests each counts its prompt before it starts)."""
+    not after the step (a count_tokens request need not wait for a prompt batch)."""
     name: str
     tokenizes_while_stepping: bool
 
@@ -444,8 +474,10 @@ class Backend(Protocol):
     def load(self, model: ModelFiles, plan: LoadPlan) -> LoadPlan | None: ...
     def generate(self, request: GenerationRequest,
                  cancelled: CancelFlag | None = None) -> Iterator[Event]: ...
+    # renders and tokenizes the prompt (the only time a generation does), and queues it
+    # unless it is too long (PromptTooLong: nothing queued)
     def submit(self, stream_id: str, request: GenerationRequest,
-               cancelled: CancelFlag | None = None) -> None: ...
+               cancelled: CancelFlag | None = None) -> Admission: ...
     def step(self) -> list[tuple[str, Event]]: ...
     def has_work(self) -> bool: ...
     def fail_all(self, message: str) -> list[tuple[str, Event]]: ...

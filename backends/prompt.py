@@ -6,7 +6,17 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
-from backends.base import Backend, CancelFlag, DoneEvent, ErrorEvent, Event, GenerationRequest
+from backends.base import (
+    Admission,
+    Admitted,
+    Backend,
+    CancelFlag,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    GenerationRequest,
+    PromptTooLong,
+)
 from backends.chat_format.base import OutputParser
 from backends.chat_format.render import ChatTemplate
 from backends.errors import InvalidRequestError
@@ -28,16 +38,15 @@ def prompt_limit(n_ctx: int, max_tokens: int | None) -> int:
     return n_ctx - answer_room(n_ctx, max_tokens)
 
 
-def check_prompt_fits(request: GenerationRequest, prompt_tokens: int, n_ctx: int) -> None:
+def admit(request: GenerationRequest, prompt_tokens: int, n_ctx: int,
+          cached_tokens: int = 0) -> Admission:
     """A request that may not be cut (`truncate` False: every API route) whose prompt does
-    not fit the context with room for its answer is the caller's error, never cut."""
+    not fit the context with room for its answer is PromptTooLong, never cut; any other is
+    Admitted."""
     limit = prompt_limit(n_ctx, request.sampling.max_tokens)
     if not request.truncate and prompt_tokens > limit:
-        raise InvalidRequestError(
-            f"the prompt is {prompt_tokens} tokens; with room for the answer "
-            f"({n_ctx - limit} tokens) the loaded context ({n_ctx} tokens) holds {limit}: "
-            "shorten the prompt, ask for fewer max_tokens, or load the model with a larger "
-            "context")
+        return PromptTooLong(prompt_tokens, limit, n_ctx)
+    return Admitted(prompt_tokens, cached_tokens)
 
 
 def fit_prompt(request: GenerationRequest, n_ctx: int, encode: Callable[[str], list[int]],
@@ -45,7 +54,7 @@ def fit_prompt(request: GenerationRequest, n_ctx: int, encode: Callable[[str], l
     """The prompt as tokens, and whether something had to be dropped to fit the context.
 
     A request that may not be cut (`truncate` False) gets its whole prompt: whether it fits
-    is check_prompt_fits's question. Otherwise a conversation loses its oldest turns after
+    is admit's question. Otherwise a conversation loses its oldest turns after
     the system prompt, one at a time, until it fits with room to answer; the last message
     is always kept. A raw prompt keeps its end.
     """
@@ -97,7 +106,9 @@ def run_alone(backend: Backend, request: GenerationRequest,
               cancelled: CancelFlag | None = None) -> Iterator[Event]:
     """One request's events (the backend's other requests, if any, advance too)."""
     stream_id = f"solo-{request.id}-{random.randrange(2**32)}"
-    backend.submit(stream_id, request, cancelled)
+    verdict = backend.submit(stream_id, request, cancelled)
+    if isinstance(verdict, PromptTooLong):
+        raise InvalidRequestError(verdict.message)
     while True:
         for sid, event in backend.step():
             if sid != stream_id:

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/request_profile.py [--model qwen2.5-coder-0.5b-instruct]
         [--prompt-tokens 1000] [--max-tokens 64] [--server] [--llama-server PATH]
+    .venv/bin/python benchmarks/request_profile.py --front [--streams 8] [--rounds 15]
 
 In the process (the backend as the worker runs it, timed around its parts): the chat
 template, tokenizing, each engine step split into llama_decode and what Ember does around it
@@ -10,6 +11,8 @@ template, tokenizing, each engine step split into llama_decode and what Ember do
 `--max-tokens` greedy tokens. With --server, the same request through `ember serve` (the
 worker pipe and the HTTP layer on top), and with --llama-server, through llama.cpp's own
 server with the same threads: streamed, so the time per token there is what a client sees.
+With --front, only the front's work per request at 1 and 8 streams and the time to first
+token of a short prompt (front()).
 """
 
 from __future__ import annotations
@@ -165,6 +168,87 @@ def through_server(command: list[str], env: dict, model_id: str,
             "decode_tokens_per_s": [d["decode_tokens_per_s"] for d in decode]}
 
 
+def front(model_ref: str, args: argparse.Namespace) -> dict:
+    """The front's work per request: `ember serve`'s app and Runtime in this process (uvicorn
+    in a thread, the model in its worker as always), each request's wall time at the client
+    less the time its worker's job reports (Stats.total_s: from the job queued in the engine
+    to its end), so what is left is HTTP, the routes, the bridge, the Runtime (model lookups,
+    checks, prompt counts) and the pipe, not the model's decode. At 1 stream (requests one
+    after another) and `--streams` concurrent streams, after warm-up; and the time to first
+    token of a short streamed prompt. Medians over `--rounds`."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    import uvicorn
+
+    from app.runtime import Runtime
+    from app.server.app import ServerSettings, create_app
+    from app.server.metrics import Metrics
+
+    reported: list[float] = []  # each finished job's total_s, as the route records it
+    lock = threading.Lock()
+    record = Metrics.record
+
+    def recording(self, endpoint, model, stats, seconds) -> None:  # type: ignore[no-untyped-def]
+        with lock:
+            reported.append(stats.total_s)
+        record(self, endpoint, model, stats, seconds)
+
+    Metrics.record = recording  # type: ignore[method-assign]
+    runtime = Runtime(parallel=args.streams)
+    port = free_port()
+    app = create_app(runtime, ServerSettings(port=port, parallel=args.streams))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}"
+    counter = iter(range(10**9))
+
+    def one(client: httpx.Client) -> float:
+        n = next(counter)
+        started = time.perf_counter()
+        r = client.post(url + "/v1/chat/completions", timeout=600, json={
+            "model": model_ref, "temperature": 0, "max_tokens": args.front_tokens,
+            "messages": [{"role": "system", "content": "You answer briefly."},
+                         {"role": "user", "content": f"Request {n}: name a prime number."}]})
+        r.raise_for_status()
+        return time.perf_counter() - started
+
+    def level(streams: int) -> float:
+        """Mean front seconds per request of one round of `streams` concurrent requests."""
+        with lock:
+            reported.clear()
+        with ThreadPoolExecutor(streams) as pool, httpx.Client() as client:
+            walls = list(pool.map(lambda _: one(client), range(streams)))
+        with lock:
+            jobs = list(reported)
+        assert len(jobs) == streams, (len(jobs), streams)
+        return (sum(walls) - sum(jobs)) / streams
+
+    try:
+        runtime.load(model_ref, context=args.context)
+        for streams in (1, args.streams):  # warm-up: the engine's first batches, the template
+            level(streams)
+        out: dict = {}
+        for streams in (1, args.streams):
+            rounds = [level(streams) for _ in range(args.rounds)]
+            out[f"front_ms_per_request_{streams}_streams"] = round(
+                1000 * statistics.median(rounds), 2)
+        ttft = [stream_chat(url, model_ref, [{"role": "user", "content": f"Hi {i}!"}],
+                            args.front_tokens)["ttft_s"] for i in range(args.rounds)]
+        out["short_prompt_ttft_ms"] = round(1000 * statistics.median(ttft), 2)
+        out["rounds"] = args.rounds
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        runtime.shutdown()
+        Metrics.record = record  # type: ignore[method-assign]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -174,8 +258,16 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--server", action="store_true", help="also through `ember serve`")
     parser.add_argument("--llama-server", help="also through llama.cpp's llama-server")
+    parser.add_argument("--front", action="store_true",
+                        help="only the front's work per request (front())")
+    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--front-tokens", type=int, default=4)
     args = parser.parse_args()
     model = Store().get(args.model)
+    if args.front:
+        print(json.dumps({"model": model.ref, **front(model.ref, args)}, indent=2))
+        return
     out: dict = {"model": model.id, "threads": args.threads,
                  "in_process": in_process(model, args)}
     env = {**os.environ, "EMBER_THREADS": str(args.threads),

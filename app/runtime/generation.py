@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Protocol
 
 from app.errors import WorkerCrashedError
-from app.runtime.worker_handle import EventSink
-from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, Stats
+from app.runtime.worker_handle import EventSink, StreamSink
+from backends.base import (
+    Admission,
+    Admitted,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    GenerationRequest,
+    PromptTooLong,
+    Stats,
+)
 from backends.errors import BackendError, EmberError, InvalidRequestError
 
 
@@ -21,9 +31,32 @@ class StreamHost(Protocol):
     def label(self) -> str: ...
     @property
     def running(self) -> bool: ...
-    def open_stream(self, stream_id: str, request: GenerationRequest, sink: EventSink) -> None: ...
+    def open_stream(self, stream_id: str, request: GenerationRequest, sink: StreamSink) -> None: ...
     def close_stream(self, stream_id: str) -> None: ...
     def cancel(self, stream_id: str) -> None: ...
+
+
+class _Gate:
+    """A stream's sink that keeps its Admission (a local backend's first event) for the
+    Runtime and passes every other event on. A first event that is no Admission (a crash, a
+    request the backend refused) goes on to the stream and opens the gate too."""
+
+    def __init__(self, sink: EventSink, hold: bool) -> None:
+        self._sink = sink
+        self._hold = hold  # PromptTooLong is the Runtime's to act on (Runtime.submit)
+        self.admission: Admission | None = None
+        self.opened = threading.Event()
+
+    def put(self, event: Event | Admission) -> None:
+        if isinstance(event, PromptTooLong) and not self._hold:
+            # no one applies a context policy: the stream ends with its error (the 400's)
+            self._sink.put(ErrorEvent(event.message, "invalid"))
+            self.admission = event
+        elif isinstance(event, Admitted | PromptTooLong):
+            self.admission = event
+        else:
+            self._sink.put(event)
+        self.opened.set()
 
 
 class Generation:
@@ -31,16 +64,32 @@ class Generation:
     With a `sink`, events go there instead (for async consumers); call `close()` when done."""
 
     def __init__(self, worker: StreamHost, request: GenerationRequest,
-                 sink: EventSink | None = None) -> None:
+                 sink: EventSink | None = None, hold_too_long: bool = False) -> None:
         self.request = request
         self.stream_id = uuid.uuid4().hex
         self._worker = worker
         self._events: queue.Queue[Event] | None = None  # what iterating reads (no sink given)
         if sink is None:
             sink = self._events = queue.Queue()
-        worker.open_stream(self.stream_id, request, sink)
+        self._gate = _Gate(sink, hold_too_long)
+        worker.open_stream(self.stream_id, request, self._gate)
         self._finished = False
         self._closed = False  # the stream was given back: nothing more can arrive
+
+    def admission(self) -> Admission | None:
+        """Wait for the stream's first event: the Admission a local backend sends once it
+        has rendered and tokenized the prompt (None when the first event was something
+        else, left on the stream, or the worker stopped)."""
+        while not self._gate.opened.wait(0.5):
+            if not self._worker.running:
+                return None
+        return self._gate.admission
+
+    @property
+    def admitted(self) -> Admitted | None:
+        """The prompt this generation runs, as its backend counted it (local models)."""
+        admission = self._gate.admission
+        return admission if isinstance(admission, Admitted) else None
 
     def close(self) -> None:
         self._closed = True

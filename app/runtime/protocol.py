@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from backends.base import Capabilities, Event, GenerationRequest, LoadPlan
+from backends.base import Admission, Capabilities, Event, GenerationRequest, LoadPlan
 
 T = TypeVar("T")
 
@@ -76,8 +76,9 @@ class LoadFailed:
 
 @dataclass(frozen=True)
 class Out:
+    """One stream's event; its first is the Admission (Admitted or PromptTooLong)."""
     stream_id: str
-    event: Event
+    event: Event | Admission
 
 
 @dataclass(frozen=True)

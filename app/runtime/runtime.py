@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from app.errors import ModelBusyError
@@ -39,7 +40,7 @@ from app.runtime.remote_streams import Remotes
 from app.runtime.thinking import ThinkingSupport, local_support
 from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
-from backends.base import Capabilities, GenerationRequest, LoadPlan
+from backends.base import Capabilities, GenerationRequest, LoadPlan, PromptTooLong
 from backends.errors import EmberError, InvalidRequestError
 from backends.prompt import answer_room, prompt_limit
 from backends.remote import RemoteModel
@@ -131,9 +132,12 @@ class Runtime:
         return known
 
     # -- local models ----------------------------------------------------------------------
-    def _installed(self, name: str) -> InstalledModel:
+    def _installed(self, name: str | InstalledModel) -> InstalledModel:
         """The installed model `name` names; of an id installed in several formats, the one
-        this machine prefers (MLX on Apple Silicon)."""
+        this machine prefers (MLX on Apple Silicon). A model already resolved is itself: a
+        request resolves its name once (`submit`) and passes the model on."""
+        if isinstance(name, InstalledModel):
+            return name
         return self.store.get(name, prefer=preferred_format(self.hardware))
 
     def choose(self, model: InstalledModel, requested: str | None = None) -> BackendChoice:
@@ -143,7 +147,7 @@ class Runtime:
                               configured=configured_backend(model.id, self.store.paths),
                               model=(model.architecture, model.quant))
 
-    def serving(self, name: str, backend: str | None = None,
+    def serving(self, name: str | InstalledModel, backend: str | None = None,
                 context: int | None = None) -> Serving:
         """How the local model `name` would run a request now (`backend` and `context` as the
         request asks), without loading it: what its worker has when one runs it as asked, else
@@ -169,14 +173,15 @@ class Runtime:
         """The models whose workers are starting now (lock-free, as `loaded`)."""
         return sorted(self._loading.copy())
 
-    def load(self, name: str, context: int | None = None, backend: str | None = None,
+    def load(self, name: str | InstalledModel, context: int | None = None,
+             backend: str | None = None,
              gpu_layers: int | None = None, quant: str | None = None,
              kv_cache: str | None = None) -> LoadedModel:
         """Load a local model (in the backend `backend`, or the one chosen for it).
         `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all);
         `kv_cache` ("f16", "q8_0") the KV cache type the plan would pick (llama.cpp's);
         `quant` ("int8", "int4") packs the weights at load (the cuda backend's kernels)."""
-        if self.is_remote(name):
+        if isinstance(name, str) and self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: its server loads it")
         model = self._installed(name)
         backend = self.choose(model, backend).name
@@ -243,32 +248,43 @@ class Runtime:
         growing agent conversation should not reload every turn), with a q8_0 KV cache where
         that fits more. Too long even for that, or for the `context` asked for, is an
         InvalidRequestError naming the numbers: a prompt is never cut silently."""
-        worker = self._worker_with_context(name, backend, context)
+        worker = self._worker_with_context(self._installed(name), backend, context)
         max_tokens = request.sampling.max_tokens
         tokens = worker.call(lambda cid: CountPromptTokens(cid, request))
         if tokens <= prompt_limit(worker.plan.context, max_tokens):
             return tokens
+        self._larger_context(worker, tokens, max_tokens, context)
+        return tokens
+
+    def _larger_context(self, worker: Worker, tokens: int, max_tokens: int | None,
+                        context: int | None) -> Worker:
+        """The one context policy for a prompt of `tokens` that `worker`'s context cannot
+        take whole: the model reloaded with the largest context the fit model gives it here,
+        or, where even that (or the `context` the request asked for) is too small, the
+        InvalidRequestError that names the numbers."""
         ref = worker.model.ref
         if context is not None:
             raise prompt_too_long(tokens, max_tokens, context,
                                   f"the context asked for ({ref})", "ask for a larger one")
         largest = self._plan(worker.model, LARGEST_CONTEXT, worker.backend, worker.plan.quant)
-        if tokens > prompt_limit(largest.context, max_tokens):
+        if tokens > prompt_limit(largest.context, max_tokens) or (
+                largest.context <= worker.plan.context):
             raise prompt_too_long(tokens, max_tokens, largest.context,
                                   f"the largest context this machine can give {ref} "
                                   f"({largest.reason})", "use a model with a longer context")
         log.info("reloading %s with a %d-token context: a %d-token prompt does not fit its %d",
                  ref, largest.context, tokens, worker.plan.context)
-        self.load(name, largest.context, worker.backend, quant=worker.plan.quant)
-        return tokens
-
-    def _worker_with_context(self, name: str, backend: str | None,
-                             context: int | None) -> Worker:
-        if context is None:
-            return self._worker(name, backend)
-        ref = self.load(name, context, backend).model.ref
+        self.load(worker.model, largest.context, worker.backend, quant=worker.plan.quant)
         with self._lock:
             return self._workers[ref]
+
+    def _worker_with_context(self, model: InstalledModel, backend: str | None,
+                             context: int | None) -> Worker:
+        if context is None:
+            return self._worker(model, backend)
+        self.load(model, context, backend)
+        with self._lock:
+            return self._workers[model.ref]
 
     def _wait_idle(self, worker: Worker) -> None:
         """Let the answers running on `worker` end before it is reloaded (at most
@@ -315,8 +331,8 @@ class Runtime:
                         needed[0 if name == "GPU" else 1] / 1e9, budget / 1e9,
                         f"{name} " if name else "", in_use / 1e9)
 
-    def _worker(self, name: str, backend: str | None = None) -> Worker:
-        if self.is_remote(name):
+    def _worker(self, name: str | InstalledModel, backend: str | None = None) -> Worker:
+        if isinstance(name, str) and self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: tokenize and embed run on "
                                       "local models only")
         model = self._installed(name)
@@ -329,10 +345,45 @@ class Runtime:
             if worker is not None:  # reload as it was: same context, and quant in its backend
                 context = worker.plan.context
                 quant = worker.plan.quant if backend in (None, worker.backend) else None
-            self.load(name, context, backend, quant=quant)
+            self.load(model, context, backend, quant=quant)
             with self._lock:
                 worker = self._workers[model.ref]
         return worker
+
+    def submit(self, name: str, request: GenerationRequest, sink: EventSink | None = None,
+               backend: str | None = None, context: int | None = None,
+               keep_alive_s: float | None = None,
+               check: Callable[[Serving], None] | None = None) -> Generation:
+        """One request, whole: the entry the server's routes use. A local model's name is
+        resolved once; `check` sees how it would be served (a front end's refusals, before
+        anything loads); it is loaded (with `context` where the request asks for one) and
+        the generation starts in its worker, whose first step renders and tokenizes the
+        prompt (the only time it is) and answers Admitted or PromptTooLong. On PromptTooLong
+        the one context policy applies (`_larger_context`: reload larger and start again, or
+        the InvalidRequestError naming the numbers); a prompt is never cut for a request
+        that may not be cut. The Generation returned is admitted (`admitted` says its
+        prompt's tokens) or carries its backend's error as its first event. `keep_alive_s`:
+        as `keep_alive`. A remote model is checked with its server and generated there."""
+        request.validate()
+        if self.is_remote(name):
+            self.remotes.check(name)
+            return self.generate(name, request, sink, backend)
+        model = self._installed(name)
+        if check is not None:
+            check(self.serving(model, backend, context))
+        worker = self._worker_with_context(model, backend, context)
+        while True:
+            generation = Generation(worker, self._with_draft(request, worker), sink,
+                                    hold_too_long=True)
+            verdict = generation.admission()
+            if not isinstance(verdict, PromptTooLong):
+                break
+            generation.close()  # nothing was queued; a second refusal raises (no larger one)
+            worker = self._larger_context(worker, verdict.tokens, request.sampling.max_tokens,
+                                          context)
+        if keep_alive_s is not None:
+            worker.keep_alive_s = keep_alive_s
+        return generation
 
     def generate(self, name: str, request: GenerationRequest, sink: EventSink | None = None,
                  backend: str | None = None) -> Generation:

@@ -32,7 +32,7 @@ from app.runtime.protocol import (
 )
 from app.runtime.worker_main import worker_main
 from app.store import InstalledModel
-from backends.base import ErrorEvent, Event, GenerationRequest, LoadPlan
+from backends.base import Admission, ErrorEvent, Event, GenerationRequest, LoadPlan
 from backends.errors import BackendError, InvalidRequestError
 
 LOAD_TIMEOUT_S = 300.0
@@ -43,6 +43,12 @@ T = TypeVar("T")
 class EventSink(Protocol):
     """Where a stream's events go: a queue.Queue, or an asyncio adapter (app.server)."""
     def put(self, event: Event) -> None: ...
+
+
+class StreamSink(Protocol):
+    """What a worker's stream is read into: its events, and first its Admission
+    (app.runtime.generation takes that one for the Runtime)."""
+    def put(self, event: Event | Admission) -> None: ...
 
 
 def _exit_description(exitcode: int | None) -> str:
@@ -74,7 +80,7 @@ class Worker:
         child.close()
         log.info("worker pid %s started for %s on %s", self.pid, model.ref, backend)
         self._send_lock = threading.Lock()
-        self._streams: dict[str, EventSink] = {}
+        self._streams: dict[str, StreamSink] = {}
         self._replies: dict[str, queue.Queue[Reply]] = {}
         self._streams_lock = threading.Lock()
         self.alive = False
@@ -189,7 +195,7 @@ class Worker:
         with self._send_lock:
             self._conn.send(msg)
 
-    def open_stream(self, stream_id: str, request: GenerationRequest, sink: EventSink) -> None:
+    def open_stream(self, stream_id: str, request: GenerationRequest, sink: StreamSink) -> None:
         with self._streams_lock:
             self._streams[stream_id] = sink
         if not self.alive:

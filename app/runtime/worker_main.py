@@ -34,7 +34,7 @@ from app.runtime.protocol import (
     Tokenize,
 )
 from app.store import InstalledModel
-from backends.base import Backend, DoneEvent, ErrorEvent, LoadPlan
+from backends.base import Backend, DoneEvent, ErrorEvent, LoadPlan, PromptTooLong
 from backends.errors import EmberError
 
 log = logging.getLogger(__name__)
@@ -93,8 +93,8 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
     cancels: dict[str, threading.Event] = {}
     lock = threading.Lock()
     # Counting a prompt need not wait for the engine step that runs (a whole prompt batch can
-    # take seconds): where the backend allows it, the reader answers it, so a burst of API
-    # requests, which each count their prompt first, reach the same next step.
+    # take seconds): where the backend allows it, the reader answers it. (A generation counts
+    # its own prompt in submit, its first step: its Admission is the stream's first event.)
     at_once = ((Tokenize, CountPromptTokens, Detokenize) if backend.tokenizes_while_stepping
                else ())
 
@@ -144,7 +144,11 @@ def worker_main(conn: Connection, backend_name: str, model: InstalledModel,
                 with lock:
                     flag = cancels.setdefault(job.stream_id, threading.Event())
                 try:
-                    backend.submit(job.stream_id, job.request, flag)
+                    verdict = backend.submit(job.stream_id, job.request, flag)
+                    send(Out(job.stream_id, verdict))  # the stream's first event
+                    if isinstance(verdict, PromptTooLong):  # nothing queued: the stream ends
+                        with lock:
+                            cancels.pop(job.stream_id, None)
                 except EmberError as e:
                     send(Out(job.stream_id, ErrorEvent(str(e), "invalid")))
                 except Exception as e:

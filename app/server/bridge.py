@@ -18,8 +18,9 @@ import anyio
 from starlette.datastructures import State
 from starlette.requests import Request
 
-from app.runtime import Runtime
 from app.runtime.backend_table import check_backend
+from app.runtime.generation import Generation
+from app.runtime.runtime import Serving
 from app.server import access_log
 from app.server.mcp_rounds import with_mcp
 from app.server.metrics import Metrics
@@ -156,15 +157,13 @@ async def until_disconnected(request: Request, work: Callable[[], Awaitable[T]])
     return result[0]
 
 
-def stream_events(runtime: Runtime, ticket: Ticket, metrics: Metrics, model: str,
-                  request: GenerationRequest, keep_alive_s: float | None,
-                  endpoint: str, backend: str | None = None) -> AsyncIterator[Event]:
-    """Events of one generation, holding `ticket` (the request's place) until it ends.
-    Leaving early (the client disconnected and the task was cancelled, or the consumer
-    stopped) cancels the generation in its worker at once; a stream dropped unread gives
-    its place back when it is collected."""
-    events = _events(runtime, ticket, metrics, model, request, keep_alive_s, endpoint,
-                     backend)
+def stream_events(ticket: Ticket, metrics: Metrics, model: str,
+                  generation: Generation, sink: LoopSink, endpoint: str) -> AsyncIterator[Event]:
+    """Events of one generation (opened by Runtime.submit into `sink`), holding `ticket`
+    (the request's place) until it ends. Leaving early (the client disconnected and the task
+    was cancelled, or the consumer stopped) cancels the generation in its worker at once; a
+    stream dropped unread gives its place back when it is collected."""
+    events = _events(ticket, metrics, model, generation, sink, endpoint)
     weakref.finalize(events, ticket.release)
     return events
 
@@ -181,18 +180,11 @@ class LoopSink:
         self._loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
 
-async def _events(runtime: Runtime, ticket: Ticket, metrics: Metrics, model: str,
-                  request: GenerationRequest, keep_alive_s: float | None,
-                  endpoint: str, backend: str | None) -> AsyncIterator[Event]:
+async def _events(ticket: Ticket, metrics: Metrics, model: str, generation: Generation,
+                  sink: LoopSink, endpoint: str) -> AsyncIterator[Event]:
     started = time.monotonic()
-    generation = None
     finished = False
-    sink = LoopSink()
     try:
-        generation = await anyio.to_thread.run_sync(runtime.generate, model, request, sink,
-                                                    backend)
-        if keep_alive_s is not None:
-            runtime.keep_alive(model, keep_alive_s)
         while not finished:
             event = await sink.queue.get()
             finished = isinstance(event, DoneEvent | ErrorEvent)
@@ -204,10 +196,9 @@ async def _events(runtime: Runtime, ticket: Ticket, metrics: Metrics, model: str
                 access_log.note_error(event.kind)
             yield event
     finally:
-        if generation is not None:
-            if not finished:  # the client went away: stop the work now
-                generation.cancel()
-            generation.close()
+        if not finished:  # the client went away: stop the work now
+            generation.cancel()
+        generation.close()
         ticket.release()
 
 
@@ -248,7 +239,7 @@ async def open_events(state: State, model: str, request: GenerationRequest, endp
     for a local model, `context` the context it asks to load it with (Ollama's num_ctx);
     a local model's request must fit what that backend and context can do
     (app.server.serving), and its prompt the context it is loaded with, or the largest one
-    this machine gives it (Runtime.fit_context). The model checks run in a thread: for a
+    this machine gives it (Runtime.submit). The model checks run in a thread: for a
     remote model it asks the remote server, a local one they load."""
     request.validate()
     if backend is not None:
@@ -269,20 +260,23 @@ async def _checked_events(state: State, ticket: Ticket, model: str, request: Gen
                           endpoint: str, keep_alive_s: float | None, backend: str | None,
                           context: int | None) -> AsyncIterator[Event]:
     runtime = state.runtime
-    await anyio.to_thread.run_sync(runtime.check_model, model)
-    if not runtime.is_remote(model):  # a remote server checks its own limits
-        serving = await anyio.to_thread.run_sync(runtime.serving, model, backend, context)
-        check_serving(request, serving, model)
-        # Loads the model, and reloads it with a larger context when the prompt needs one
-        # (a 400 here when no context this machine allows holds it: never cut, never a 200
-        # that fails inside its stream).
-        _counted_prompt.set(await anyio.to_thread.run_sync(runtime.fit_context, model, request,
-                                                           backend, context))
-    elif request.logprobs is not None:
+    if runtime.is_remote(model) and request.logprobs is not None:
         raise InvalidRequestError(f"{model} is a remote model, whose logprobs Ember does not "
                                   "pass on yet: ask without them", "logprobs")
-    return stream_events(runtime, ticket, state.metrics, model, request, keep_alive_s,
-                         endpoint, backend)
+    sink = LoopSink()
+
+    def check(serving: Serving) -> None:
+        check_serving(request, serving, model)
+
+    # One Runtime entry: resolves the model, checks it (a remote server checks its own
+    # limits), loads it, and reloads it with a larger context when the prompt needs one (a
+    # 400 here when no context this machine allows holds it: never cut, never a 200 that
+    # fails inside its stream); the worker has counted the prompt when it returns.
+    generation = await anyio.to_thread.run_sync(
+        lambda: runtime.submit(model, request, sink, backend, context, keep_alive_s, check))
+    admitted = generation.admitted
+    _counted_prompt.set(admitted.prompt_tokens if admitted is not None else None)
+    return stream_events(ticket, state.metrics, model, generation, sink, endpoint)
 
 
 async def collect(http: Request, events: AsyncIterator[Event]) -> DoneEvent:

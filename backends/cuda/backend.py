@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from backends.base import (
+    Admission,
     CancelFlag,
     Capabilities,
     ErrorEvent,
@@ -27,6 +28,7 @@ from backends.base import (
     LoadPlan,
     Message,
     ModelFiles,
+    PromptTooLong,
     SpeculativeParams,
     check_token_ids,
 )
@@ -41,7 +43,7 @@ from backends.errors import BackendError, InvalidRequestError
 from backends.grammar import Constraint, GrammarVocab, request_constraint
 from backends.job import BaseJob
 from backends.logprobs import log_softmax_at, token_logprob
-from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
+from backends.prompt import admit, chat_prompt, count_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
@@ -149,10 +151,12 @@ class CudaBackend:
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
-               cancelled: CancelFlag | None = None) -> None:
+               cancelled: CancelFlag | None = None) -> Admission:
         engine, _ = self._loaded()
         prompt, truncated, output = self.prompt_tokens(request)
-        check_prompt_fits(request, len(prompt), self._context)
+        verdict = admit(request, len(prompt), self._context)
+        if isinstance(verdict, PromptTooLong):
+            return verdict
         grammar = self._constraint(request, prompt)
         if request.speculative is not None and request.speculative.method == "draft":
             self._use_draft(request.speculative)
@@ -163,6 +167,7 @@ class CudaBackend:
         engine.add(seq)
         self._jobs[id(seq)] = Job(stream_id, request, cancelled, seq, truncated=truncated,
                                   text=TextStream(request.sampling.stop), output=output)
+        return verdict
 
     def _constraint(self, request: GenerationRequest, prompt: list[int]) -> Constraint | None:
         """The request's grammar (backends.grammar), if it has one; the vocabulary is read

@@ -21,6 +21,7 @@ from llama_cpp._logger import set_verbose
 
 from backends.base import (
     EMBED_MAX_TOKENS,
+    Admission,
     CancelFlag,
     Capabilities,
     Event,
@@ -28,6 +29,7 @@ from backends.base import (
     LoadPlan,
     Message,
     ModelFiles,
+    PromptTooLong,
     check_token_ids,
 )
 from backends.chat_format.base import OutputParser
@@ -35,11 +37,11 @@ from backends.chat_format.render import ChatTemplate
 from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_llama
 from backends.llamacpp import ggml_backends
-from backends.llamacpp.engine import BatchEngine, Job
+from backends.llamacpp.engine import BatchEngine, Job, reusable
 from backends.llamacpp.llama_log import llama_errors, load_failure
 from backends.llamacpp.speculative import DraftModel, logits_row
 from backends.logprobs import log_softmax_at
-from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
+from backends.prompt import admit, chat_prompt, count_prompt, run_alone
 from backends.speculation.policy import Speculation
 from backends.text import TextStream
 
@@ -145,7 +147,6 @@ class LlamaCppBackend:
         self._embedding_only = False
         self._markers: dict[int, bytes] = {}  # the format's marker tokens, shown as text
         self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
-        self._last_encoded: tuple[str, tuple[int, ...]] | None = None  # see _encode
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf",), batching=True, speculative=True,
@@ -368,16 +369,8 @@ class LlamaCppBackend:
         return self.chat.render(messages, request or GenerationRequest(messages=messages))
 
     def _encode(self, text: str) -> list[int]:
-        """`text` as tokens. The last text is remembered: the server counts a request's
-        prompt (count_prompt_tokens) just before it submits it, and tokenizing a 16k-token
-        agent prompt takes about 16 ms."""
-        last = self._last_encoded  # once: the worker's reader thread counts prompts too
-        if last is not None and last[0] == text:
-            return list(last[1])
         add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
-        tokens = self._loaded().tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
-        self._last_encoded = (text, tuple(tokens))
-        return tokens
+        return self._loaded().tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
         """The prompt as tokens, whether something was dropped to fit, and the parser of the
@@ -428,14 +421,19 @@ class LlamaCppBackend:
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
-               cancelled: CancelFlag | None = None) -> None:
-        """Queue a request in the engine; `step()` then yields its events."""
+               cancelled: CancelFlag | None = None) -> Admission:
+        """Render and tokenize the request's prompt and queue it in the engine; `step()`
+        then yields its events."""
         prompt, truncated, output = self.prompt_tokens(request)
-        check_prompt_fits(request, len(prompt), self._n_ctx_seq)
-        budget = self._n_ctx_seq - len(prompt)
-        max_new = min(request.sampling.max_tokens or budget, budget)
         engine = self.engine
         assert engine is not None
+        verdict = admit(request, len(prompt), self._n_ctx_seq,
+                        max((reusable(s, prompt) for s in engine.slots if s.job is None),
+                            default=0))
+        if isinstance(verdict, PromptTooLong):
+            return verdict
+        budget = self._n_ctx_seq - len(prompt)
+        max_new = min(request.sampling.max_tokens or budget, budget)
         grammar = self._constraint(request, prompt)
         spec, draft = self._speculation(request, prompt)
         engine.submit(Job(stream_id, request, cancelled, prompt, self._sampler(request),
@@ -443,6 +441,7 @@ class LlamaCppBackend:
                           output=output, spec=spec, draft=draft, grammar=grammar,
                           argmax=request.sampling.temperature == 0.0
                           and request.sampling.repeat_penalty == 1.0))
+        return verdict
 
     def _speculation(self, request: GenerationRequest,
                      prompt: list[int]) -> tuple[Speculation | None, DraftModel | None]:

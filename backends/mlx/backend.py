@@ -29,6 +29,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
 from backends.base import (
+    Admission,
     CancelFlag,
     Capabilities,
     Event,
@@ -36,6 +37,7 @@ from backends.base import (
     LoadPlan,
     Message,
     ModelFiles,
+    PromptTooLong,
     SpeculativeParams,
     check_token_ids,
 )
@@ -50,7 +52,7 @@ from backends.mlx.speculative import DraftProposer, LookupProposer, Proposer, pr
 from backends.mlx.tokenizer import ModelTokenizer, load_tokenizer
 from backends.mlx.unpack import unpack_weights
 from backends.mlx_dir import kv_bytes_per_token, read_config
-from backends.prompt import chat_prompt, check_prompt_fits, count_prompt, run_alone
+from backends.prompt import admit, chat_prompt, count_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
@@ -168,9 +170,11 @@ class MlxBackend:
 
     # -- generation ------------------------------------------------------------------------
     def submit(self, stream_id: str, request: GenerationRequest,
-               cancelled: CancelFlag | None = None) -> None:
+               cancelled: CancelFlag | None = None) -> Admission:
         prompt, truncated, output = self.prompt_tokens(request)
-        check_prompt_fits(request, len(prompt), self._n_ctx)
+        verdict = admit(request, len(prompt), self._n_ctx)
+        if isinstance(verdict, PromptTooLong):
+            return verdict
         grammar = self._constraint(request, prompt)
         budget = self._n_ctx - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
@@ -186,6 +190,7 @@ class MlxBackend:
                           truncated=truncated, text=TextStream(request.sampling.stop),
                           output=output, proposer=self._proposer(spec) if spec else None,
                           max_draft=spec.max_draft if spec else 0, grammar=grammar))
+        return verdict
 
     def _constraint(self, request: GenerationRequest, prompt: list[int]) -> Constraint | None:
         """The request's grammar (backends.grammar), if it has one; the vocabulary is read

@@ -285,11 +285,11 @@ def detect_small(cores: int):
 
 
 def test_a_prompt_is_counted_while_another_prompts_batch_runs(runtime, qwen):
-    """Every API request counts its prompt before it starts (Runtime.fit_context): the
-    worker answers that at once from its reader thread, not after the engine step running,
-    so a burst of requests reaches the same next step. Here the count returns while a
-    ~450-token prompt's one batch (seconds on 2 cores) has not given its first token yet,
-    and counts what that request's own generation then reports."""
+    """A prompt count (Anthropic's count_tokens, the window's context meter) does not wait
+    for the engine step running: the worker answers it at once from its reader thread.
+    Here the count returns while a ~450-token prompt's one batch (seconds on 2 cores) has
+    not given its first token yet, and counts what that request's own generation then
+    reports."""
     events: queue.Queue = queue.Queue()
     filler = " ".join(f"item{i}" for i in range(125))  # no earlier prompt shares it
     long = ask(f"{time.time_ns()} Sort these words: {filler}",

@@ -18,6 +18,7 @@ from app.errors import ModelNotFoundError
 from app.runtime.runtime import Serving
 from app.server.app import ServerSettings, create_app
 from backends.base import (
+    Admitted,
     Capabilities,
     DoneEvent,
     ErrorEvent,
@@ -32,7 +33,10 @@ from tests.support import LOOPBACK
 MODEL = "tiny-chat"
 
 
+@dataclass
 class _Generation:
+    admitted: Admitted | None = None
+
     def cancel(self) -> None:
         pass
 
@@ -84,6 +88,22 @@ class ScriptedRuntime:
         return self.prompt_tokens  # what its answers report: always fits
 
     # -- generating ------------------------------------------------------------------------
+    def submit(self, name: str, request: GenerationRequest, sink, backend: str | None = None,
+               context: int | None = None, keep_alive_s: float | None = None,
+               check=None) -> _Generation:
+        """Runtime.submit's steps, each one a method a test may script: the model checked
+        (a remote name is the scripted runtime's 404 too), served (`check`), fitted, then
+        generated, admitted with the fitted prompt's tokens."""
+        request.validate()
+        self.check_model(name)
+        if check is not None:
+            check(self.serving(name, backend, context))
+        tokens = self.fit_context(name, request, backend, context)
+        generation = self.generate(name, request, sink, backend)
+        generation.admitted = Admitted(tokens)
+        self.keep_alive(name, keep_alive_s)
+        return generation
+
     def generate(self, name: str, request: GenerationRequest, sink,
                  backend: str | None = None) -> _Generation:
         with self._lock:

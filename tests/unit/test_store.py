@@ -112,3 +112,32 @@ def test_a_data_folder_moved_elsewhere_keeps_its_models(isolated_home, tmp_path:
     shutil.copytree(store.paths.models, moved.paths.models)
     found = moved.get(model.ref)
     assert found.path.is_relative_to(moved.paths.models) and found.path.exists()
+
+
+def test_get_reads_the_manifests_once_and_sees_what_another_store_installs(
+        isolated_home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`get` answers from the store's index: N lookups parse the manifests once. A model
+    installed or removed by another Store (as `ember pull` in a terminal while the server
+    runs) is seen by the next lookup."""
+    server, terminal = Store(isolated_home), Store(isolated_home)
+    first = terminal.import_gguf(write_tiny_gguf(tmp_path / "a.gguf", name="Alpha"))
+    scans: list[int] = []
+    real_scan = server._scan
+
+    def counting_scan():
+        found = real_scan()
+        scans.append(len(found))  # manifests parsed by this scan
+        return found
+
+    monkeypatch.setattr(server, "_scan", counting_scan)
+    for _ in range(20):
+        assert server.get(first.id) == first
+    assert scans == [1]  # one scan of the one manifest, then the index
+    second = terminal.import_gguf(write_tiny_gguf(tmp_path / "b.gguf", name="Beta"))
+    for _ in range(5):
+        assert server.get(second.id) == second
+        assert server.get(first.id) == first
+    assert scans == [1, 2]  # the stamp changed: one more scan, then the index again
+    terminal.remove(second.ref)
+    with pytest.raises(ModelNotFoundError):
+        server.get(second.id)
