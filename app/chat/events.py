@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from backends.base import GenerationRequest
+
 Decision = Literal["approve", "deny", "always"]
 
 
@@ -16,6 +18,7 @@ class AnswerStarted:
     message_id: int
     sources: tuple[str, ...] = ()  # the citations of the documents it is given
     loading: bool = False  # its model is not loaded yet
+    request: GenerationRequest | None = None  # what the model is given for it
 
 
 @dataclass(frozen=True)

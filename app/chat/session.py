@@ -285,6 +285,8 @@ class _Turn:
         """One answer; what comes next (None: the turn ended)."""
         s = self.s
         offered = self._offered()
+        if s.stopped:  # stopped while the servers started: no answer is begun
+            return None
         try:
             answer = s.history.add_message(s.conversation_id, "assistant", "",
                                            status="streaming", model=s.model,
@@ -302,7 +304,7 @@ class _Turn:
             s.library.record_use(answer.id, self.context)
         loading = not remote and not any(lm.model.ref == s.model for lm in s.runtime.loaded())
         self.emit(AnswerStarted(answer.id, tuple(p.citation() for p in self.context.pieces)
-                                if self.context else (), loading))
+                                if self.context else (), loading, request))
         o = s.options
         try:
             if not remote:

@@ -138,7 +138,7 @@ class MainWindow(QMainWindow):
         self.choices: list[ModelChoice] = []  # what the picker lists, in its order
         self.export_dialog: ExportDialog | None = None
         self.import_dialog: QFileDialog | None = None
-        self.preset_picker.picked.connect(self.controller.set_preset)
+        self.preset_picker.picked.connect(self.controller.choices.set_preset)
         self.controller.preset_shown.connect(self.preset_picker.show_preset)
         self.conversations.new_requested.connect(self.new_chat)
         self.conversations.selected.connect(self._open_conversation)

@@ -1,4 +1,5 @@
-"""Work that must never run on the UI thread: loading and generating, downloading, serving.
+"""Work that must never run on the UI thread: what a model offers, the Hub, downloading,
+serving (a chat turn is app.gui.turn_task's).
 
 Each task runs in a plain Python thread and reports through Qt signals; the signals'
 receivers live on the UI thread, so Qt queues every emission to it.
@@ -20,100 +21,9 @@ from app.pull.progress import Cancelled, Progress
 from app.runtime import Runtime
 from app.runtime.thinking import ThinkingSupport
 from app.store import Store
-from backends.base import (
-    DoneEvent,
-    ErrorEvent,
-    GenerationRequest,
-    ReasoningEvent,
-    TokenEvent,
-    ToolCallEvent,
-)
 from backends.errors import EmberError
 
 log = logging.getLogger(__name__)
-
-
-class GenerationTask(ThreadTask):
-    """Load `model` (if needed), then stream one answer."""
-    thread_name = "ember-gui-generate"
-    loaded = Signal(object)  # app.runtime.LoadedModel
-    prompt_counted = Signal(int)  # the prompt's tokens, counted by the loaded model
-    token = Signal(str)  # a piece of the answer
-    reasoning = Signal(str)  # a piece of the thinking
-    tool_call = Signal(object)  # backends.base.ToolCallEvent
-    finished = Signal(object)  # backends.base.DoneEvent: the whole answer and its Stats
-    failed = Signal(str, str, str)  # message, kind (load | crash | invalid | backend), text so far
-
-    def __init__(self, runtime: Runtime, model: str, request: GenerationRequest,
-                 context: int | None = None, backend: str | None = None,
-                 gpu_layers: int | None = None, kv_cache: str | None = None) -> None:
-        super().__init__()
-        self.runtime, self.model, self.request, self.context = runtime, model, request, context
-        self.backend = backend  # None: the one app.runtime.backend_choice picks for the model
-        self.gpu_layers = gpu_layers  # None: the load plan's
-        self.kv_cache = kv_cache  # None: the load plan's
-        self._stop = threading.Event()
-        self._generation = None
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._generation is not None:
-            self._generation.cancel()
-
-    def _run(self) -> None:
-        text = ""
-        remote = self.runtime.is_remote(self.model)
-        try:  # a remote model is loaded by its server
-            loaded = None if remote else self.runtime.load(
-                self.model, self.context, self.backend, self.gpu_layers,
-                kv_cache=self.kv_cache)
-        except EmberError as e:
-            self.failed.emit(str(e), "load", "")
-            return
-        except Exception as e:  # a bug must not leave the window waiting forever
-            self.failed.emit(f"{type(e).__name__}: {e}", "load", "")
-            return
-        self.loaded.emit(loaded)
-        if not remote:
-            self._count_prompt()
-        try:
-            self._generation = self.runtime.generate(self.model, self.request,
-                                                     backend=None if remote else self.backend)
-            if self._stop.is_set():
-                self._generation.cancel()
-            for event in self._generation:
-                if isinstance(event, TokenEvent):
-                    text += event.text
-                    self.token.emit(event.text)
-                elif isinstance(event, ReasoningEvent):
-                    self.reasoning.emit(event.text)
-                elif isinstance(event, ToolCallEvent):
-                    self.tool_call.emit(event)
-                elif isinstance(event, DoneEvent):
-                    self.finished.emit(event)
-                    return
-                elif isinstance(event, ErrorEvent):
-                    self.failed.emit(event.message, event.kind, text)
-                    return
-            self.failed.emit("the answer ended without a result", "backend", text)
-        except EmberError as e:
-            self.failed.emit(str(e), "backend", text)
-        except Exception as e:
-            self.failed.emit(f"{type(e).__name__}: {e}", "backend", text)
-
-
-    def _count_prompt(self) -> None:
-        """The prompt's tokens, before the first one streams: the context meter shows them
-        while the answer streams (its Stats, with the exact numbers, come at the end). A
-        count that fails only leaves the meter without them; the answer says what is wrong."""
-        try:
-            tokens = self.runtime.count_prompt_tokens(self.model, self.request, self.backend)
-        except EmberError:
-            return
-        except Exception:  # a bug here must not end the thread before the answer streams
-            log.warning("counting the prompt of %s failed", self.model, exc_info=True)
-            return
-        self.prompt_counted.emit(tokens)
 
 
 class ThinkingSupportTask(ThreadTask):

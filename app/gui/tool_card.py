@@ -2,7 +2,7 @@
 decision (Allow / Allow always / Deny) while it waits, then the result and how long it took,
 or the one line that says why it did not run.
 
-A card is the widget of a stored `tool` message; its `stats` (app.gui.tool_round) carry what
+A card is the widget of a stored `tool` message; its `stats` (app.chat.tools) carry what
 the card shows besides the result: tool, server, arguments, outcome and seconds.
 """
 

@@ -2,7 +2,7 @@
 
 The SDK is asyncio (anyio); the window is Qt. One daemon thread runs an asyncio loop that
 holds every open connection; the blocking methods here (`tools`, `call`, `close`) are called
-from the window's background tasks (app.gui.tool_tasks), never from the UI thread.
+from a chat turn's thread (app.chat.tools), never from the window's UI thread.
 
 A connection stays open between calls (starting `npx some-server` takes seconds), in a task
 that keeps the SDK's `Client` context entered (anyio requires entering and leaving it in the

@@ -1,9 +1,9 @@
 """The tool loop, apart from any widget or route: which tools the model is offered under which
 names, what a call's arguments are, what the model is told when a call is denied or fails,
-and when the loop must stop (`next_step`). The window (app.gui.chat_controller) and
-`ember serve --mcp` (app.server.server_tools) both run it.
+and when the loop must stop (`next_step`). The chat session (app.chat, for the window and
+`ember chat`) and `ember serve --mcp` (app.server.server_tools) both run it.
 
-The window's loop (app.gui.tool_round) is: the model answers with calls; each call waits for the
+The chat's loop (app.chat.tools.run_round) is: the model answers with calls; each call waits for the
 user's decision (or an "Allow always"), runs on its server, and its result goes back as a
 `tool` message; the model is asked again, until it answers in words or STEP_LIMIT rounds of
 calls have run. A model that only repeats calls whose results it already has (small models

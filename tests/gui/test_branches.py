@@ -17,7 +17,7 @@ from app.gui.branch_switcher import BranchSwitcher
 from app.gui.main_window import MainWindow
 from app.presets import ModelLoad, model_load, presets
 from app.runtime import Runtime
-from backends.base import Message
+from backends.base import GenerationRequest, Message
 
 LONG_WAIT_MS = 180_000
 
@@ -37,8 +37,16 @@ def send(qtbot, w: MainWindow, text: str) -> list[Message]:
     """Send `text`; the messages the model is given for the answer."""
     w.chat.composer.setPlainText(text)
     qtbot.keyClick(w.chat.composer, Qt.Key.Key_Return)
+    return list(sent_request(qtbot, w).messages)
+
+
+def sent_request(qtbot, w: MainWindow) -> GenerationRequest:
+    """The request of the answer being made, once the turn's thread has built it."""
     assert w.controller.task is not None
-    return list(w.controller.task.request.messages)
+    qtbot.waitUntil(lambda: w.controller.turns.request is not None, timeout=LONG_WAIT_MS)
+    request = w.controller.turns.request
+    assert request is not None
+    return request
 
 
 def wait_idle(qtbot, w: MainWindow) -> None:
@@ -70,7 +78,7 @@ def test_edit_and_regenerate_keep_versions_and_the_switcher_shows_the_path_the_m
 
     qtbot.mouseClick(window.chat.regenerate, Qt.MouseButton.LeftButton)
     # the new answer is given the question only, not the answer it replaces
-    assert [(m.role, m.content) for m in window.controller.task.request.messages] == [
+    assert [(m.role, m.content) for m in sent_request(qtbot, window).messages] == [
         ("user", "Say the letter A.")]
     wait_idle(qtbot, window)
     assert len(window.chat.messages) == 2
@@ -221,7 +229,7 @@ def test_a_preset_made_in_settings_and_chosen_for_a_chat_sets_its_prompt_and_sam
     picker.setCurrentIndex(picker.findData("Pirate"))
     picker.activated.emit(picker.currentIndex())
     sent = send(qtbot, window, "Hello.")
-    request = window.controller.task.request
+    request = sent_request(qtbot, window)
     assert sent[0] == Message("system", "You are a pirate. Answer in one word.")
     assert (request.sampling.max_tokens, request.sampling.top_k,
             request.sampling.temperature) == (3, 5, 0.0)
@@ -275,7 +283,7 @@ def test_a_preset_is_changed_and_deleted_in_settings_and_its_chats_fall_back(
     picker = window.preset_picker
     picker.setCurrentIndex(picker.findData("Terse"))
     picker.activated.emit(picker.currentIndex())
-    assert window.controller.sampling().max_tokens == 20
+    assert window.controller.choices.sampling().max_tokens == 20
 
     def change_then_delete() -> None:
         box = window.settings_dialog.presets
@@ -283,7 +291,7 @@ def test_a_preset_is_changed_and_deleted_in_settings_and_its_chats_fall_back(
         assert box.name.text() == "Terse" and box.max_tokens.value() == 20
         box.max_tokens.setValue(30)
         qtbot.mouseClick(box.save_button, Qt.MouseButton.LeftButton)
-        assert window.controller.sampling().max_tokens == 30  # its chats follow the change
+        assert window.controller.choices.sampling().max_tokens == 30  # its chats follow the change
         box.name.setText("")
         qtbot.mouseClick(box.save_button, Qt.MouseButton.LeftButton)
         assert "a preset needs a name" in box.error.text()
@@ -297,4 +305,4 @@ def test_a_preset_is_changed_and_deleted_in_settings_and_its_chats_fall_back(
     assert [picker.itemText(i) for i in range(picker.count())] == ["No preset (Settings)"]
     # the chat keeps the name, and takes the app's settings while no such preset exists
     assert window.history.get(window.controller.conversation_id).preset == "Terse"
-    assert window.controller.sampling().max_tokens == window.settings.max_tokens == 6
+    assert window.controller.choices.sampling().max_tokens == window.settings.max_tokens == 6

@@ -65,9 +65,9 @@ def attach(qtbot, w: MainWindow, *files: Path) -> None:
 def ask(qtbot, w: MainWindow, text: str) -> None:
     w.chat.composer.setPlainText(text)
     qtbot.keyClick(w.chat.composer, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: w.controller.task is not None or not w.controller.busy,
+    qtbot.waitUntil(lambda: w.controller.turns.request is not None or not w.controller.busy,
                     timeout=LONG_WAIT_MS)
-    assert w.controller.task is not None, w.chat.banner_message()
+    assert w.controller.turns.request is not None, w.chat.banner_message()
 
 
 def wait_idle(qtbot, w: MainWindow) -> None:
@@ -90,7 +90,7 @@ def test_a_file_that_fits_goes_in_whole_and_the_answer_shows_it_as_its_source(
     assert conv is not None and [d.name for d in window.library.documents(conv)] == ["fruit.txt"]
 
     ask(qtbot, window, "What is the secret fruit? One word.")
-    request = window.controller.task.request
+    request = window.controller.turns.request
     question = request.messages[-1]
     assert question.role == "user"
     assert "[fruit.txt, line" in question.content and FRUIT.strip() in question.content
@@ -230,13 +230,13 @@ def test_stop_while_the_documents_are_chosen_leaves_the_question_unanswered(
     window.chat.composer.setPlainText("What is the secret fruit?")
     qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return)
     # choosing the documents comes first, off the UI thread: Stop is offered at once
-    assert window.controller.busy and window.controller.task is None
+    assert window.controller.busy and window.controller.turns.request is None
     assert window.chat.send.text() == "Stop"
     qtbot.mouseClick(window.chat.send, Qt.MouseButton.LeftButton)
     assert not window.controller.busy and window.chat.send.text() == "Send"
     qtbot.wait(1000)  # the documents' answer, when it comes, starts nothing
     conv = window.controller.conversation_id
-    assert window.controller.task is None
+    assert window.controller.task is None and window.controller.turns.request is None
     assert [m.role for m in window.history.messages(conv)] == ["user"]
 
 

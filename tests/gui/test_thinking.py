@@ -63,8 +63,8 @@ def window(qtbot, fake: Fake, tmp_path: Path) -> Iterator[MainWindow]:
 
 def pick(qtbot, w: MainWindow, ref: str) -> None:
     w.model_picker.setCurrentIndex(w.model_picker.findData(ref))
-    qtbot.waitUntil(lambda: w.controller._support_task is None
-                    or w.controller._support_task.wait(0), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: w.controller.choices.support_task is None
+                    or w.controller.choices.support_task.wait(0), timeout=WAIT_MS)
     qtbot.wait(50)  # the task's answer is queued to the UI thread
 
 
@@ -81,6 +81,8 @@ def test_thinking_streams_open_then_folds_to_thought_for_n_seconds_when_the_answ
         qtbot, window: MainWindow, fake: Fake):
     pick(qtbot, window, "lab/think")
     send(qtbot, window, "Hi")
+    # the answer is begun on the turn's thread: its widget comes with its first event
+    qtbot.waitUntil(lambda: window.chat.messages[-1].role == "assistant", timeout=WAIT_MS)
     answer = window.chat.messages[-1]
     block = answer.thinking
     # the fake has streamed its thinking and holds the answer back: the model is thinking

@@ -18,6 +18,7 @@ import pytest
 from PySide6.QtCore import Qt, QTimer, QUrl
 from PySide6.QtGui import QGuiApplication
 
+from app.chat.events import TextDelta
 from app.config import Paths
 from app.fit import fits_for
 from app.gui import build_window
@@ -66,7 +67,8 @@ def test_sending_streams_a_rendered_answer_with_its_stats(qtbot, window: MainWin
     tokens: list[str] = []
     send(qtbot, window, "Write a Python function that adds two numbers. Only code.")
     assert window.controller.task is not None
-    window.controller.task.token.connect(tokens.append)
+    window.controller.task.happened.connect(
+        lambda e: tokens.append(e.text) if isinstance(e, TextDelta) else None)
     wait_idle(qtbot, window)
     answer = window.chat.messages[-1]
     assert answer.role == "assistant" and "def " in answer.text
@@ -105,7 +107,9 @@ def test_the_window_keeps_answering_input_while_a_model_streams(qtbot, window: M
 def test_escape_stops_the_answer_and_keeps_it_marked_stopped(qtbot, window: MainWindow):
     window.settings.max_tokens = 400
     send(qtbot, window, "Write a long story about a lighthouse keeper.")
-    qtbot.waitUntil(lambda: len(window.chat.messages[-1].text) > 10, timeout=LONG_WAIT_MS)
+    # the answer's widget comes with the turn's first event (its thread begins the answer)
+    qtbot.waitUntil(lambda: window.chat.messages[-1].role == "assistant"
+                    and len(window.chat.messages[-1].text) > 10, timeout=LONG_WAIT_MS)
     qtbot.keyClick(window, Qt.Key.Key_Escape)
     wait_idle(qtbot, window)
     role, content, status = stored(window)[-1]
@@ -199,7 +203,8 @@ def test_an_injected_worker_crash_shows_an_error_and_the_next_message_works(
         qtbot, window: MainWindow, runtime: Runtime):
     window.settings.max_tokens = 300
     send(qtbot, window, "Count from 1 to 200, separated by commas.")
-    qtbot.waitUntil(lambda: len(window.chat.messages[-1].text) > 5, timeout=LONG_WAIT_MS)
+    qtbot.waitUntil(lambda: window.chat.messages[-1].role == "assistant"
+                    and len(window.chat.messages[-1].text) > 5, timeout=LONG_WAIT_MS)
     pid = runtime.loaded()[0].pid
     os.kill(pid, signal.SIGKILL)
     wait_idle(qtbot, window)

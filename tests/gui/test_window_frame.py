@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QLineEdit
 
+from app.chat.events import TextDelta
 from app.config import Paths
 from app.fit import fits_for
 from app.gui import build_window
@@ -251,8 +252,9 @@ def test_the_context_meter_counts_while_the_first_answer_streams(
         assert meter.text() == "context: known once the model loads"  # not "0 / 1"
         seen: list[tuple[int, int, str]] = []
         send(qtbot, w, "Count from one to ten in words.")
-        w.controller.task.token.connect(
-            lambda _piece: seen.append((meter.value(), meter.maximum(), meter.text())))
+        w.controller.task.happened.connect(
+            lambda e: seen.append((meter.value(), meter.maximum(), meter.text()))
+            if isinstance(e, TextDelta) else None)
         wait_idle(qtbot, w)
         stats = w.history.messages(w.controller.conversation_id)[-1].stats
         context = fresh.loaded()[0].plan.context

@@ -105,3 +105,43 @@ def test_the_chat_check_catches_qt_and_the_window(tmp_path):
     assert qt_or_window([bad], root=tmp_path) == [
         "session.py:5: imports PySide6.QtCore", "session.py:5: imports PySide6.QtCore.Signal",
         "session.py:6: imports app.gui.chat_view"]
+
+
+# The Runtime's entries that make (or measure) a chat turn's answer. The window and `ember
+# chat` reach them only through app/chat's ChatSession; the window's model pages may still
+# list, load and unload models on the Runtime. The one exception is `ember run`: one prompt,
+# no conversation (app/cli/generate.py).
+TURN_CALLS = {"generate", "count_prompt_tokens", "fit_context", "embed"}
+TURN_CALLS_ALLOWED = {("app/cli/generate.py", "generate")}
+
+
+def turn_calls(files: list[Path], root: Path = ROOT) -> list[str]:
+    """Calls of a chat-turn entry (`x.generate(...)`, any receiver) outside the allowed."""
+    found = []
+    for p in files:
+        rel = p.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"), str(p))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in TURN_CALLS \
+                    and (rel, node.func.attr) not in TURN_CALLS_ALLOWED:
+                found.append(f"{rel}:{node.lineno}: calls {node.func.attr}")
+    return found
+
+
+def test_the_window_and_the_cli_make_chat_turns_only_through_the_chat_session():
+    files = sources("app/gui", "app/cli")
+    assert len(files) > 40
+    assert turn_calls(files) == []
+    # the exception is still there (else the allowance should go)
+    assert turn_calls(sources("app/cli"), ROOT) == [] and any(
+        "rt.generate(" in p.read_text(encoding="utf-8") for p in sources("app/cli")
+        if p.name == "generate.py")
+
+
+def test_the_turn_check_catches_a_generate_call_in_a_window_task(tmp_path):
+    bad = tmp_path / "tasks.py"
+    bad.write_text("def run(runtime, request):\n    tokens = runtime.count_prompt_tokens('m',"
+                   " request)\n    for event in runtime.generate('m', request):\n"
+                   "        print(event, tokens)\n")
+    assert turn_calls([bad], root=tmp_path) == ["tasks.py:2: calls count_prompt_tokens",
+                                                "tasks.py:3: calls generate"]
