@@ -85,7 +85,7 @@ def slug(text: str) -> str:
 class Store:
     def __init__(self, paths: config.Paths | None = None) -> None:
         self.paths = paths or config.paths()
-        self._index: list[InstalledModel] | None = None  # as the last scan found them
+        self._index: Sequence[InstalledModel] | None = None  # as the last scan found them
         self._index_stamp: str | None = None  # the STAMP token that scan read
 
     def inside_models(self, path: Path) -> Path:
@@ -112,7 +112,7 @@ class Store:
         except OSError:
             return None
 
-    def _indexed(self) -> list[InstalledModel]:
+    def _indexed(self) -> Sequence[InstalledModel]:
         """The index, scanned again when a Store (of this process or another) installed or
         removed a model since it was read."""
         if self._index is None or self._stamp() != self._index_stamp:
@@ -128,7 +128,7 @@ class Store:
         os.replace(tmp, stamp)
         self._index = None
 
-    def _scan(self) -> list[InstalledModel]:
+    def _scan(self) -> Sequence[InstalledModel]:
         found: list[InstalledModel] = []
         if not self.paths.models.exists():
             return found
