@@ -20,7 +20,6 @@ ends it: the answer is saved "stopped", a waiting call is not run.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -318,10 +317,6 @@ class _Turn:
             self._save(answer.id, "", "error")
             self.emit(ChatError(why, "load", model=s.model))
             return None
-        if not remote:
-            with contextlib.suppress(Exception):  # only the meter goes without it
-                self.emit(PromptCounted(s.runtime.count_prompt_tokens(s.model, request,
-                                                                      o.backend)))
         return self._stream(answer, request, offered, remote)
 
     def _stream(self, answer: StoredMessage, request: GenerationRequest,
@@ -333,9 +328,13 @@ class _Turn:
         done: DoneEvent | None = None
         error: tuple[str, str] | None = None
         try:
-            generation = s.runtime.generate(s.model, request,
-                                            backend=None if remote else s.options.backend)
+            # one Runtime call: the worker renders and tokenizes the prompt once and is
+            # admitted with its count (the context meter's), or the context policy applies
+            generation = s.runtime.generate(s.model, request) if remote else \
+                s.runtime.submit(s.model, request, backend=s.options.backend)
             s._generation = generation
+            if generation.admitted is not None:
+                self.emit(PromptCounted(generation.admitted.prompt_tokens))
             if s.stopped:
                 generation.cancel()
             for event in generation:

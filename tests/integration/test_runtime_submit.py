@@ -86,3 +86,34 @@ def test_a_generation_tokenizes_its_prompt_once(qwen, monkeypatch: pytest.Monkey
         assert len(calls) == 2 and calls[0] == calls[1]  # counted again: no memo
     finally:
         backend.unload()
+
+
+def test_a_chat_turn_sends_one_generation_and_no_prompt_count(
+        runtime, qwen, tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """The window's and `ember chat`'s turn (app.chat.ChatSession) on the real model: one
+    Generate through the worker's pipe, no separate count of the prompt; the context meter's
+    count is the one the generation was admitted with."""
+    from app.chat.events import AnswerDone, PromptCounted
+    from app.chat.request import TurnOptions
+    from app.chat.session import ChatSession
+    from app.history import History
+
+    sent: list[str] = []
+    real_send = Worker.send
+
+    def recording_send(self, msg):
+        sent.append(type(msg).__name__)
+        return real_send(self, msg)
+
+    monkeypatch.setattr(Worker, "send", recording_send)
+    history = History(tmp_path / "history.db")
+    conversation = history.create(model=qwen.ref)
+    session = ChatSession(history, runtime, conversation.id, qwen.ref,
+                          TurnOptions(SamplingParams(temperature=0, max_tokens=4), None))
+    events: list = []
+    session.send("Say yes.", on_event=events.append, approve=lambda asked: "deny")
+    done = [e for e in events if isinstance(e, AnswerDone)]
+    counted = [e for e in events if isinstance(e, PromptCounted)]
+    assert done and done[0].status == "complete", events
+    assert [m for m in sent if m != "Shutdown"] == ["Generate"]
+    assert len(counted) == 1 and counted[0].tokens == done[0].stats["prompt_tokens"] > 5
