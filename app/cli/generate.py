@@ -182,7 +182,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
                                         speculative=speculative, thinking=thinking,
                                         truncate=True)
         request.validate()
-        generation = rt.generate(target.ref, request, backend=backend)
+        generation = rt.submit(target.ref, request, backend=backend)
         done = None
         printer = AnswerPrinter(hide=hide_thinking)
         try:
