@@ -117,3 +117,33 @@ def test_a_chat_turn_sends_one_generation_and_no_prompt_count(
     assert done and done[0].status == "complete", events
     assert [m for m in sent if m != "Shutdown"] == ["Generate"]
     assert len(counted) == 1 and counted[0].tokens == done[0].stats["prompt_tokens"] > 5
+
+
+def test_a_chat_longer_than_the_context_drops_its_oldest_turns_and_keeps_them_saved(
+        runtime, qwen, tmp_path):
+    """The chat session's context policy on the real model (its context 4096 here): a
+    conversation that no longer fits is answered with its earliest turns dropped, the front
+    end is told so, and history.db still holds every turn."""
+    from app.chat.events import AnswerDone, Notice
+    from app.chat.policy import TRUNCATED_NOTE
+    from app.chat.request import TurnOptions
+    from app.chat.session import ChatSession
+    from app.history import History
+
+    history = History(tmp_path / "history.db")
+    conversation = history.create(model=qwen.ref, system_prompt="Answer in one word.")
+    filler = " ".join(f"word{i}" for i in range(900))  # about 2,700 tokens a turn
+    for i in range(3):
+        history.add_message(conversation.id, "user", f"Turn {i}: {filler}")
+        history.add_message(conversation.id, "assistant", "Noted.")
+    before = len(history.messages(conversation.id))
+    session = ChatSession(history, runtime, conversation.id, qwen.ref,
+                          TurnOptions(SamplingParams(temperature=0, max_tokens=4), None))
+    events: list = []
+    session.send("Say yes.", on_event=events.append)
+    done = [e for e in events if isinstance(e, AnswerDone)]
+    assert done and done[0].status == "complete", events
+    assert done[0].stats["truncated"] and done[0].stats["prompt_tokens"] < 4096
+    assert [e.text for e in events if isinstance(e, Notice) and e.kind == "truncated"] == [
+        TRUNCATED_NOTE]
+    assert len(history.messages(conversation.id)) == before + 2  # nothing lost, Q and A added
