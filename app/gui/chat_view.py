@@ -438,6 +438,10 @@ class ChatView(QWidget):
         else:
             widget = MessageWidget(role, text, self.dark, status, stats, reasoning, tool_calls)
         self.column.insertWidget(self.column.count() - 1, widget)
+        # shown now: a layout shows a widget added to a shown window only on the event
+        # loop's next pass, and a turn's later events (its thinking, its calls, its end)
+        # may be handled before that
+        widget.show()
         self.messages.append(widget)
         self._scroll_timer.start()
         return widget
