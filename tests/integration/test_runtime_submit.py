@@ -18,9 +18,23 @@ CHAT = {"max_tokens": 4, "temperature": 0,
                      {"role": "user", "content": "What is the capital of France?"}]}
 
 
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the messages sent down the workers' pipes from now on."""
+    names: list[str] = []
+    real_send = Worker.send
+
+    def recording_send(self, msg):
+        names.append(type(msg).__name__)
+        return real_send(self, msg)
+
+    monkeypatch.setattr(Worker, "send", recording_send)
+    return names
+
+
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/chat", "/v1/messages"])
 def test_an_api_request_resolves_its_model_once_and_sends_no_prompt_count(
-        store, qwen, path, monkeypatch: pytest.MonkeyPatch):
+        store, qwen, path, sent, monkeypatch: pytest.MonkeyPatch):
     resolved: list[str] = []
     real_get = store.get
 
@@ -28,15 +42,7 @@ def test_an_api_request_resolves_its_model_once_and_sends_no_prompt_count(
         resolved.append(name)
         return real_get(name, *args, **kwargs)
 
-    sent: list[str] = []
-    real_send = Worker.send
-
-    def recording_send(self, msg):
-        sent.append(type(msg).__name__)
-        return real_send(self, msg)
-
     monkeypatch.setattr(store, "get", counting_get)
-    monkeypatch.setattr(Worker, "send", recording_send)
     with live_server(store, parallel=1) as (url, runtime):
         body = CHAT | {"model": qwen.ref} | ({"stream": False} if path == "/api/chat" else {})
         r = httpx.post(url + path, json=body, timeout=600)
@@ -88,8 +94,7 @@ def test_a_generation_tokenizes_its_prompt_once(qwen, monkeypatch: pytest.Monkey
         backend.unload()
 
 
-def test_a_chat_turn_sends_one_generation_and_no_prompt_count(
-        runtime, qwen, tmp_path, monkeypatch: pytest.MonkeyPatch):
+def test_a_chat_turn_sends_one_generation_and_no_prompt_count(runtime, qwen, tmp_path, sent):
     """The window's and `ember chat`'s turn (app.chat.ChatSession) on the real model: one
     Generate through the worker's pipe, no separate count of the prompt; the context meter's
     count is the one the generation was admitted with."""
@@ -98,14 +103,6 @@ def test_a_chat_turn_sends_one_generation_and_no_prompt_count(
     from app.chat.session import ChatSession
     from app.history import History
 
-    sent: list[str] = []
-    real_send = Worker.send
-
-    def recording_send(self, msg):
-        sent.append(type(msg).__name__)
-        return real_send(self, msg)
-
-    monkeypatch.setattr(Worker, "send", recording_send)
     history = History(tmp_path / "history.db")
     conversation = history.create(model=qwen.ref)
     session = ChatSession(history, runtime, conversation.id, qwen.ref,
