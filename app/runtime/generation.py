@@ -56,7 +56,8 @@ class _Gate:
             self.admission = event
         else:
             self._sink.put(event)
-        self.opened.set()
+        if not self.opened.is_set():  # once: every token passes here
+            self.opened.set()
 
 
 class Generation:
