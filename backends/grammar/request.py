@@ -30,14 +30,18 @@ def request_answer(request: GenerationRequest) -> Answer | None:
                   parallel=request.parallel_tool_calls and choice.mode != "function")
 
 
-def thinking_start(fmt: ChatFormat, prompt_tail: str) -> ThinkingStart:
-    """Where the output starts, from the end of the rendered prompt."""
+def thinking_start(fmt: ChatFormat, prompt_tail: str, switched_off: bool = False
+                   ) -> ThinkingStart:
+    """Where the output starts, from the end of the rendered prompt. Thinking switched off
+    through the template's own switch (`switched_off`; Kimi K3 then opens the response, not
+    the thinking) starts after it: the grammar must not let the model open a thinking it
+    was told not to have."""
     if fmt.thinking is None:
         return "after"
     tail = prompt_tail.rstrip()
     if tail.endswith(fmt.thinking.open):
         return "inside"
-    if tail.endswith(fmt.thinking.close):
+    if tail.endswith(fmt.thinking.close) or (switched_off and fmt.thinking_toggle):
         return "after"
     return "maybe"
 
@@ -61,12 +65,8 @@ def request_constraint(request: GenerationRequest, fmt: ChatFormat, vocab: Gramm
         return None
     if answer.tools and free and not family.lazy_grammar:
         return None  # Kimi K3: its grammar forces calls only; auto is the parser's
-    start = thinking_start(fmt, prompt_tail) if request.messages is not None else "after"
-    if start == "maybe" and request.thinking.enabled is False and fmt.thinking_toggle:
-        # thinking switched off through the template's own switch (Kimi K3 then opens the
-        # response, not the thinking): the answer comes at once, and the grammar must not
-        # let the model open a thinking it was told not to have
-        start = "after"
+    start = thinking_start(fmt, prompt_tail, request.thinking.enabled is False) \
+        if request.messages is not None else "after"
     text = grammar_text(answer, fmt, start, vocab)
     try:
         return Constraint(vocab, text)
