@@ -58,10 +58,23 @@ class InstalledModel:
     origin: str  # "registry" | "import" | "hub" (any Hub repo, app.pull.hf_pull)
     installed_at: float
     repo: str = ""  # the Hub repo a "hub" model came from (owner/name)
+    # the multimodal projector's file name (mmproj*.gguf), beside the model; "" for none
+    projector_file: str = ""
 
     @property
     def ref(self) -> str:
         return f"{self.id}:{self.quant}"
+
+    @property
+    def projector(self) -> Path | None:
+        """The vision (or audio) projector beside the model, if it has one and it is there.
+        Only a plain file name is taken from the manifest: a crafted one cannot point
+        elsewhere."""
+        name = Path(self.projector_file).name
+        if not name or name != self.projector_file or self.format != "gguf":
+            return None
+        path = self.path.parent / name
+        return path if path.is_file() else None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -344,7 +357,7 @@ class Store:
             size_bytes=sum(t.stat().st_size for t in targets), sha256=digest,
             architecture=info.architecture, context_length=info.context_length,
             chat=info.chat_template is not None, origin="hub", installed_at=time.time(),
-            repo=repo)
+            repo=repo, projector_file=Path(projector).name if projector is not None else "")
         self._write_manifest(model)
         return model
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from backends.errors import InvalidRequestError
+from backends.media import MAX_MEDIA_PER_REQUEST, MEDIA_MARKER, Media
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 # "tool_calls": the answer ended by calling tools (the client runs them and sends the results)
@@ -36,13 +37,15 @@ class ToolCall:
 class Message:
     """One turn. An assistant turn may carry its `reasoning` (the model's thinking) and the
     `tool_calls` it made; a `tool` turn is a result, for the call `tool_call_id` of the tool
-    `name`."""
+    `name`. A user turn may carry images or audio (`media`, backends.media): `content` then
+    holds one MEDIA_MARKER where each goes, in order."""
     role: str
     content: str
     reasoning: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    media: tuple[Media, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,6 +208,7 @@ class GenerationRequest:
                                               f"(use {', '.join(sorted(ROLES))})")
             if not any(m.content.strip() for m in self.messages if m.role == "user"):
                 raise InvalidRequestError("the prompt is empty (no user message has any text)")
+            check_media(self.messages)
             check_tool_turns(self.messages)
         check_tools(self.tools, self.tool_choice)
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
@@ -213,6 +217,27 @@ class GenerationRequest:
         self.sampling.validate()
         if self.speculative is not None:
             self.speculative.validate()
+
+
+def request_media(messages: tuple[Message, ...] | None) -> tuple[Media, ...]:
+    """Every image and audio clip of a conversation, in order."""
+    return tuple(m for msg in messages or () for m in msg.media)
+
+
+def check_media(messages: tuple[Message, ...]) -> None:
+    """Each message holds one marker per image or clip it carries, and the conversation at
+    most MAX_MEDIA_PER_REQUEST of them."""
+    total = 0
+    for i, m in enumerate(messages):
+        markers = m.content.count(MEDIA_MARKER)
+        if markers != len(m.media):
+            raise InvalidRequestError(
+                f"message {i} places {markers} media marker(s) but carries {len(m.media)} "
+                "image(s) or clip(s)", f"messages[{i}].content")
+        total += len(m.media)
+    if total > MAX_MEDIA_PER_REQUEST:
+        raise InvalidRequestError(f"the conversation holds {total} images or audio clips; "
+                                  f"the limit is {MAX_MEDIA_PER_REQUEST} per request")
 
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -300,6 +325,7 @@ class Stats:
     # the request's stop string that ended the answer (finish_reason "stop"), if one did;
     # None when the model ended it (or a remote server did not say which string matched)
     stop_sequence: str | None = None
+    media_tokens: int = 0  # of prompt_tokens, those the request's images and audio took
 
 
 @dataclass(frozen=True)
@@ -414,6 +440,9 @@ class Capabilities:
     embeddings: bool = False
     grammar: bool = False  # constrained decoding (JSON mode, schemas, forced tool calls)
     logprobs: bool = False  # each generated token's log-probability (LogprobEvent)
+    # images (and audio, where the projector hears) for models that have a projector
+    # (ModelFiles.projector); a backend without it refuses requests that carry media
+    media: bool = False
 
 
 @dataclass(frozen=True)
@@ -454,6 +483,9 @@ class ModelFiles(Protocol):
     def architecture(self) -> str: ...
     @property
     def context_length(self) -> int: ...  # trained context
+    # The model's multimodal projector (`mmproj*.gguf`: images, audio), or None: a model with
+    # none reads text only. Read with getattr(model, "projector", None): older stand-ins
+    # lack it.
 
 
 class Backend(Protocol):

@@ -37,10 +37,11 @@
 #   variants/baseline.json                                the baseline's "requires" (no libs)
 #   BUILD_INFO                                            versions, flags, compile seconds
 #
-# Not built: the multimodal library (LLAVA_BUILD=OFF; Ember loads no mtmd chat handler and
-# llama_cpp imports mtmd_cpp only inside those handlers) and llama.cpp's "common" library
-# (the tools' helper, unused by the Python bindings; the sdist forces it on, so the build
-# copy of its CMakeLists is patched, never the cached sdist). Both shorten the compile.
+# Built: the multimodal library (LLAVA_BUILD=ON: libmtmd.so, which links only libllama and
+# libggml), through which Ember's llama.cpp engine reads images and audio
+# (backends/llamacpp/vision.py). Not built: llama.cpp's "common" library (the tools' helper,
+# unused by the Python bindings and by libmtmd; the sdist forces it on, so the build copy of
+# its CMakeLists is patched, never the cached sdist), which shortens the compile.
 #
 # Environment: EMBER_WHEEL_CACHE (default ~/.cache/ember/wheels, shared with the dev wheel
 # and its sdist cache), EMBER_LLAMA_CPP_VERSION (default 0.3.36), EMBER_BUILD_JOBS,
@@ -63,7 +64,7 @@ common_args+=" -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF"
 common_args+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 baseline_args="$common_args -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF"
 dl_args="-DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=OFF"
-wheel_args="$baseline_args $dl_args -DLLAVA_BUILD=OFF -DLLAMA_BUILD_COMMON=OFF"
+wheel_args="$baseline_args $dl_args -DLLAVA_BUILD=ON -DLLAMA_BUILD_COMMON=OFF"
 
 vulkan_args=""
 if [ "${EMBER_LLAMA_VULKAN:-auto}" = off ]; then
@@ -90,7 +91,7 @@ variants=(
 baseline_requires="avx avx2 fma f16c bmi2 sse4_2"
 
 py_tag=$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-script_rev=4  # bump when the build steps change what lands in the folder
+script_rev=5  # bump when the build steps change what lands in the folder
 glslc_version=$( (command -v glslc >/dev/null && [ -n "$vulkan_args" ] && glslc --version | head -n1) || true)
 key=$(printf '%s\n' "$VERSION" "$wheel_args" "${variants[@]}" "$py_tag" "$script_rev" "$glslc_version" | sha256sum | cut -c1-16)
 dir="$CACHE/llama-cpp-python-$VERSION-portable-$py_tag-$key"
@@ -129,7 +130,7 @@ wheel_seconds=$(( $(date +%s) - start ))
 wheel=$(ls "$tmp"/out/llama_cpp_python-*.whl)
 
 "$PYTHON" -m zipfile -e "$wheel" "$tmp/wheel-unpacked"
-for lib in libggml-cpu.so libggml.so libllama.so; do
+for lib in libggml-cpu.so libggml.so libllama.so libmtmd.so; do
   if [ ! -e "$tmp/wheel-unpacked/llama_cpp/lib/$lib" ]; then
     echo "ember: the wheel has no llama_cpp/lib/$lib: was it built with GGML_BACKEND_DL?" >&2
     exit 1
