@@ -193,12 +193,21 @@ class GenerationRequest:
     # tokens, whoever sends it, and among caches it must overwrite it takes this key's first
     # (backends.llamacpp.engine.others_first). None: no preference.
     cache_key: str | None = None
+    # a raw prompt's images or audio (Ollama's /api/generate `images`): `prompt` holds one
+    # MEDIA_MARKER for each; a conversation's are its messages' own
+    media: tuple[Media, ...] = ()
 
     def validate(self) -> None:
         if (self.messages is None) == (self.prompt is None):
             raise InvalidRequestError("give either messages or a prompt")
         if self.prompt is not None and not self.prompt.strip():
             raise InvalidRequestError("the prompt is empty")
+        if self.prompt is not None and self.prompt.count(MEDIA_MARKER) != len(self.media):
+            raise InvalidRequestError(
+                f"the prompt places {self.prompt.count(MEDIA_MARKER)} media marker(s) but the "
+                f"request carries {len(self.media)} image(s) or clip(s)", "prompt")
+        if self.messages is not None and self.media:
+            raise InvalidRequestError("a conversation's images go in its messages")
         if self.messages is not None:
             if not self.messages:
                 raise InvalidRequestError("the conversation has no messages")
@@ -222,6 +231,14 @@ class GenerationRequest:
 def request_media(messages: tuple[Message, ...] | None) -> tuple[Media, ...]:
     """Every image and audio clip of a conversation, in order."""
     return tuple(m for msg in messages or () for m in msg.media)
+
+
+def refuse_media(request: GenerationRequest, why: str) -> None:
+    """An InvalidRequestError for a request with images or audio on a backend that reads
+    text only, saying `why` (and what does take them)."""
+    if request.media or request_media(request.messages):
+        raise InvalidRequestError(f"{why}; images and audio run on the llamacpp backend, "
+                                  "with a GGUF model and its projector (mmproj)")
 
 
 def check_media(messages: tuple[Message, ...]) -> None:

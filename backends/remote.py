@@ -38,6 +38,7 @@ from backends.base import (
     TokenEvent,
     ToolCall,
     ToolCallEvent,
+    request_media,
 )
 from backends.errors import RemoteError
 from backends.stats import request_stats
@@ -289,6 +290,10 @@ class RemoteBackend:
                  cancelled: CancelFlag | None = None, stream: bool = True) -> Iterator[Event]:
         """The events of one request; never raises for a server's or the network's failure:
         that is the final ErrorEvent, after the text already received."""
+        if request.media or request_media(request.messages):
+            yield ErrorEvent(f"{model} is a remote model: Ember does not send images or audio "
+                             "to remote servers yet", "invalid")
+            return
         path = "/chat/completions" if request.messages is not None else "/completions"
         run = Received(time.monotonic(), stops=request.sampling.stop)
         try:

@@ -31,6 +31,7 @@ from backends.base import (
     PromptTooLong,
     SpeculativeParams,
     check_token_ids,
+    refuse_media,
 )
 from backends.chat_format.base import OutputParser
 from backends.chat_format.render import ChatTemplate
@@ -46,6 +47,10 @@ from backends.logprobs import log_softmax_at, token_logprob
 from backends.prompt import admit, chat_prompt, count_prompt, run_alone
 from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
+
+# what a request with images or audio is told (backends.base.refuse_media)
+TEXT_ONLY = ("the cuda backend ("
+             "Ember's own engine) reads text onl)")
 
 
 def pick_device() -> tuple[torch.device, torch.dtype]:
@@ -143,10 +148,12 @@ class CudaBackend:
 
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
         """As the llama.cpp backend (backends.prompt)."""
+        refuse_media(request, TEXT_ONLY)
         return chat_prompt(request, self._context, self._loaded()[1].encode, self.chat)
 
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
         """The whole prompt's length, as `prompt_tokens` counts it (backends.prompt)."""
+        refuse_media(request, TEXT_ONLY)
         return count_prompt(request, self._loaded()[1].encode, self.chat)
 
     # -- generation ------------------------------------------------------------------------

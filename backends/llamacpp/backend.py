@@ -31,6 +31,7 @@ from backends.base import (
     ModelFiles,
     PromptTooLong,
     check_token_ids,
+    request_media,
 )
 from backends.chat_format.base import OutputParser
 from backends.chat_format.render import ChatTemplate
@@ -40,7 +41,9 @@ from backends.llamacpp import ggml_backends
 from backends.llamacpp.engine import BatchEngine, Job, reusable
 from backends.llamacpp.llama_log import llama_errors, load_failure
 from backends.llamacpp.speculative import DraftModel, logits_row
+from backends.llamacpp.vision import MediaPrompt, Projector, find_projector
 from backends.logprobs import log_softmax_at
+from backends.media import MEDIA_MARKER, Media
 from backends.prompt import admit, chat_prompt, count_prompt, run_alone
 from backends.speculation.policy import Speculation
 from backends.text import TextStream
@@ -147,10 +150,12 @@ class LlamaCppBackend:
         self._embedding_only = False
         self._markers: dict[int, bytes] = {}  # the format's marker tokens, shown as text
         self._grammar_vocab: GrammarVocab | None = None  # built on the first grammar
+        self.projector: Projector | None = None  # the model's images and audio, if any
+        self._last_media: MediaPrompt | None = None  # prompt_tokens' media, for submit
 
     def capabilities(self) -> Capabilities:
         return Capabilities(formats=("gguf",), batching=True, speculative=True,
-                            embeddings=True, grammar=True, logprobs=True)
+                            embeddings=True, grammar=True, logprobs=True, media=True)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, model: ModelFiles, plan: LoadPlan) -> LoadPlan | None:
@@ -207,8 +212,19 @@ class LlamaCppBackend:
                                  _token_text(self._model, self._model.token_eos()), model.ref)
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") == "true"
         self._markers = self.chat.use_marker_tokens(self.tokenize_special)
+        projector_path = find_projector(model)
+        if projector_path is not None:
+            with llama_errors() as llama_said:
+                try:
+                    self.projector = Projector(projector_path, self._model.model, used.threads,
+                                               use_gpu=used.gpu_layers != 0)
+                except ModelFileError as e:
+                    self.unload()
+                    said = f" (llama.cpp: {llama_said[-1]})" if llama_said else ""
+                    raise ModelFileError(f"{e}{said}") from e
         self.engine = BatchEngine(self._ctx, used.parallel, used.context, used.batch,
-                                  self._piece, self._is_eog, self._token_bytes)
+                                  self._piece, self._is_eog, self._token_bytes,
+                                  projector=self.projector)
         return used if used != plan else None
 
     def _open(self, model: ModelFiles, plan: LoadPlan,
@@ -251,6 +267,9 @@ class LlamaCppBackend:
         self._drafts.clear()
         self._grammar_vocab = None  # it tokenizes through the model's vocabulary
         self._last_encoded = None
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         for part in (self._embed_batch, self._embed_ctx, self._ctx, self._model):
             if part is not None:
                 part.close()
@@ -379,12 +398,55 @@ class LlamaCppBackend:
             ref = self._installed.ref if self._installed else "this model"
             raise InvalidRequestError(f"{ref} is an embedding model: it embeds text "
                                       "(/v1/embeddings, /api/embed) and cannot generate any")
-        return chat_prompt(request, self._n_ctx_seq, self._encode, self.chat)
+        media = self._request_media(request)
+        if not media:
+            return chat_prompt(request, self._n_ctx_seq, self._encode, self.chat)
+        encoded: list[MediaPrompt] = []
+
+        def encode(text: str) -> list[int]:
+            for earlier in encoded:  # a longer rendering, before turns were dropped
+                earlier.close()
+            encoded.clear()
+            encoded.append(self._encode_media(text, media))
+            return encoded[-1].tokens
+
+        tokens, truncated, parser = chat_prompt(request, self._n_ctx_seq, encode, self.chat)
+        self._last_media = encoded[-1]
+        return tokens, truncated, parser
+
+    def _request_media(self, request: GenerationRequest) -> tuple[Media, ...]:
+        """The request's images and clips, checked against what the model takes."""
+        media = request_media(request.messages) + request.media
+        if not media:
+            return ()
+        ref = self._installed.ref if self._installed else "this model"
+        if self.projector is None:
+            raise InvalidRequestError(f"{ref} reads text only: it has no vision projector "
+                                      "(mmproj), so it cannot take images or audio")
+        self.projector.check(media, ref)
+        return media
+
+    def _encode_media(self, text: str, media: tuple[Media, ...]) -> MediaPrompt:
+        """`text` (a rendering of the request, maybe with its oldest turns dropped) with its
+        media: those of the turns kept, which are the request's last ones (only a system
+        prompt comes before them, and it carries none)."""
+        assert self.projector is not None
+        kept = media[len(media) - text.count(MEDIA_MARKER):] if MEDIA_MARKER in text else ()
+        add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
+        return self.projector.tokenize(text, kept, add_bos)
 
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
-        """The whole prompt's length, as `prompt_tokens` counts it (backends.prompt)."""
+        """The whole prompt's length, as `prompt_tokens` counts it (backends.prompt), images
+        and audio at the tokens they take."""
         self._loaded()
-        return count_prompt(request, self._encode, self.chat)
+        media = self._request_media(request)
+        if not media:
+            return count_prompt(request, self._encode, self.chat)
+        text = request.prompt if request.prompt is not None else \
+            self.chat.render(request.messages or (), request)
+        prompt = self._encode_media(text, media)
+        prompt.close()
+        return len(prompt.tokens)
 
     def _constraint(self, request: GenerationRequest, prompt: list[int]) -> Constraint | None:
         """The request's grammar (JSON mode, a schema, tool calls), if it has one. The
@@ -395,7 +457,8 @@ class LlamaCppBackend:
             self._grammar_vocab = vocab_from_llama(model.vocab, model.n_vocab())
         if self._grammar_vocab is None:
             return None
-        tail = model.detokenize(prompt[-8:], special=True).decode("utf-8", "replace")
+        tail = model.detokenize([t for t in prompt[-8:] if t >= 0],
+                                special=True).decode("utf-8", "replace")
         return request_constraint(request, self.chat.fmt, self._grammar_vocab, tail)
 
     def _sampler(self, request: GenerationRequest) -> LlamaSampler:
@@ -424,31 +487,59 @@ class LlamaCppBackend:
                cancelled: CancelFlag | None = None) -> Admission:
         """Render and tokenize the request's prompt and queue it in the engine; `step()`
         then yields its events."""
+        self._last_media = None
         prompt, truncated, output = self.prompt_tokens(request)
+        media, self._last_media = self._last_media, None
         engine = self.engine
         assert engine is not None
         verdict = admit(request, len(prompt), self._n_ctx_seq,
                         max((reusable(s, prompt) for s in engine.slots if s.job is None),
                             default=0))
         if isinstance(verdict, PromptTooLong):
+            if media is not None:
+                media.close()
             return verdict
+        try:
+            job = self._job(stream_id, request, cancelled, prompt, truncated, output, media)
+        except BaseException:
+            if media is not None:
+                media.close()
+            raise
+        engine.submit(job)
+        return verdict
+
+    def _job(self, stream_id: str, request: GenerationRequest, cancelled: CancelFlag | None,
+             prompt: list[int], truncated: bool, output: OutputParser,
+             media: MediaPrompt | None) -> Job:
         budget = self._n_ctx_seq - len(prompt)
         max_new = min(request.sampling.max_tokens or budget, budget)
         grammar = self._constraint(request, prompt)
-        spec, draft = self._speculation(request, prompt)
-        engine.submit(Job(stream_id, request, cancelled, prompt, self._sampler(request),
-                          max_new, truncated=truncated, text=TextStream(request.sampling.stop),
-                          output=output, spec=spec, draft=draft, grammar=grammar,
-                          argmax=request.sampling.temperature == 0.0
-                          and request.sampling.repeat_penalty == 1.0))
-        return verdict
+        spec, draft = self._speculation(request, prompt, media is not None)
+        job = Job(stream_id, request, cancelled, prompt, self._sampler(request),
+                  max_new, truncated=truncated, text=TextStream(request.sampling.stop),
+                  output=output, spec=spec, draft=draft, grammar=grammar,
+                  argmax=request.sampling.temperature == 0.0
+                  and request.sampling.repeat_penalty == 1.0)
+        if media is not None:
+            job.spans, job.release = media.spans, media.close
+        return job
 
-    def _speculation(self, request: GenerationRequest,
-                     prompt: list[int]) -> tuple[Speculation | None, DraftModel | None]:
-        """The request's speculative state, and its draft model (loaded on first use)."""
+    def _speculation(self, request: GenerationRequest, prompt: list[int],
+                     has_media: bool = False) -> tuple[Speculation | None, DraftModel | None]:
+        """The request's speculative state, and its draft model (loaded on first use). With
+        images, prompt lookup proposes from the prompt's text only, and a draft model
+        (which sees no images) is not used."""
         params = request.speculative
         if params is None:
             return None, None
+        if has_media:
+            prompt = [t for t in prompt if t >= 0]
+            if params.method == "draft":
+                if params.by_default:
+                    return None, None
+                raise InvalidRequestError("speculative decoding with a draft model cannot "
+                                          "take images or audio: the draft model reads text "
+                                          "only (use method 'lookup', or none)")
         if self._sliding_window:
             if params.by_default:
                 return None, None

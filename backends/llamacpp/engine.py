@@ -27,6 +27,7 @@ from backends.base import ErrorEvent, Event, FinishReason, TokenLogprob
 from backends.grammar import Constraint
 from backends.job import BaseJob
 from backends.llamacpp.speculative import DraftModel, common_prefix, logits_row
+from backends.llamacpp.vision import MediaSpan, Projector
 from backends.logprobs import token_logprob
 from backends.speculation.cost import DraftCost, StepTimes
 from backends.speculation.policy import Speculation
@@ -85,7 +86,9 @@ def plan_prompt_rows(prefilling: list[Slot], room: int) -> list[tuple[Slot, int,
         if room <= 0:
             break
         job = slot.running
-        end = min(len(job.prompt), job.pos + room)
+        end = min(job.prefill_end(), job.pos + room)
+        if end <= job.pos:
+            continue  # at an image: the engine decodes it on its own first
         pieces.append((slot, job.pos, end))
         room -= end - job.pos
     return pieces
@@ -98,6 +101,13 @@ def reusable(slot: Slot, prompt: list[int]) -> int:
     if slot.logits_at == len(prompt) and slot.tokens[:len(prompt)] == prompt:
         return len(prompt)  # with the logits its evaluation ended on
     return max(0, min(common_prefix(slot.tokens, prompt), len(prompt) - 1))
+
+
+def whole_spans(keep: int, spans: Sequence[MediaSpan]) -> int:
+    """`keep` cached tokens of a prompt, moved back to the start of a media span it would
+    cut: an image is in a cache whole or not at all (its pseudo-tokens cannot be evaluated
+    as text)."""
+    return next((s.start for s in spans if s.start < keep < s.end), keep)
 
 
 @dataclass(frozen=True)
@@ -235,6 +245,17 @@ class Job(BaseJob):
     grammar: Constraint | None = None  # constrained decoding (backends.grammar)
     argmax: bool = False  # greedy without penalties: the sampler chain would pick the argmax
     logprob: TokenLogprob | None = None  # the sampled token's, until _accept streams it
+    # the prompt's images and audio, as runs of pseudo-tokens in `prompt` (vision.py)
+    spans: tuple[MediaSpan, ...] = ()
+    release: Callable[[], None] | None = None  # frees the spans' chunks when the job ends
+
+    def prefill_end(self) -> int:
+        """Where this step's prompt rows must stop: the next media span's start (which is
+        decoded on its own), else the prompt's end."""
+        return next((s.start for s in self.spans if s.start >= self.pos), len(self.prompt))
+
+    def span_at(self, index: int) -> MediaSpan | None:
+        return next((s for s in self.spans if s.start == index), None)
 
 
 @dataclass(frozen=True)
@@ -260,6 +281,21 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0
     cache_key: str | None = None  # the cache_key of the request that last ran here
+    # (end index, positions short of tokens) of each media span in `tokens` whose KV
+    # positions advance by fewer than its tokens (M-RoPE images): what follows sits that much
+    # lower in the cache than its index
+    shifts: list[tuple[int, int]] = field(default_factory=list)
+
+    def kv_pos(self, index: int) -> int:
+        """The KV position of tokens[index] (its index, less the shifts of the spans before
+        it)."""
+        return index - sum(d for end, d in self.shifts if end <= index)
+
+    def cut(self, keep: int) -> None:
+        """Keep the first `keep` tokens' record (the cache's cells are dropped by the
+        caller)."""
+        self.tokens = self.tokens[:keep]
+        self.shifts = [(end, d) for end, d in self.shifts if end <= keep]
 
     @property
     def running(self) -> Job:
@@ -272,7 +308,8 @@ class Slot:
 class BatchEngine:
     def __init__(self, ctx: Any, n_seq: int, n_ctx_seq: int, n_batch: int,
                  detokenize: Callable[[int], bytes], is_eog: Callable[[int], bool],
-                 token_bytes: Callable[[int], bytes] | None = None) -> None:
+                 token_bytes: Callable[[int], bytes] | None = None,
+                 projector: Projector | None = None) -> None:
         from llama_cpp._internals import LlamaBatch
 
         self.ctx, self.n_ctx_seq, self.n_batch = ctx, n_ctx_seq, n_batch
@@ -289,6 +326,7 @@ class BatchEngine:
         self._sliding = llama_cpp.llama_model_n_swa(model) > 0  # cannot share a prefix
         self._copying: set[int] = set()  # seq ids in a stream copy until the next decode
         self.times = StepTimes()  # decode time by batch rows, for speculation's choices
+        self.projector = projector  # the model's images and audio (vision.py), if any
 
     def close(self) -> None:
         self.batch.close()
@@ -352,13 +390,14 @@ class BatchEngine:
 
     def _start(self, slot: Slot, job: Job, keep: int) -> None:
         """Run `job` in `slot`, reusing the first `keep` tokens of its cache."""
+        keep = whole_spans(keep, job.spans)
         if keep < len(slot.tokens) and not (
                 keep > 0 and llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id,
-                                                           keep, -1)):
+                                                           slot.kv_pos(keep), -1)):
             # sliding-window caches cannot drop a suffix: start the sequence over
             llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
             keep = 0
-        slot.tokens = slot.tokens[:keep]
+        slot.cut(keep)
         if keep == len(job.prompt) == slot.logits_at:
             job.stored_logits = slot.logits
         elif keep < slot.logits_at:
@@ -376,9 +415,10 @@ class BatchEngine:
         drops what follows the prefix."""
         llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, -1, -1)
         llama_cpp.llama_memory_seq_cp(self._memory, donor.seq_id, spare.seq_id, -1, -1)
-        llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, keep, -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, spare.seq_id, donor.kv_pos(keep), -1)
         self._copying |= {donor.seq_id, spare.seq_id}
         spare.tokens = donor.tokens[:keep]
+        spare.shifts = [(end, d) for end, d in donor.shifts if end <= keep]
         spare.logits, spare.logits_at = ((donor.logits, donor.logits_at)
                                          if 0 < donor.logits_at <= keep else (None, 0))
 
@@ -406,9 +446,10 @@ class BatchEngine:
             if llama_cpp.llama_state_seq_set_data(ctx, data, size, slot.seq_id) != size:
                 for s in (a, b):
                     llama_cpp.llama_memory_seq_rm(self._memory, s.seq_id, -1, -1)
-                    s.tokens, s.logits, s.logits_at = [], None, 0
+                    s.tokens, s.logits, s.logits_at, s.shifts = [], None, 0, []
                 return True  # nothing is cached in either now: no copy to make
         a.tokens, b.tokens = b.tokens, a.tokens
+        a.shifts, b.shifts = b.shifts, a.shifts
         a.logits, b.logits = b.logits, a.logits
         a.logits_at, b.logits_at = b.logits_at, a.logits_at
         a.last_used, b.last_used = b.last_used, a.last_used
@@ -420,9 +461,12 @@ class BatchEngine:
         jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
         self.waiting.clear()
         for slot in self.slots:
-            slot.job, slot.tokens = None, []
+            slot.job, slot.tokens, slot.shifts = None, [], []
             slot.logits, slot.logits_at = None, 0
         llama_cpp.llama_memory_clear(self._memory, True)
+        for job in jobs:
+            if job.release is not None:
+                job.release()
         return [(job.stream_id, ErrorEvent(message)) for job in jobs]
 
     # -- one step --------------------------------------------------------------------------
@@ -443,6 +487,8 @@ class BatchEngine:
             # A step's events go out when it returns: a first token from stored logits
             # (or a cancellation) goes now, not after the next decode (20 ms on the 0.5B).
             return out
+        for slot in running:
+            self._decode_media(slot)
 
         self.batch.reset()
         b = self.batch.batch
@@ -458,7 +504,7 @@ class BatchEngine:
                 b.seq_id[j][0], b.n_seq_id[j] = slot.seq_id, 1
                 b.logits[j] = i >= logits_from
             b.n_tokens = start + len(tokens)
-            rows.append((slot, start, tokens, first_pos < len(slot.running.prompt),
+            rows.append((slot, start, tokens, slot.running.next_token is None,
                          list(proposal)))
 
         decoding = [s for s in running if s.running.next_token is not None][: self.n_batch]
@@ -470,14 +516,14 @@ class BatchEngine:
         pieces = plan_prompt_rows(prefilling, self.n_batch - len(decoding))
         for slot, start, end in pieces:
             prompt = slot.running.prompt
-            add(slot, prompt[start:end], start, end - start - 1 if end == len(prompt)
-                else end - start)
+            add(slot, prompt[start:end], slot.kv_pos(start), end - start - 1
+                if end == len(prompt) else end - start)
         proposals = self._proposals(decoding) if not pieces else {}
         for slot in decoding:
             proposal = proposals.get(slot.seq_id, [])
             pending = slot.running.next_token
             assert pending is not None  # what makes the slot one of `decoding`
-            add(slot, [pending, *proposal], len(slot.tokens), 0, proposal)
+            add(slot, [pending, *proposal], slot.kv_pos(len(slot.tokens)), 0, proposal)
         is_decode = not pieces
         started = time.perf_counter()
         self.ctx.decode(self.batch)
@@ -594,9 +640,10 @@ class BatchEngine:
         job.propose_s = 0.0
         keep = base + 1 + matched
         if keep < len(slot.tokens):
-            if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1):
+            if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id,
+                                                 slot.kv_pos(keep), -1):
                 raise RuntimeError("llama.cpp could not drop rejected speculative tokens")
-            slot.tokens = slot.tokens[:keep]
+            slot.cut(keep)
         return out
 
     def _near_tie(self, job: Job, row: int) -> bool:
@@ -615,10 +662,11 @@ class BatchEngine:
         """Evaluate a near-tie position's row alone, as plain decoding would, and take the
         token sampled there: the proposal's tokens after it leave the KV cache."""
         slot, job = recheck.slot, recheck.slot.running
-        if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, recheck.pos, -1):
+        if not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id,
+                                             slot.kv_pos(recheck.pos), -1):
             raise RuntimeError("llama.cpp could not drop rejected speculative tokens")
-        del slot.tokens[recheck.pos + 1:]  # the row's own token is evaluated again
-        self.one_row.set_batch(slot.tokens[recheck.pos:], recheck.pos, True)
+        slot.cut(recheck.pos + 1)  # the row's own token is evaluated again
+        self.one_row.set_batch(slot.tokens[recheck.pos:], slot.kv_pos(recheck.pos), True)
         self.one_row.batch.seq_id[0][0] = slot.seq_id
         started = time.perf_counter()
         self.ctx.decode(self.one_row)
@@ -699,11 +747,32 @@ class BatchEngine:
         job.next_token = token
         return events
 
+    def _decode_media(self, slot: Slot) -> None:
+        """Decode the images and clips the slot's prefill has reached (each on its own: an
+        embeddings batch takes no token rows), so the step's prompt rows go on after them."""
+        job = slot.running
+        while job.next_token is None and (span := job.span_at(job.pos)) is not None:
+            if self.projector is None:
+                raise RuntimeError("a prompt with media reached an engine without a projector")
+            if len(slot.tokens) != job.pos:
+                raise RuntimeError(f"slot {slot.seq_id} holds {len(slot.tokens)} tokens where "
+                                   f"its prompt is at {job.pos}")
+            first = slot.kv_pos(job.pos)
+            after = self.projector.decode(self.ctx.ctx, span, first, slot.seq_id, self.n_batch)
+            self._copying.clear()  # a decode ran: llama.cpp made the pending stream copies
+            slot.tokens += job.prompt[span.start:span.end]
+            if after - first != span.n_tokens:
+                slot.shifts.append((span.end, span.n_tokens - (after - first)))
+            job.pos = span.end
+
     def _finish(self, slot: Slot, reason: FinishReason) -> list[tuple[str, Event]]:
         job = slot.running
         slot.job = None
         slot.last_used = time.monotonic()
+        if job.release is not None:
+            job.release()
         return job.finish(reason, prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
-                          cached_tokens=job.reused,
+                          cached_tokens=job.reused, media_tokens=sum(
+                              s.n_tokens for s in job.spans),
                           draft_tokens=job.spec.proposed if job.spec else 0,
                           accepted_tokens=job.spec.accepted if job.spec else 0)

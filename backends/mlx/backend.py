@@ -40,6 +40,7 @@ from backends.base import (
     PromptTooLong,
     SpeculativeParams,
     check_token_ids,
+    refuse_media,
 )
 from backends.chat_format.base import OutputParser
 from backends.chat_format.render import ChatTemplate
@@ -57,6 +58,10 @@ from backends.speculation.vocab import check_draft_vocabulary
 from backends.text import TextStream
 
 CACHE_ENTRIES_PER_SEQUENCE = 4  # conversations whose KV cache is kept, per parallel sequence
+
+# what a request with images or audio is told (backends.base.refuse_media)
+TEXT_ONLY = ("the mlx backend reads text only ("
+             "mlx-lm has no vision models; mlx-vlm is not part of Ember yet)")
 
 
 def float32_activations() -> bool:
@@ -162,10 +167,12 @@ class MlxBackend:
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], bool, OutputParser]:
         """The prompt as tokens, whether something was dropped to fit, and the parser of the
         answer (backends.prompt, the llama.cpp backend's rule)."""
+        refuse_media(request, TEXT_ONLY)
         return chat_prompt(request, self._n_ctx, self._tokenizer().encode, self.chat)
 
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
         """The whole prompt's length, as `prompt_tokens` counts it (backends.prompt)."""
+        refuse_media(request, TEXT_ONLY)
         return count_prompt(request, self._tokenizer().encode, self.chat)
 
     # -- generation ------------------------------------------------------------------------
