@@ -235,10 +235,19 @@ class Store:
         self._write_manifest(model)
         return model
 
-    def import_gguf(self, source: str | Path) -> InstalledModel:
-        """Copy a user's GGUF into the store, named from its metadata. The original is kept."""
+    def import_gguf(self, source: str | Path,
+                    projector: str | Path | None = None) -> InstalledModel:
+        """Copy a user's GGUF into the store, named from its metadata, with its multimodal
+        projector (`mmproj*.gguf`, for images and audio) beside it if one is given. The
+        originals are kept."""
         source = Path(source).expanduser()
         info = read_gguf(source)
+        proj_source = Path(projector).expanduser() if projector is not None else None
+        if proj_source is not None:
+            proj_info = read_gguf(proj_source)
+            if proj_info.architecture != "clip":
+                raise EmberError(f"{proj_source} is not a projector (its architecture is "
+                                 f"{proj_info.architecture!r}, a projector's is 'clip')")
         model_id = slug(info.name)
         quant = info.file_type
         for m in self.list():
@@ -255,11 +264,21 @@ class Store:
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
+        projector_file = ""
+        if proj_source is not None:
+            name = proj_source.name if proj_source.name != source.name else f"mmproj-{source.name}"
+            proj_target = self.inside_models(target.parent / name)
+            try:
+                shutil.copyfile(proj_source, tmp)
+                os.replace(tmp, proj_target)
+            finally:
+                tmp.unlink(missing_ok=True)
+            projector_file = proj_target.name
         model = InstalledModel(
             id=model_id, quant=quant, format="gguf", path=target,
             size_bytes=target.stat().st_size, sha256=digest, architecture=info.architecture,
             context_length=info.context_length, chat=info.chat_template is not None,
-            origin="import", installed_at=time.time())
+            origin="import", installed_at=time.time(), projector_file=projector_file)
         self._write_manifest(model)
         return model
 

@@ -186,9 +186,13 @@ def rm(model: str) -> None:
 
 @cli.command("import")
 @click.argument("path", type=click.Path(dir_okay=False))
-def import_(path: str) -> None:
+@click.option("--mmproj", type=click.Path(dir_okay=False, exists=True),
+              help="the model's multimodal projector (mmproj*.gguf), so it sees images")
+def import_(path: str, mmproj: str | None) -> None:
     """Install your own GGUF file (copied; named from its metadata)."""
-    m = Store().import_gguf(path)
-    click.echo(f"imported {m.ref} ({m.architecture}, {m.size_bytes / 1e9:.2f} GB) -> {m.path}")
+    m = Store().import_gguf(path, projector=mmproj)
+    sees = f", with the projector {m.projector_file}" if m.projector_file else ""
+    click.echo(f"imported {m.ref} ({m.architecture}, {m.size_bytes / 1e9:.2f} GB{sees}) "
+               f"-> {m.path}")
 
 
