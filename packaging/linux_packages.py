@@ -31,8 +31,8 @@ from app.identity import APP_ID, APP_NAME  # noqa: E402
 # 35: documents brought cryptography (14.8 MB, pypdf's AES) and lxml with python-docx (10.6 MB),
 # MCP a few pure-Python packages. Stripping the debug info some binaries carry (libpython,
 # uvloop, Python's own modules: strip_debug_info) took it to 254 MB, which leaves room for
-# what is coming: the multimodal library for vision (libmtmd, 1.8 MB per llama.cpp library
-# folder) and llama.cpp's Vulkan backend (libggml-vulkan, about 40 MB unpacked as another
+# what came next: the multimodal library for vision (libmtmd, 1.8 MB per llama.cpp library
+# folder; with Pillow, which decodes the images, issue 42) and llama.cpp's Vulkan backend (libggml-vulkan, about 40 MB unpacked as another
 # project ships it; issue 39 measures ours). CUDA's backend and runtime are hundreds of MB:
 # an optional download, not part of this budget.
 SIZE_BUDGET = 300 * 1000 * 1000
