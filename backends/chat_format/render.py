@@ -123,6 +123,21 @@ class ChatTemplate:
         return by_name(self.fmt.tools)
 
     def _render(self, dicts: list[dict], variables: dict) -> str:
+        prompt = self._render_as_given(dicts, variables)
+        if _shows_contents(prompt, dicts):
+            return prompt
+        # a template that reads only a list of content parts (SmolVLM's, Idefics'): each
+        # string is looped over as characters and nothing of it is shown. One text part
+        # holds it, media markers and all, where the image goes.
+        parts = [{**d, "content": [{"type": "text", "text": d["content"]}]}
+                 if isinstance(d.get("content"), str) and d["content"] else d for d in dicts]
+        try:
+            as_parts = self._render_as_given(parts, variables)
+        except TemplateError:
+            return prompt
+        return as_parts if _shows_contents(as_parts, dicts) else prompt
+
+    def _render_as_given(self, dicts: list[dict], variables: dict) -> str:
         return render_chat(self.source or "", dicts, bos_token=self.bos_text,
                            eos_token=self.eos_text, **variables)
 
@@ -164,6 +179,12 @@ def _with_system_text(messages: tuple[Message, ...], text: str) -> tuple[Message
         return (Message("system", f"{first.content}\n\n{text}" if first.content else text),
                 *messages[1:])
     return (Message("system", text), *messages)
+
+
+def _shows_contents(prompt: str, dicts: list[dict]) -> bool:
+    """Whether the user and assistant texts are in the prompt (as the template trims them)."""
+    return all(d["content"].strip() in prompt for d in dicts
+               if d["role"] in ("user", "assistant") and isinstance(d.get("content"), str))
 
 
 def _shows_later_system_turns(prompt: str, dicts: list[dict]) -> bool:
