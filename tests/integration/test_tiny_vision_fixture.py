@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from llama_cpp import mtmd_cpp as mtmd
 
+from tests.support.llama_sdist import vendor_models
 from tests.support.tiny_vision import (
     QWEN_VL_FIRST_SPECIAL,
     QWEN_VL_SPECIALS,
@@ -147,7 +148,8 @@ def prompt(v: Vision) -> str:
            "<|im_start|>assistant\n"
 
 
-def test_fixture_is_written_fast_and_small(tmp_path: Path):
+def test_fixture_is_written_fast_and_small(tmp_path: Path) -> None:
+    vendor_models()  # extracted from the sdist once per machine: not the writer's time
     for family, write in WRITERS.items():
         start = time.monotonic()
         fixture = write(tmp_path / family)
@@ -156,7 +158,7 @@ def test_fixture_is_written_fast_and_small(tmp_path: Path):
         assert fixture.model.stat().st_size + fixture.projector.stat().st_size < 40e6
 
 
-def test_projector_matches_the_language_model(vision: Vision):
+def test_projector_matches_the_language_model(vision: Vision) -> None:
     assert mtmd.mtmd_support_vision(vision.mtmd)
     assert not mtmd.mtmd_support_audio(vision.mtmd)
     assert vision.n_embd == 64
@@ -166,7 +168,7 @@ def test_projector_matches_the_language_model(vision: Vision):
         (vision.fixture.family == "gemma3")
 
 
-def test_image_becomes_one_chunk_of_image_tokens_between_its_delimiters(vision: Vision):
+def test_image_becomes_one_chunk_of_image_tokens_between_its_delimiters(vision: Vision) -> None:
     chunks = vision.tokenize(prompt(vision), [image(1, vision.fixture.image_size)])
     try:
         assert chunks.types() == [mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT,
@@ -192,7 +194,7 @@ def test_image_becomes_one_chunk_of_image_tokens_between_its_delimiters(vision: 
         chunks.free()
 
 
-def test_encoded_image_is_finite_and_as_wide_as_the_model(vision: Vision):
+def test_encoded_image_is_finite_and_as_wide_as_the_model(vision: Vision) -> None:
     chunks = vision.tokenize(prompt(vision), [image(2, vision.fixture.image_size)])
     try:
         assert mtmd.mtmd_encode_chunk(vision.mtmd, chunks[1]) == 0
@@ -204,7 +206,7 @@ def test_encoded_image_is_finite_and_as_wide_as_the_model(vision: Vision):
         chunks.free()
 
 
-def test_logits_follow_the_image(vision: Vision):
+def test_logits_follow_the_image(vision: Vision) -> None:
     size = vision.fixture.image_size
     runs = []
     for seed in (3, 3, 4):
@@ -219,3 +221,18 @@ def test_logits_follow_the_image(vision: Vision):
     assert np.abs(same - other).max() > 1e-4
     # the image, not the text, is what differs: a greedy choice is made on these logits
     assert int(np.argmax(same)) == int(np.argmax(again))
+
+
+def test_qwen_image_tokens_follow_the_image_shape_and_gemma_resizes_to_its_square(
+        vision: Vision) -> None:
+    """Qwen2.5-VL reads images at their own resolution (in multiples of 28 pixels): twice as
+    wide is twice the tokens. Gemma 3 resizes every image to its square: always the same."""
+    size = vision.fixture.image_size
+    wide = np.random.default_rng(5).integers(0, 256, (size, 2 * size, 3), dtype=np.uint8)
+    chunks = vision.tokenize(prompt(vision), [wide])
+    try:
+        n = mtmd.mtmd_input_chunk_get_n_tokens(chunks[1])
+    finally:
+        chunks.free()
+    factor = 2 if vision.fixture.family == "qwen2vl" else 1
+    assert n == factor * vision.fixture.image_tokens

@@ -326,7 +326,7 @@ def _encode(vtype: int, value: Any) -> bytes:
     return head + value
 
 
-_SIZES = {gguf.GGUFValueType.UINT8: 1, gguf.GGUFValueType.INT8: 1,
+_SIZES: dict[int, int] = {gguf.GGUFValueType.UINT8: 1, gguf.GGUFValueType.INT8: 1,
           gguf.GGUFValueType.UINT16: 2, gguf.GGUFValueType.INT16: 2,
           gguf.GGUFValueType.UINT32: 4, gguf.GGUFValueType.INT32: 4,
           gguf.GGUFValueType.FLOAT32: 4, gguf.GGUFValueType.BOOL: 1,

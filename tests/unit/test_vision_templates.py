@@ -54,7 +54,7 @@ def image_turn(text_before: str, text_after: str, images: int = 1) -> Message:
 
 
 @pytest.mark.parametrize("t", TEMPLATES, ids=lambda t: t.name)
-def test_image_marker_lands_once_inside_its_user_turn_in_order(t: VisionTemplate):
+def test_image_marker_lands_once_inside_its_user_turn_in_order(t: VisionTemplate) -> None:
     prompt = render(t, (image_turn("What is in", "this picture?"),))
     assert prompt.count(MEDIA_MARKER) == 1
     (turn,) = user_turns(t, prompt)
@@ -62,7 +62,7 @@ def test_image_marker_lands_once_inside_its_user_turn_in_order(t: VisionTemplate
 
 
 @pytest.mark.parametrize("t", TEMPLATES, ids=lambda t: t.name)
-def test_two_images_in_one_turn_keep_their_order_with_the_text(t: VisionTemplate):
+def test_two_images_in_one_turn_keep_their_order_with_the_text(t: VisionTemplate) -> None:
     prompt = render(t, (Message("user", f"First {MEDIA_MARKER} then {MEDIA_MARKER} compare.",
                                 media=(PIXEL, PIXEL)),))
     assert prompt.count(MEDIA_MARKER) == 2
@@ -73,7 +73,7 @@ def test_two_images_in_one_turn_keep_their_order_with_the_text(t: VisionTemplate
 
 
 @pytest.mark.parametrize("t", TEMPLATES, ids=lambda t: t.name)
-def test_each_turns_image_stays_in_that_turn_of_a_conversation(t: VisionTemplate):
+def test_each_turns_image_stays_in_that_turn_of_a_conversation(t: VisionTemplate) -> None:
     messages = (Message("system", "You describe pictures."),
                 image_turn("Describe", "briefly."),
                 Message("assistant", "A red square."),
@@ -87,7 +87,7 @@ def test_each_turns_image_stays_in_that_turn_of_a_conversation(t: VisionTemplate
     assert prompt.index("A red square.") < prompt.index(second)
 
 
-def test_template_that_reads_only_content_parts_gets_every_turns_text():
+def test_template_that_reads_only_content_parts_gets_every_turns_text() -> None:
     """SmolVLM's template loops over a turn's content as parts: Ember's plain-string contents
     rendered as nothing until the renderer gave it one text part per turn."""
     smolvlm = next(t for t in TEMPLATES if "SmolVLM" in t.name)
