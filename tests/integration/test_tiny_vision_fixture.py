@@ -33,6 +33,7 @@ WRITERS: dict[str, Callable[[Path], TinyVisionModel]] = {
 # mtmd's image delimiters, as single tokens of the fixtures' vocabularies
 IMAGE_BEGIN_END = {"gemma3": ("<start_of_image>", "<end_of_image>"),
                    "qwen2vl": ("<|vision_start|>", "<|vision_end|>")}
+TURN_END = {"gemma3": "<end_of_turn>", "qwen2vl": "<|im_end|>"}
 THREADS = 2
 
 
@@ -192,6 +193,11 @@ def test_image_becomes_one_chunk_of_image_tokens_between_its_delimiters(vision: 
                 assert vision.token(name) == [i]
     finally:
         chunks.free()
+
+
+def test_turn_end_is_one_token_that_ends_generation(vision: Vision) -> None:
+    (token,) = vision.token(TURN_END[vision.fixture.family])
+    assert llama.llama_vocab_is_eog(vision.vocab, token)
 
 
 def test_encoded_image_is_finite_and_as_wide_as_the_model(vision: Vision) -> None:
