@@ -88,6 +88,38 @@ class VariantFile:
 
 
 @dataclass(frozen=True)
+class Vision:
+    """A projector's vision tower, as its config.json (vision_config) and llama.cpp's
+    clip.vision.* GGUF keys give it: what the fit model needs for the encoder's compute buffer
+    and the tokens one image costs (app.fit.projector)."""
+    image_size: int  # the side of the image the encoder sees (pixels)
+    patch_size: int
+    hidden: int  # clip.vision.embedding_length
+    ffn: int  # clip.vision.feed_forward_length
+    layers: int  # clip.vision.block_count
+    # patches merged into one token per side (Qwen's spatial_merge_size, Idefics3's
+    # scale_factor; Gemma 3 pools 64x64 patches to 16x16: 4)
+    merge: int = 1
+    # the encoder takes an image at its own size (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), not resized
+    # to image_size
+    dynamic: bool = False
+
+
+@dataclass(frozen=True)
+class Projector:
+    """A GGUF variant's multimodal projector (`mmproj*.gguf`): its file, fetched, verified and
+    installed beside the model with it, from sources of the same shape as the model's."""
+    file: str
+    size_bytes: int
+    sha256: str | None
+    sources: tuple[Source, ...]
+    vision: Vision | None = None
+
+    def source(self, kind: str) -> Source | None:
+        return next((s for s in self.sources if s.kind == kind), None)
+
+
+@dataclass(frozen=True)
 class Variant:
     format: str  # "gguf" | "mlx" | "safetensors"
     quant: str
@@ -100,6 +132,8 @@ class Variant:
     # split GGUF (llama.cpp's gguf-split, NAME-00001-of-00003.gguf ...): its parts in order,
     # the first being `file`, the one llama.cpp opens (it finds the others beside it)
     files: tuple[VariantFile, ...] = ()
+    # a GGUF variant's vision (or audio) projector, fetched with it; None: text only
+    mmproj: Projector | None = None
 
     @property
     def split(self) -> bool:
@@ -131,6 +165,11 @@ class ModelSpec:
     # at about the same size); the catalog still lists this one and points at that one
     superseded_by: str = ""
 
+    @property
+    def vision(self) -> bool:
+        """Whether some variant of the model sees (has a projector)."""
+        return any(v.mmproj is not None for v in self.variants)
+
     def variant(self, quant: str | None = None, fmt: str = "gguf") -> Variant:
         candidates = [v for v in self.variants if v.format == fmt]
         if quant is None:
@@ -145,17 +184,30 @@ class ModelSpec:
                                  f"registry (known {fmt} quantizations: {known})")
 
 
+def _sources(raw: list[dict]) -> tuple[Source, ...]:
+    return tuple(Source(kind=s["kind"], repo=s.get("repo"), file=s.get("file"),
+                        packages=tuple(s.get("packages", ())), member=s.get("member"),
+                        size_bytes=int(s["size_bytes"]) if "size_bytes" in s else None,
+                        weights_sha256=s.get("weights_sha256"))
+                 for s in raw)
+
+
+def _projector(raw: dict | None) -> Projector | None:
+    if raw is None:
+        return None
+    vision = raw.get("vision")
+    return Projector(file=raw["file"], size_bytes=int(raw["size_bytes"]),
+                     sha256=raw.get("sha256"), sources=_sources(raw["sources"]),
+                     vision=Vision(**vision) if vision else None)
+
+
 def _variant(raw: dict) -> Variant:
-    sources = tuple(Source(kind=s["kind"], repo=s.get("repo"), file=s.get("file"),
-                           packages=tuple(s.get("packages", ())), member=s.get("member"),
-                           size_bytes=int(s["size_bytes"]) if "size_bytes" in s else None,
-                           weights_sha256=s.get("weights_sha256"))
-                    for s in raw["sources"])
+    sources = _sources(raw["sources"])
     files = tuple(VariantFile(name=f["name"], size_bytes=int(f["size_bytes"]),
                               sha256=f.get("sha256")) for f in raw.get("files") or ())
     return Variant(format=raw["format"], quant=raw["quant"], file=raw["file"],
                    size_bytes=int(raw["size_bytes"]), sha256=raw.get("sha256"), sources=sources,
-                   files=files)
+                   files=files, mmproj=_projector(raw.get("mmproj")))
 
 
 def _spec(raw: dict) -> ModelSpec:
@@ -230,6 +282,28 @@ def check_parts(models: tuple[ModelSpec, ...]) -> list[str]:
     return problems
 
 
+def check_projectors(models: tuple[ModelSpec, ...]) -> list[str]:
+    """What is wrong with the registry's projectors (a variant's `mmproj`): only a GGUF
+    variant has one; its file is a plain `mmproj*.gguf` name (it is placed beside the model
+    under that name, and `ember rm` finds it so), with a size and sources."""
+    problems = []
+    for m in models:
+        for v in m.variants:
+            p = v.mmproj
+            if p is None:
+                continue
+            where = f"{m.id}:{v.quant}"
+            if v.format != "gguf":
+                problems.append(f"{where}: only a GGUF variant has an mmproj")
+            elif PurePosixPath(p.file).name != p.file or not p.file.lower().startswith(
+                    "mmproj") or not p.file.lower().endswith(".gguf"):
+                problems.append(f"{where}: mmproj file {p.file!r} must be a plain "
+                                "mmproj*.gguf name")
+            elif p.size_bytes <= 0 or not p.sources:
+                problems.append(f"{where}: mmproj {p.file} needs size_bytes and sources")
+    return problems
+
+
 def check_superseded(models: tuple[ModelSpec, ...]) -> list[str]:
     """What is wrong with the registry's superseded_by links: each must name another model
     of the registry, and following them must end (no cycle)."""
@@ -257,7 +331,7 @@ def _load(path: Path, mtime: float) -> Registry:
         models = tuple(_spec(m) for m in raw["models"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: cannot read the model registry ({e})") from e
-    problems = check_superseded(models) + check_parts(models)
+    problems = check_superseded(models) + check_parts(models) + check_projectors(models)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
     return Registry(models)

@@ -218,8 +218,10 @@ class Store:
             return self.inside_models(self.paths.models / folder)
         return self.inside_models(self.paths.models / folder / variant.file)
 
-    def install(self, spec: ModelSpec, variant: Variant, verified_file: Path) -> InstalledModel:
-        """Move a verified file into place, then write its manifest."""
+    def install(self, spec: ModelSpec, variant: Variant, verified_file: Path,
+                projector: Path | None = None) -> InstalledModel:
+        """Move a verified file into place (and its verified projector beside it, under the
+        registry's name for it), then write its manifest."""
         target = self.target_path(spec, variant)
         info = read_gguf(verified_file)
         # a file verified against the hub's hash has no registry checksum: record its own
@@ -229,11 +231,25 @@ class Store:
             size_bytes=verified_file.stat().st_size, sha256=digest,
             architecture=info.architecture, context_length=info.context_length,
             chat=spec.chat and info.chat_template is not None, origin="registry",
-            installed_at=time.time())
+            installed_at=time.time(),
+            projector_file=self._place_projector(variant, projector, target.parent))
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(verified_file, target)
         self._write_manifest(model)
         return model
+
+    def _place_projector(self, variant: Variant, projector: Path | None,
+                         folder: Path) -> str:
+        """A registry variant's verified projector moved into `folder` under the registry's
+        name for it (kept if it is there already: another quantization brought it); the name
+        the manifest records, "" for none."""
+        if projector is None or variant.mmproj is None:
+            return ""
+        placed = self.inside_models(folder / Path(variant.mmproj.file).name)
+        if projector.resolve() != placed.resolve():
+            folder.mkdir(parents=True, exist_ok=True)
+            os.replace(projector, placed)
+        return placed.name
 
     def import_gguf(self, source: str | Path,
                     projector: str | Path | None = None) -> InstalledModel:
@@ -381,20 +397,21 @@ class Store:
         return model
 
     def install_split(self, spec: ModelSpec, variant: Variant, folder: Path,
-                      sha256: dict[str, str]) -> InstalledModel:
+                      sha256: dict[str, str], projector: Path | None = None) -> InstalledModel:
         """A registry split GGUF's verified parts (repo paths under `folder`, `sha256`: their
         digests) into the variant's folder under their own names; the manifest, beside the
         first part, comes last, so a half-moved set is never listed."""
         parts = [f.name for f in variant.files]
         info = read_gguf(folder / parts[0])
-        targets, digest = self._place_parts(folder, parts, sha256,
-                                            self.target_path(spec, variant).parent)
+        place = self.target_path(spec, variant).parent
+        targets, digest = self._place_parts(folder, parts, sha256, place)
         model = InstalledModel(
             id=spec.id, quant=variant.quant, format="gguf", path=targets[0],
             size_bytes=sum(t.stat().st_size for t in targets), sha256=digest,
             architecture=info.architecture, context_length=info.context_length,
             chat=spec.chat and info.chat_template is not None, origin="registry",
-            installed_at=time.time())
+            installed_at=time.time(),
+            projector_file=self._place_projector(variant, projector, place))
         self._write_manifest(model)
         return model
 
@@ -450,7 +467,7 @@ class Store:
         else:
             for part in split_parts(model.path):
                 part.unlink(missing_ok=True)
-            _remove_orphan_projectors(model.path.parent)
+            _remove_orphan_projectors(model)
         for folder in (model.path.parent, model.path.parent.parent):
             if folder.resolve() == self.paths.models.resolve():
                 break
@@ -468,10 +485,22 @@ class Store:
         self._touch()
 
 
-def _remove_orphan_projectors(folder: Path) -> None:
-    """A vision projector that came with a Hub model goes with the last model of its
-    folder."""
-    if any(folder.glob(f"*{MANIFEST_SUFFIX}")):
+def _remove_orphan_projectors(removed: InstalledModel) -> None:
+    """The removed model's projector goes unless another model of its folder records it (the
+    quantizations of one repo share one); any other mmproj*.gguf goes with the last model of
+    the folder (what an older Ember's manifest did not record)."""
+    folder = removed.path.parent
+    others = []
+    for manifest in folder.glob(f"*{MANIFEST_SUFFIX}"):
+        try:
+            others.append(json.loads(manifest.read_text(encoding="utf-8"))
+                          .get("projector_file", ""))
+        except (OSError, ValueError, AttributeError):
+            others.append(None)  # unreadable: keep what it might use
+    own = removed.projector
+    if own is not None and removed.projector_file not in others and None not in others:
+        own.unlink(missing_ok=True)
+    if others:
         return
     for p in folder.glob("mmproj*.gguf"):
         p.unlink(missing_ok=True)

@@ -126,7 +126,9 @@ def _pull(listing: RepoListing, quant: Quant, hub: HubName, store: Store, report
         if quant.format == "gguf":
             model = store.install_hub_gguf(
                 got.folder, [f.name for f in quant.files],
-                projector.name if projector is not None and projector in files else None,
+                # the projector already beside the model (another quantization brought it) is
+                # recorded too, so `ember rm` of either keeps it for the other
+                projector.name if projector is not None else None,
                 got.sha256, hub.model_id, quant.name, hub.repo)
         else:
             model = store.install_hub_directory(got.folder, got.sha256, hub.model_id,

@@ -88,21 +88,37 @@ def _pull(spec: ModelSpec, variant: Variant, store: Store, report: ProgressFn,
     work.mkdir(parents=True, exist_ok=True)
     if variant.format in DIR_FORMATS or variant.split:
         return _pull_directory(spec, variant, store, work, report, cancel)
+    started = time.monotonic()
+    assembled, source = _fetch(spec, variant, work, report, cancel)
+    projector = _fetch_projector(spec, variant, store, work, report, cancel)
+    report(Progress(f"{spec.id}:{variant.quant}", "install", variant.size_bytes,
+                    variant.size_bytes))
+    return _installed(store.install(spec, variant, assembled, projector), source, started,
+                      work, report)
+
+
+def _fetch(spec: ModelSpec, variant: Variant, work: Path, report: ProgressFn,
+           cancel: threading.Event | None, clear_on_damage: bool = True) -> tuple[Path, Source]:
+    """One file of a variant (the model, or its projector as projector_variant() gives it)
+    from each source in turn, verified, in `work`; the source it came from. A checksum
+    failure empties `work` unless `clear_on_damage` is false (a split GGUF's verified parts
+    stay; the fetcher removed the damaged file)."""
     errors = []
     ref = f"{spec.id}:{variant.quant}"
     sources = [s for s in variant.sources if s.kind in FETCHERS]
-    started = time.monotonic()
     for i, source in enumerate(sources):
         fetch = FETCHERS[source.kind]
-        log.info("pulling %s (%.2f GB) from %s", ref, variant.size_bytes / 1e9, _describe(source))
+        log.info("pulling %s (%s, %.2f GB) from %s", ref, variant.file,
+                 variant.size_bytes / 1e9, _describe(source))
         try:
-            assembled = fetch(spec, variant, source, work, report, cancel)
+            return fetch(spec, variant, source, work, report, cancel), source
         except Cancelled:
             log.info("pulling %s cancelled; what was downloaded is kept for the next pull", ref)
             raise
         except ChecksumError as e:
             log.error("pulling %s from %s: %s; nothing installed", ref, _describe(source), e)
-            shutil.rmtree(work, ignore_errors=True)
+            if clear_on_damage:
+                shutil.rmtree(work, ignore_errors=True)
             raise
         except DownloadError as e:
             errors.append(f"{source.kind}: {e}")
@@ -114,12 +130,37 @@ def _pull(spec: ModelSpec, variant: Variant, store: Store, report: ProgressFn,
             else:
                 log.error("pulling %s from %s failed (%s); no source left", ref,
                           _describe(source), e)
-            continue
-        report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
-        return _installed(store.install(spec, variant, assembled), source, started, work,
-                          report)
-    raise DownloadError(f"could not download {ref}: " +
+    raise DownloadError(f"could not download {ref} ({variant.file}): " +
                         ("; ".join(errors) or "no source Ember can fetch from"))
+
+
+def projector_variant(variant: Variant) -> Variant | None:
+    """A variant's projector as a one-file GGUF variant of the same quantization, so every
+    fetcher (the hub's, the PyPI mirror's) downloads, resumes and verifies it as it does a
+    model file."""
+    p = variant.mmproj
+    if p is None:
+        return None
+    return Variant(format="gguf", quant=variant.quant, file=p.file, size_bytes=p.size_bytes,
+                   sha256=p.sha256, sources=p.sources)
+
+
+def _fetch_projector(spec: ModelSpec, variant: Variant, store: Store, work: Path,
+                     report: ProgressFn, cancel: threading.Event | None,
+                     clear_on_damage: bool = True) -> Path | None:
+    """The variant's projector, verified, in `work`; or the one already beside the model's
+    place (another quantization of the model brought it, verified then); None without one."""
+    proj = projector_variant(variant)
+    if proj is None:
+        return None
+    placed = store.target_path(spec, variant).parent / proj.file
+    if placed.is_file():
+        log.info("%s:%s: the vision projector %s is already installed beside it", spec.id,
+                 variant.quant, proj.file)
+        return placed
+    report(Progress(f"{spec.id}:{variant.quant}", "download", 0, proj.size_bytes,
+                    message=f"fetching the vision projector {proj.file}"))
+    return _fetch(spec, proj, work, report, cancel, clear_on_damage)[0]
 
 
 def _pull_directory(spec: ModelSpec, variant: Variant, store: Store, work: Path,
@@ -141,6 +182,8 @@ def _pull_directory(spec: ModelSpec, variant: Variant, store: Store, work: Path,
     started = time.monotonic()
     try:
         got = hf_snapshot.fetch(spec, variant, source, work, report, cancel)
+        projector = _fetch_projector(spec, variant, store, work, report, cancel,
+                                     clear_on_damage=False)
     except Cancelled:
         log.info("pulling %s cancelled; what was downloaded is kept for the next pull", ref)
         raise
@@ -148,7 +191,8 @@ def _pull_directory(spec: ModelSpec, variant: Variant, store: Store, work: Path,
         log.error("pulling %s from %s: %s; nothing installed", ref, _describe(source), e)
         raise
     report(Progress(ref, "install", variant.size_bytes, variant.size_bytes))
-    model = (store.install_split(spec, variant, got.folder, got.sha256) if variant.split
+    model = (store.install_split(spec, variant, got.folder, got.sha256, projector)
+             if variant.split
              else store.install_snapshot(spec, variant, got.folder, got.sha256))
     return _installed(model, source, started, work, report)
 
