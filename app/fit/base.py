@@ -39,11 +39,13 @@ class Memory:
     kv_cache: int
     buffers: int
     overhead: int
+    # a vision projector's weights and its encoder's compute buffer (app.fit.projector)
+    projector: int = 0
 
     @property
     def total(self) -> int:
         """What must fit."""
-        return self.weights + self.kv_cache + self.buffers + self.overhead
+        return self.weights + self.kv_cache + self.buffers + self.overhead + self.projector
 
     @property
     def resident_peak(self) -> int:
@@ -55,8 +57,11 @@ class Memory:
         weights = f"{self.weights / GB:.2f} GB weights"
         if self.repacked:
             weights += f" (+{self.repacked / GB:.2f} GB reclaimable CPU repack)"
-        return (f"{weights} + {self.kv_cache / GB:.2f} GB KV at {ctx} context + "
+        text = (f"{weights} + {self.kv_cache / GB:.2f} GB KV at {ctx} context + "
                 f"{(self.buffers + self.overhead) / GB:.2f} GB buffers")
+        if self.projector:
+            text += f" + {self.projector / GB:.2f} GB vision projector"
+        return text
 
 
 @dataclass(frozen=True)
@@ -178,17 +183,17 @@ def context_label(context: int) -> str:
     return f"{context // 1024}k" if context % 1024 == 0 else str(context)
 
 
-def shrink_to_fit(fit_at: Callable[[int, int], Fit], ctx: int,
-                  parallel: int) -> tuple[Fit, int, int]:
-    """Every backend's load rule: halve the parallel sequences, then the context, until the
-    fit model says the load fits (or nothing is left to cut). Returns the fit, context and
-    parallel sequences."""
+def shrink_to_fit(fit_at: Callable[[int, int], Fit], ctx: int, parallel: int,
+                  min_context: int = MIN_CONTEXT) -> tuple[Fit, int, int]:
+    """Every backend's load rule: halve the parallel sequences, then the context (not below
+    `min_context`), until the fit model says the load fits (or nothing is left to cut).
+    Returns the fit, context and parallel sequences."""
     fit = fit_at(ctx, parallel)
     while fit.placement == "wont_fit" and parallel > 1:
         parallel //= 2
         fit = fit_at(ctx, parallel)
-    while fit.placement == "wont_fit" and ctx > MIN_CONTEXT:
-        ctx //= 2
+    while fit.placement == "wont_fit" and ctx > min_context:
+        ctx = max(ctx // 2, min_context)
         fit = fit_at(ctx, parallel)
     return fit, ctx, parallel
 
@@ -206,7 +211,8 @@ def kv_cache_setting() -> str | None:
 
 
 def choose_kv_cache(fit_at: FitAt, ctx: int, parallel: int, kv_types: tuple[str, ...],
-                    backend: str, kv_cache: str | None = None) -> tuple[Fit, int, int, str]:
+                    backend: str, kv_cache: str | None = None,
+                    min_context: int = MIN_CONTEXT) -> tuple[Fit, int, int, str]:
     """shrink_to_fit with the KV cache type asked for (`kv_cache`: the user's setting for
     this model in the window) or forced by EMBER_KV_CACHE, else f16 unless it would cut the
     context and q8_0 (about half the bytes) keeps more of it. Returns the fit, context,
@@ -219,16 +225,20 @@ def choose_kv_cache(fit_at: FitAt, ctx: int, parallel: int, kv_types: tuple[str,
     source = "set for this model" if kv_cache is not None else "EMBER_KV_CACHE"
     asked = f"{forced} ({source})" if kv_cache is not None else f"EMBER_KV_CACHE={forced}"
     if forced is not None and forced not in kv_types:
-        fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, kv_types[0]), ctx, parallel)
+        fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, kv_types[0]), ctx, parallel,
+                                  min_context)
         return fit, c, p, (f"KV cache {kv_types[0]}: {asked} is the llamacpp "
                            f"backend's, the {backend} backend keeps its own")
     if forced is not None:
-        fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, forced), ctx, parallel)
+        fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, forced), ctx, parallel,
+                                  min_context)
         return fit, c, p, f"KV cache {forced} ({source})" if forced != "f16" else ""
-    fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, "f16"), ctx, parallel)
+    fit, c, p = shrink_to_fit(lambda c, p: fit_at(c, p, "f16"), ctx, parallel,
+                              min_context)
     if "q8_0" not in kv_types or c == ctx:
         return fit, c, p, ""
-    q8, qc, qp = shrink_to_fit(lambda c, p: fit_at(c, p, "q8_0"), ctx, parallel)
+    q8, qc, qp = shrink_to_fit(lambda c, p: fit_at(c, p, "q8_0"), ctx, parallel,
+                               min_context)
     if q8.placement == "wont_fit" or qc <= c:
         return fit, c, p, ""
     f16_bytes = fit_at(qc, qp, "f16").memory.kv_cache
@@ -251,17 +261,20 @@ class SizedLoad:
 def size_load(fit_at: FitAt, hw: HardwareProfile, trained_context: int,
               context: int | None, parallel: int,
               headline: Callable[[Fit, int, int], str], kv_types: tuple[str, ...] = ("f16",),
-              backend: str = "llamacpp", kv_cache: str | None = None) -> SizedLoad:
+              backend: str = "llamacpp", kv_cache: str | None = None,
+              min_context: int = MIN_CONTEXT) -> SizedLoad:
     """The one load-plan rule, for every backend: the context asked for (else EMBER_CONTEXT,
     else DEFAULT_CONTEXT) within the model's trained context; `parallel` sequences halved,
     then the context, until `fit_at(context, parallel, kv)` fits (shrink_to_fit), with the
     KV cache type of `kv_types` that fits the most (choose_kv_cache); EMBER_THREADS or the
     physical cores. The reason is `headline(fit, context, threads)`, then the parallel
-    sequences, a cut context and a KV cache other than f16, if any."""
+    sequences, a cut context and a KV cache other than f16, if any. `min_context`: the least
+    context the load may be cut to (a vision model's: one image and MIN_CONTEXT beside it)."""
+    min_context = min(min_context, trained_context)
     wanted = min(context or env_int("EMBER_CONTEXT") or DEFAULT_CONTEXT, trained_context)
-    ctx = max(MIN_CONTEXT, wanted)
+    ctx = max(min_context, wanted)
     fit, ctx, parallel, kv_note = choose_kv_cache(fit_at, ctx, parallel, kv_types, backend,
-                                                  kv_cache)
+                                                  kv_cache, min_context)
     threads = env_int("EMBER_THREADS") or hw.physical_cores
     reason = headline(fit, ctx, threads)
     if parallel > 1:

@@ -8,12 +8,14 @@ Where each constant comes from: docs/notes/fit-model.md.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from app.fit.base import (
     APPLE_FLOPS_PER_GBPS,
     CPU_FLOPS_PER_CORE,
     GB,
     GPU_FLOPS_PER_GBPS,
+    MIN_CONTEXT,
     Fit,
     Memory,
     budgets,
@@ -38,6 +40,7 @@ from app.fit.offload import (
     read_split,
     state_split,
 )
+from app.fit.projector import ProjectorCost, file_cost
 from app.gguf_file import GGUFInfo
 from app.hardware import HardwareProfile
 from app.registry import Arch, Variant
@@ -128,17 +131,21 @@ def memory(arch: Arch, weights: int, context: int, parallel: int = 1, on_gpu: bo
 def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: HardwareProfile,
              context: int, parallel: int = 1, repacked: int | None = None,
              kv: str = "f16", embedding: int | None = None, output: int | None = None,
-             gpu_layers: int | None = None) -> Fit:
+             gpu_layers: int | None = None, projector: ProjectorCost | None = None) -> Fit:
     """`repacked`: the exact bytes of repackable tensors when the file is at hand; `kv`: the
     KV cache's type (KV_BYTES); `embedding`, `output`: the file's token_embd and output.weight
     bytes (0: tied), else estimated (app.fit.offload.parts); `gpu_layers`: on a discrete GPU,
     the repeating layers to offload (a user's choice: "will not fit" where they do not),
-    else the plan picks them."""
+    else the plan picks them; `projector`: a vision projector loaded beside the model
+    (app.fit.projector), on the GPU where the model's layers are, else in RAM."""
     weights = weight_bytes(variant, params)
     if repacked is None:
         repacked = repacked_bytes(variant, weights, hw)
-    on_gpu_mem = memory(arch, weights, context, parallel, on_gpu=True, kv=kv)
-    cpu_mem = memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked, kv=kv)
+    proj = projector.total if projector is not None else 0
+    on_gpu_mem = replace(memory(arch, weights, context, parallel, on_gpu=True, kv=kv),
+                         projector=proj)
+    cpu_mem = replace(memory(arch, weights, context, parallel, on_gpu=False, repacked=repacked,
+                             kv=kv), projector=proj)
     gpu_budget, ram_budget, kind = budgets(hw)
     layers = arch.layers
     split = parts(arch, params, weights, embedding, output, output_bits(variant))
@@ -152,10 +159,11 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
                              + (0 if out_gpu else logits_buffer_bytes(arch)))
         # each further GPU of a layer split holds a compute buffer of its own
         more = (len(devices) - 1) * gpu_buffer_bytes(arch, context, output_on_gpu=False)
+        # the projector goes to the GPU with the first offloaded layer (mtmd's use_gpu)
         placement, gpu_layers, gpu_bytes = offload_plan(arch, split, context, parallel, kv,
-                                                        gpu_budget - more, ram_budget,
+                                                        gpu_budget - more - proj, ram_budget,
                                                         cpu_mem, gpu_layers, out_gpu)
-        gpu_bytes += more if gpu_bytes else 0
+        gpu_bytes += more + proj if gpu_bytes else 0
     elif kind and on_gpu_mem.total <= gpu_budget:  # unified memory: all or nothing
         placement, gpu_layers, gpu_bytes = "full_gpu", layers, on_gpu_mem.total
     else:
@@ -165,8 +173,8 @@ def estimate(spec_id: str, arch: Arch, params: int, variant: Variant, hw: Hardwa
         mem, budget = on_gpu_mem, gpu_budget
         headroom = gpu_budget - (gpu_bytes if is_discrete(kind) else on_gpu_mem.total)
     elif placement == "partial":
-        mem = partial_memory(arch, context, parallel, kv, gpu_layers, cpu_mem, repacked,
-                             out_gpu)
+        mem = replace(partial_memory(arch, context, parallel, kv, gpu_layers, cpu_mem,
+                                     repacked, out_gpu), projector=proj)
         budget = ram_budget
         headroom = ram_budget - ram_bytes(arch, split, context, parallel, kv, gpu_layers,
                                           out_gpu)
@@ -272,32 +280,45 @@ def file_repacked_bytes(info: GGUFInfo, hw: HardwareProfile) -> int:
 
 
 def file_estimate(info: GGUFInfo, hw: HardwareProfile, context: int, parallel: int = 1,
-                  kv: str = "f16", gpu_layers: int | None = None) -> Fit:
+                  kv: str = "f16", gpu_layers: int | None = None,
+                  projector: ProjectorCost | None = None) -> Fit:
     """estimate() for a GGUF file at hand: its own tensor sizes and repack share."""
     variant = Variant("gguf", info.file_type, info.path.name, info.file_size, None, ())
     return estimate(info.name, arch_from_gguf(info), info.params, variant, hw, context,
                     parallel, file_repacked_bytes(info, hw), kv, info.embedding[1] or None,
-                    info.output[1], gpu_layers)
+                    info.output[1], gpu_layers, projector)
 
 
 def layer_choices(info: GGUFInfo, hw: HardwareProfile, context: int, parallel: int = 1,
-                  kv: str = "f16") -> list[Fit]:
+                  kv: str = "f16", projector: ProjectorCost | None = None) -> list[Fit]:
     """The plan for each number of layers a user may offload, 0 to all (the window's GPU
     layers setting: memory and predicted speed per choice; "will not fit" where the GPU
     cannot hold them). Each fitting choice's n_gpu_layers is the value llama.cpp takes."""
     layers = arch_from_gguf(info).layers
-    return [file_estimate(info, hw, context, parallel, kv, n) for n in range(layers + 1)]
+    return [file_estimate(info, hw, context, parallel, kv, n, projector)
+            for n in range(layers + 1)]
 
 
 def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
-              parallel: int = 1, kv_cache: str | None = None) -> LoadPlan:
+              parallel: int = 1, kv_cache: str | None = None,
+              projector: Path | None = None) -> LoadPlan:
     """The llama.cpp load plan for a GGUF file (app.fit.base.size_load's rule); `kv_cache`
-    ("f16", "q8_0") is the KV cache type asked for, None: the rule's choice."""
+    ("f16", "q8_0") is the KV cache type asked for, None: the rule's choice; `projector`: the
+    model's mmproj file, whose weights, encoder buffer and one image's tokens count (the
+    context never shrinks below one image and MIN_CONTEXT beside it)."""
+    proj = file_cost(projector) if projector is not None else None
+
+    def headline(fit: Fit, ctx: int, threads: int) -> str:
+        text = f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads"
+        if proj is not None:
+            text += f"; {proj.describe()}"
+        return text
+
     sized = size_load(
-        lambda c, p, kv: file_estimate(info, hw, c, p, kv),
-        hw, info.context_length, context, parallel,
-        lambda fit, ctx, threads: f"{fit.label}: {fit.memory.describe(ctx)}; {threads} threads",
-        kv_types=tuple(KV_BYTES), kv_cache=kv_cache)
+        lambda c, p, kv: file_estimate(info, hw, c, p, kv, projector=proj),
+        hw, info.context_length, context, parallel, headline,
+        kv_types=tuple(KV_BYTES), kv_cache=kv_cache,
+        min_context=MIN_CONTEXT + (proj.image_tokens if proj is not None else 0))
     fit = sized.fit
     return LoadPlan(context=sized.context, threads=sized.threads, gpu_layers=fit.n_gpu_layers,
                     parallel=sized.parallel, reason=sized.reason,
@@ -306,14 +327,15 @@ def plan_load(info: GGUFInfo, hw: HardwareProfile, context: int | None = None,
 
 
 def gpu_bytes_with(info: GGUFInfo, hw: HardwareProfile, plan: LoadPlan,
-                   n_gpu_layers: int) -> int:
+                   n_gpu_layers: int, projector: Path | None = None) -> int:
     """GPU memory of `plan` run with llama.cpp's `n_gpu_layers` (-1: all; n >= 1: the
     output layer and n - 1 repeating layers) in place of its own: a user's setting, or fewer
     layers where the GPU could not hold the plan."""
     if n_gpu_layers == 0:
         return 0
     return file_estimate(info, hw, plan.context, plan.parallel, plan.kv_cache,
-                         repeating_layers(n_gpu_layers, arch_from_gguf(info).layers)).gpu_bytes
+                         repeating_layers(n_gpu_layers, arch_from_gguf(info).layers),
+                         file_cost(projector) if projector is not None else None).gpu_bytes
 
 
 def repeating_layers(n_gpu_layers: int, layers: int) -> int:

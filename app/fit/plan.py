@@ -25,7 +25,8 @@ def plan_for(model: ModelFiles, backend: str, hw: HardwareProfile, context: int 
     info = read_model_gguf(model.path)
     if backend == "cuda":
         return plan_cuda_gguf(info, hw, context, parallel, quant)
-    return plan_load(info, hw, context, parallel, kv_cache)
+    # the model's vision projector (ModelFiles.projector; older stand-ins have none)
+    return plan_load(info, hw, context, parallel, kv_cache, getattr(model, "projector", None))
 
 
 def with_gpu_layers(model: ModelFiles, backend: str, hw: HardwareProfile, plan: LoadPlan,
@@ -35,4 +36,4 @@ def with_gpu_layers(model: ModelFiles, backend: str, hw: HardwareProfile, plan: 
     if backend != "llamacpp" or model.format != "gguf":
         return replace(plan, gpu_layers=gpu_layers)
     return replace(plan, gpu_layers=gpu_layers, gpu_memory_bytes=gpu_bytes_with(
-        read_model_gguf(model.path), hw, plan, gpu_layers))
+        read_model_gguf(model.path), hw, plan, gpu_layers, getattr(model, "projector", None)))

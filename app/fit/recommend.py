@@ -9,6 +9,7 @@ from collections.abc import Callable
 from app.fit.base import DEFAULT_CONTEXT, Fit
 from app.fit.cuda import estimate_cuda
 from app.fit.estimate import bits_per_weight, estimate, repeating_layers
+from app.fit.projector import registry_cost
 from app.hardware import HardwareProfile
 from app.registry import ModelSpec
 from app.runtime.backend_choice import preferred_format
@@ -36,8 +37,12 @@ def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
         return [estimate_cuda(spec.id, spec.arch, spec.params, v, hw, ctx, parallel)
                 for v in spec.variants if v.format in formats]
     forced = None if n_gpu_layers is None else repeating_layers(n_gpu_layers, spec.arch.layers)
-    return [estimate(spec.id, spec.arch, spec.params, v, hw, ctx, parallel,
-                     gpu_layers=forced if v.format == "gguf" else None)
+    # a variant's projector counts from the registry's numbers (app.fit.projector), and one
+    # image's tokens join the context it is sized at
+    return [estimate(spec.id, spec.arch, spec.params, v, hw,
+                     ctx + (registry_cost(v.mmproj).image_tokens if v.mmproj else 0), parallel,
+                     gpu_layers=forced if v.format == "gguf" else None,
+                     projector=registry_cost(v.mmproj) if v.mmproj else None)
             for v in spec.variants if v.format in formats]
 
 

@@ -66,6 +66,32 @@ def model_gguf(path: Path, name: str = "Hub Test Model", vocab: int = 2000,
     return path.read_bytes()
 
 
+def projector_gguf(path: Path, image_size: int = 896, patch_size: int = 14, hidden: int = 1152,
+                   ffn: int = 4304, layers: int = 27, projector_type: str = "gemma3",
+                   weights: int = 64 * 64) -> bytes:
+    """A multimodal projector (mmproj) as llama.cpp's converter writes one: architecture
+    "clip", the clip.vision.* numbers of its encoder (Gemma 3's SigLIP by default), and a
+    tensor of `weights` values; what app.fit.projector reads."""
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_string("clip.projector_type", projector_type)
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_uint32("clip.vision.image_size", image_size)
+    writer.add_uint32("clip.vision.patch_size", patch_size)
+    writer.add_uint32("clip.vision.embedding_length", hidden)
+    writer.add_uint32("clip.vision.feed_forward_length", ffn)
+    writer.add_uint32("clip.vision.block_count", layers)
+    if projector_type != "gemma3":
+        writer.add_uint32("clip.vision.spatial_merge_size", 2)
+    rng = np.random.default_rng(7)
+    writer.add_tensor("v.patch_embd.weight",
+                      rng.random((max(1, weights // 256), 256), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path.read_bytes()
+
+
 def add_gguf_repo(hub: FakeHub, tmp: Path, repo: str, quants: list[str],
                   weights: int = 64 * 64, **meta: object) -> dict[str, bytes]:
     """A GGUF repo, one file per quantization name (`NAME-<quant>.gguf`), all of one model

@@ -24,7 +24,7 @@ from app.pull.install import Cancelled, pull
 from app.runtime import Runtime
 from app.store import Store
 from backends.errors import ModelFileError
-from tests.support.hub_repos import add_gguf_repo, add_mlx_repo, model_gguf
+from tests.support.hub_repos import add_gguf_repo, add_mlx_repo, model_gguf, projector_gguf
 from tests.support.hub_server import start_hub, use_hub
 from tests.support.machines import desktop
 
@@ -113,7 +113,8 @@ def test_a_split_gguf_comes_as_its_set_with_the_vision_projector(hub):
     parts = [model_gguf(tmp / f"p{i}.gguf", weights=300_000, split=(i, 3)) for i in (1, 2, 3)]
     for i, data in enumerate(parts, 1):
         h.add("o/Vision-GGUF", f"Q8_0/Vision-Q8_0-{i:05d}-of-00003.gguf", data)
-    h.add("o/Vision-GGUF", "mmproj-Vision-f16.gguf", b"P" * 5000)
+    projector = projector_gguf(tmp / "mmproj.gguf")
+    h.add("o/Vision-GGUF", "mmproj-Vision-f16.gguf", projector)
     h.add("o/Vision-GGUF", "Vision-Q4_0.gguf", model_gguf(tmp / "v4.gguf"))
     store = hub["store"]
     model = pull("hf.co/o/Vision-GGUF:Q8_0", store=store)
@@ -121,7 +122,8 @@ def test_a_split_gguf_comes_as_its_set_with_the_vision_projector(hub):
     assert model.path == folder / "Vision-Q8_0-00001-of-00003.gguf"  # what llama.cpp opens
     assert [(folder / f"Vision-Q8_0-{i:05d}-of-00003.gguf").read_bytes()
             for i in (1, 2, 3)] == parts
-    assert (folder / "mmproj-Vision-f16.gguf").read_bytes() == b"P" * 5000
+    assert (folder / "mmproj-Vision-f16.gguf").read_bytes() == projector
+    assert model.projector == folder / "mmproj-Vision-f16.gguf"
     assert model.size_bytes == sum(len(p) for p in parts)
     assert store.list() == [model]
     assert not (folder / "Vision-Q4_0.gguf").exists()
@@ -129,9 +131,12 @@ def test_a_split_gguf_comes_as_its_set_with_the_vision_projector(hub):
     whole = read_model_gguf(model.path)
     assert whole.file_size == model.size_bytes and whole.tensor_count == 4
     plan = plan_for(model, "llamacpp", desktop())
-    assert plan.memory_bytes > model.size_bytes
-    # a second quantization shares the projector; removing the last model takes it away
+    assert plan.memory_bytes > model.size_bytes + len(projector)
+    assert "vision projector (256 tokens an image)" in plan.reason
+    # a second quantization shares the projector (and records it); removing the last model
+    # takes it away
     other = pull("hf.co/o/Vision-GGUF:Q4_0", store=store)
+    assert other.projector_file == "mmproj-Vision-f16.gguf"
     store.remove(model.ref)
     assert sorted(p.name for p in folder.iterdir()) == [
         "Vision-Q4_0.gguf", "Vision-Q4_0.gguf.ember.json", "mmproj-Vision-f16.gguf"]
@@ -351,3 +356,16 @@ def test_a_cancelled_mlx_folder_resumes_fetching_only_what_is_missing(hub):
     assert list(fetched) == ["model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     assert fetched["model.safetensors"].startswith("bytes=")
     assert (model.path / "model.safetensors").read_bytes() == weights.data
+
+
+def test_a_hub_repos_damaged_projector_is_refused_by_its_lfs_sha256(hub):
+    h, tmp, store = hub["hub"], hub["tmp"], hub["store"]
+    h.add("o/Seeing-GGUF", "Seeing-Q4_0.gguf", model_gguf(tmp / "s4.gguf"))
+    projector = projector_gguf(tmp / "mmproj.gguf")
+    h.add("o/Seeing-GGUF", "mmproj-Seeing-f16.gguf", projector).corrupt = True
+    with pytest.raises(ChecksumError, match="checksum mismatch for mmproj-Seeing-f16.gguf"):
+        pull("hf.co/o/Seeing-GGUF:Q4_0", store=store)
+    assert store.list() == []
+    h.files[("o/Seeing-GGUF", "mmproj-Seeing-f16.gguf")].corrupt = False
+    model = pull("hf.co/o/Seeing-GGUF:Q4_0", store=store)
+    assert model.projector is not None and model.projector.read_bytes() == projector
