@@ -94,6 +94,9 @@ def _variant_json(v: Variant) -> dict[str, Any]:
             sources.append({"kind": s.kind, "packages": list(s.packages)})
     out = {"format": v.format, "quant": v.quant, "file": v.file, "size_bytes": v.size_bytes,
            "sha256": v.sha256, "sources": sources}
+    if v.mmproj is not None:  # the projector pulled with it
+        out["mmproj"] = {"file": v.mmproj.file, "size_bytes": v.mmproj.size_bytes,
+                         "sha256": v.mmproj.sha256}
     if v.split:  # a split GGUF: its parts, in order (the first is `file`)
         out["parts"] = [{"name": f.name, "size_bytes": f.size_bytes, "sha256": f.sha256}
                         for f in v.files]
@@ -117,7 +120,8 @@ def catalog(as_json: bool, with_fit: bool) -> None:
         row: dict[str, Any] = {"id": spec.id, "family": spec.family, "name": spec.name,
                "description": spec.description, "license": spec.license, "params": spec.params,
                "context": {"default": spec.context_default, "max": spec.context_max},
-               "chat": spec.chat, "embedding": spec.embedding, "arch": asdict(spec.arch),
+               "chat": spec.chat, "embedding": spec.embedding, "vision": spec.vision,
+               "arch": asdict(spec.arch),
                "superseded_by": spec.superseded_by or None,
                "variants": [_variant_json(v) for v in spec.variants]}
         if profile is not None:
@@ -131,6 +135,8 @@ def catalog(as_json: bool, with_fit: bool) -> None:
     for row in rows:
         quants = ", ".join(sorted({v["quant"] for v in row["variants"] if v["format"] == "gguf"}))
         line = f"{row['id']:34} {row['params'] / 1e9:6.2f}B  {quants}"
+        if row["vision"]:
+            line += "  [vision]"
         if row["superseded_by"]:
             line += f"  (superseded: try {row['superseded_by']})"
         if row.get("fit"):
@@ -159,7 +165,8 @@ def list_models(as_json: bool) -> None:
     for name, why in failed.items():  # on stderr: stdout stays one list of models
         click.echo(f"warning: {name}/*: {why}", err=True)
     if as_json:
-        click.echo(json.dumps([m.to_json() for m in models]
+        click.echo(json.dumps([{**m.to_json(), "vision": m.projector is not None}
+                               for m in models]
                               + [{"id": m.ref, "quant": "remote", "format": "remote",
                                   "remote": m.endpoint, "remote_id": m.id,
                                   "owned_by": m.owned_by} for m in remote], indent=2))
@@ -168,12 +175,14 @@ def list_models(as_json: bool) -> None:
         click.echo("no models installed; try `ember pull qwen2.5-coder-0.5b-instruct`")
         return
     if models:
-        click.echo(f"{'MODEL':40} {'QUANT':8} {'SIZE':>9}  {'ARCH':8} PATH")
+        click.echo(f"{'MODEL':40} {'QUANT':8} {'SIZE':>9}  {'ARCH':8} {'SEES':6} PATH")
     for m in models:
+        # SEES: "vision" for a model with its projector (images), "-" for text only
+        sees = "vision" if m.projector is not None else "-"
         click.echo(f"{m.id:40} {m.quant:8} {m.size_bytes / 1e9:7.2f}GB  {m.architecture:8} "
-                   f"{m.path}")
+                   f"{sees:6} {m.path}")
     for r in remote:
-        click.echo(f"{r.ref:40} {'remote':8} {'':>9}  {'':8} {r.owned_by}")
+        click.echo(f"{r.ref:40} {'remote':8} {'':>9}  {'':8} {'':6} {r.owned_by}")
 
 
 @cli.command()

@@ -27,11 +27,14 @@ from app.gui.hub_search import HubSearchPanel
 from app.gui.tasks import DownloadTask
 from app.hardware import HardwareProfile
 from app.pull.progress import Progress
-from app.registry import ModelSpec, load_registry
+from app.registry import ModelSpec, Projector, load_registry
 from app.store import InstalledModel, Store
 
 BADGE_COLOR = {"full_gpu": "#2e7d32", "partial": "#b26a00", "cpu": "#1565c0",
                "wont_fit": "#c62828"}
+# beside the name of a model that sees (a registry model whose GGUF variants have a projector),
+# in the Models page and the model picker
+VISION_MARK = "· vision"
 COLUMNS = ["Model", "Quantization", "Size", "Fit", "Memory", "Speed", ""]
 
 
@@ -174,10 +177,13 @@ class HubWidget(QWidget):
     def _add_model(self, spec: ModelSpec, installed: set[str]) -> None:
         best = recommend(spec, self.hardware)
         newer = f" (superseded: try {spec.superseded_by})" if spec.superseded_by else ""
-        top = QTreeWidgetItem([spec.name + newer, f"{len(spec.variants)} variants", "", "",
-                               "", "", ""])
+        sees = f" {VISION_MARK}" if spec.vision else ""  # search finds it: "vision"
+        top = QTreeWidgetItem([spec.name + sees + newer, f"{len(spec.variants)} variants", "",
+                               "", "", "", ""])
         top.setData(0, Qt.ItemDataRole.UserRole, spec.id)
-        top.setToolTip(0, f"{spec.id}\n{spec.description}")
+        top.setToolTip(0, f"{spec.id}\n{spec.description}"
+                          + ("\nvision: takes images (its GGUF variants come with a projector)"
+                             if spec.vision else ""))
         if newer:
             top.setForeground(0, QBrush(QColor("#757575")))
         self.tree.addTopLevelItem(top)
@@ -188,6 +194,10 @@ class HubWidget(QWidget):
                                      speed_text(fit.decode_tokens_per_s)
                                      if fit.placement != "wont_fit" else "–", ""])
             child.setData(0, Qt.ItemDataRole.UserRole, ref)
+            proj = self._projector(spec, fit)
+            if proj is not None:
+                child.setToolTip(2, f"+ vision projector {proj.file} "
+                                    f"({human_bytes(proj.size_bytes)}), downloaded with it")
             child.setForeground(3, QBrush(QColor(BADGE_COLOR[fit.placement])))
             child.setToolTip(3, fit.explain())
             if best is not None and best.quant == fit.quant:
@@ -207,6 +217,11 @@ class HubWidget(QWidget):
             top.setText(4, f"{best.memory.total / 1e9:.1f} GB")
             if best.placement != "wont_fit":
                 top.setText(5, speed_text(best.decode_tokens_per_s))
+
+    @staticmethod
+    def _projector(spec: ModelSpec, fit: Fit) -> Projector | None:
+        return next((v.mmproj for v in spec.variants if v.quant == fit.quant
+                     and v.format == fit.format), None)
 
     @staticmethod
     def _size(spec: ModelSpec, fit: Fit) -> int:

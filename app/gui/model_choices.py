@@ -20,10 +20,13 @@ class ModelChoice:
     fit: str = ""  # the fit label ("full GPU", "CPU", ...); "" where none is known
     color: str = ""  # the badge's color
     detail: str = ""  # the fit's explanation (memory parts, speed)
+    vision: bool = False  # it has a projector: it takes images
 
     @property
     def text(self) -> str:
-        return "  ·  ".join(part for part in (self.ref, self.where, self.fit) if part)
+        return "  ·  ".join(part for part in (self.ref, self.where,
+                                              "vision" if self.vision else "", self.fit)
+                            if part)
 
 
 def installed_fit(model: InstalledModel, hardware: HardwareProfile,
@@ -48,10 +51,14 @@ def local_choice(model: InstalledModel, where: str, why: str = "", *,
     fit = installed_fit(model, hardware, context,
                         n_gpu_layers if where == "llamacpp" else None)
     reason = f"{where}: {why}" if why else ""
+    sees = model.projector is not None
+    if sees:
+        reason = "\n".join(part for part in (f"vision: takes images ({model.projector_file})",
+                                              reason) if part)
     if fit is None:
-        return ModelChoice(model.ref, where, detail=reason)
+        return ModelChoice(model.ref, where, detail=reason, vision=sees)
     return ModelChoice(model.ref, where, fit.label, BADGE_COLOR[fit.placement],
-                       "\n".join(part for part in (fit.explain(), reason) if part))
+                       "\n".join(part for part in (fit.explain(), reason) if part), sees)
 
 
 def remote_choice(ref: str) -> ModelChoice:
