@@ -22,7 +22,7 @@ import re
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from app import config
@@ -235,6 +235,17 @@ class Store:
             projector_file=self._place_projector(variant, projector, target.parent))
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(verified_file, target)
+        self._write_manifest(model)
+        return model
+
+    def add_projector(self, model: InstalledModel, variant: Variant,
+                      projector: Path | None) -> InstalledModel:
+        """An installed model with the verified projector its variant names placed beside it
+        and recorded in its manifest (a model installed before the registry named one)."""
+        placed = self._place_projector(variant, projector, model.path.parent)
+        if not placed:
+            return model
+        model = replace(model, projector_file=placed)
         self._write_manifest(model)
         return model
 

