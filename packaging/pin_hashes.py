@@ -9,7 +9,9 @@ line. The file is edited line by line: comments, order and every other line stay
 A file the Hub does not store in LFS (so publishes no SHA-256 for), a repo or file the Hub
 does not have, and a variant without an hf source are left null and listed. A split GGUF
 (its parts in `files`) is skipped: its checksums go on each part, not on the variant. Run it
-with Hub access whenever models.yaml gains variants.
+with Hub access whenever models.yaml gains variants. A variant's projector (an `mmproj:` block,
+written once and shared by its quantizations through a YAML anchor) is pinned the same way,
+from its own hf source.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from backends.errors import EmberError
 
 _SHA_LINE = re.compile(r"^(\s*)sha256:\s*null\b")
 _VARIANT_SHA = re.compile(r"^\s+sha256:")
+_MMPROJ = re.compile(r"^(\s+)mmproj:(\s+&\S+)?\s*$")  # a block (an alias is `mmproj: *name`)
 
 
 @dataclass
@@ -70,6 +73,32 @@ def find_unpinned(text: str) -> list[Unpinned]:
             raise SystemExit(f"line {i + 1}: expected `sha256: null` for {v['file']}")
         hf = next((s for s in v.get("sources") or [] if s.get("kind") == "hf"), {})
         found.append(Unpinned(i, v["file"], hf.get("repo"), hf.get("file")))
+    return found + find_unpinned_projectors(lines)
+
+
+def find_unpinned_projectors(lines: list[str]) -> list[Unpinned]:
+    """The `mmproj:` blocks whose `sha256:` is null, with the repo and file of their first hf
+    source: each block (its lines below `mmproj:`, indented deeper) read as YAML on its own."""
+    found = []
+    for i, line in enumerate(lines):
+        head = _MMPROJ.match(line)
+        if not head:
+            continue
+        indent = len(head.group(1))
+        end = i + 1
+        while end < len(lines) and (not lines[end].strip()
+                                    or len(lines[end]) - len(lines[end].lstrip()) > indent):
+            end += 1
+        block = yaml.safe_load("\n".join(["mmproj:", *(x[indent:] for x in lines[i + 1:end])]))
+        proj = (block or {}).get("mmproj") or {}
+        if proj.get("sha256") is not None or not proj.get("file"):
+            continue
+        sha = next((j for j in range(i + 1, end) if _SHA_LINE.match(lines[j])
+                    and len(lines[j]) - len(lines[j].lstrip()) == indent + 2), None)
+        if sha is None:
+            raise SystemExit(f"line {i + 1}: expected `sha256: null` in the mmproj block")
+        hf = next((s for s in proj.get("sources") or [] if s.get("kind") == "hf"), {})
+        found.append(Unpinned(sha, proj["file"], hf.get("repo"), hf.get("file")))
     return found
 
 

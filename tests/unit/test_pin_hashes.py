@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app.registry import load_registry
 from tests.support.hub_server import start_hub
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,10 +52,28 @@ def test_a_missing_sha256_is_filled_from_the_hub_and_nothing_else_changes(hub, t
     assert "all-MiniLM-L6-v2-F16.gguf: no hf source" in missed
     # the GGUF variants of models.yaml with a null sha256, less one: 102 before issue 42, whose
     # vision models add five (Qwen2.5-VL 3B, Qwen3-VL 2B and 4B, SmolVLM 256M and 500M; the
-    # Qwen2.5-VL 7B is pinned). Projectors (a variant's `mmproj`) are not pinned by the script.
-    assert len(missed) == 107
+    # Qwen2.5-VL 7B is pinned), and eight projectors (`mmproj` blocks) with a null sha256 (all
+    # but the Gemma 3 4B's and the Qwen2.5-VL 7B's)
+    assert len(missed) == 115
     # a split GGUF's checksums go on its parts: its variant's sha256 is never filled
     assert not any("gpt-oss-120b-mxfp4" in m for m in missed)
+
+
+def test_a_projectors_missing_sha256_is_filled_once_for_every_quantization(hub, tmp_path: Path):
+    registry = tmp_path / "models.yaml"
+    shutil.copy(ROOT / "models.yaml", registry)
+    before = registry.read_text(encoding="utf-8").splitlines()
+    data = b"GGUF" + bytes(range(256)) * 8
+    hub.add("ggml-org/gemma-3-12b-it-GGUF", "mmproj-model-f16.gguf", data)
+    pinned, _ = pin_hashes.pin(registry, out=lambda _: None)
+    after = registry.read_text(encoding="utf-8").splitlines()
+    assert pinned == 1
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    sha = hashlib.sha256(data).hexdigest()
+    assert changed == [("          sha256: null", f"          sha256: {sha}")]
+    # the block is an anchor its other quantizations alias: each of them has the hash now
+    spec = load_registry(registry).get("gemma-3-12b-it")
+    assert {v.mmproj.sha256 for v in spec.variants if v.format == "gguf"} == {sha}
 
 
 def test_a_file_the_hub_keeps_outside_lfs_stays_null(hub, tmp_path: Path):
