@@ -26,9 +26,11 @@ def backend_formats(hw: HardwareProfile) -> tuple[str, ...]:
 
 
 def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
-             parallel: int = 1, n_gpu_layers: int | None = None) -> list[Fit]:
+             parallel: int = 1, n_gpu_layers: int | None = None,
+             projectors: bool = True) -> list[Fit]:
     """Each variant's fit here; `n_gpu_layers`: llama.cpp's offload a user set for the
-    model (None: the plan's), so a badge says what loading it will do."""
+    model (None: the plan's), so a badge says what loading it will do; `projectors`: count
+    each variant's vision projector (False: an installed copy that has none beside it)."""
     ctx = min(context or min(spec.context_default, DEFAULT_CONTEXT), spec.context_max)
     formats = backend_formats(hw)
     if hw.has_nvidia and hw.torch_cuda is not None:
@@ -39,11 +41,14 @@ def fits_for(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,
     forced = None if n_gpu_layers is None else repeating_layers(n_gpu_layers, spec.arch.layers)
     # a variant's projector counts from the registry's numbers (app.fit.projector), and one
     # image's tokens join the context it is sized at
-    return [estimate(spec.id, spec.arch, spec.params, v, hw,
-                     ctx + (registry_cost(v.mmproj).image_tokens if v.mmproj else 0), parallel,
-                     gpu_layers=forced if v.format == "gguf" else None,
-                     projector=registry_cost(v.mmproj) if v.mmproj else None)
-            for v in spec.variants if v.format in formats]
+    fits = []
+    for v in (v for v in spec.variants if v.format in formats):
+        proj = registry_cost(v.mmproj) if v.mmproj is not None and projectors else None
+        fits.append(estimate(spec.id, spec.arch, spec.params, v, hw,
+                             ctx + (proj.image_tokens if proj is not None else 0), parallel,
+                             gpu_layers=forced if v.format == "gguf" else None,
+                             projector=proj))
+    return fits
 
 
 def recommend(spec: ModelSpec, hw: HardwareProfile, context: int | None = None,

@@ -38,7 +38,8 @@ def installed_fit(model: InstalledModel, hardware: HardwareProfile,
         spec = load_registry().get(model.id)
     except EmberError:
         return None
-    return next((f for f in fits_for(spec, hardware, context, n_gpu_layers=n_gpu_layers)
+    return next((f for f in fits_for(spec, hardware, context, n_gpu_layers=n_gpu_layers,
+                                      projectors=model.projector is not None)
                  if f.quant == model.quant and f.format == model.format), None)
 
 

@@ -17,6 +17,7 @@ from app.fit.base import DEFAULT_CONTEXT, Fit
 from app.fit.cuda import estimate_cuda
 from app.fit.estimate import BITS_PER_WEIGHT, arch_from_gguf, estimate, file_estimate
 from app.fit.mlx import arch_from_mlx_config, mlx_quant
+from app.fit.projector import ProjectorCost, cost
 from app.fit.recommend import choose
 from app.gguf_file import GGUFInfo, merge_parts
 from app.hardware import HardwareProfile
@@ -41,13 +42,14 @@ class QuantFit:
 
 
 def gguf_fit(name: str, info: GGUFInfo, quant: str, hw: HardwareProfile,
-             context: int | None = None) -> Fit:
-    """A GGUF's fit from its header, as app.fit.recommend.fits_for sizes registry variants."""
+             context: int | None = None, projector: ProjectorCost | None = None) -> Fit:
+    """A GGUF's fit from its header, as app.fit.recommend.fits_for sizes registry variants;
+    `projector`: the repo's vision projector, which the pull brings with it."""
     ctx = min(context or DEFAULT_CONTEXT, info.context_length)
     if hw.has_nvidia and hw.torch_cuda is not None:
         variant = Variant("gguf", quant, info.path.name, info.file_size, None, ())
         return estimate_cuda(name, arch_from_gguf(info), info.params, variant, hw, ctx)
-    return replace(file_estimate(info, hw, ctx), model=name, quant=quant)
+    return replace(file_estimate(info, hw, ctx, projector=projector), model=name, quant=quant)
 
 
 def config_fit(name: str, config: dict, quant: Quant, hw: HardwareProfile,
@@ -95,8 +97,12 @@ def fit_quant(listing: RepoListing, q: Quant, hw: HardwareProfile,
     try:
         if q.format == "gguf":
             info, nbytes, requests = read_gguf_set(listing.repo, q, listing.sha)
-            return QuantFit(q, gguf_fit(name, info, q.name, hw, context), None, nbytes,
-                            requests, info)
+            # the projector's bytes from the listing (its header is not read: its encoder's
+            # buffer and image tokens count once it is installed, app.fit.projector)
+            mmproj = listing.projector()
+            projector = cost(mmproj.size, None) if mmproj is not None else None
+            return QuantFit(q, gguf_fit(name, info, q.name, hw, context, projector), None,
+                            nbytes, requests, info)
         config, nbytes = read_config_json(listing.repo, q, listing.sha)
         return QuantFit(q, config_fit(name, config, q, hw, context), None, nbytes, 1)
     except EmberError as e:  # one bad file (a stranger's header) does not hide the others

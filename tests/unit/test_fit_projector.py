@@ -12,8 +12,9 @@ import pytest
 from app.fit import estimate, fits_for, plan_for
 from app.fit.base import MIN_CONTEXT
 from app.fit.projector import compute_bytes, file_cost, image_tokens, registry_cost
+from app.gui.model_choices import installed_fit
 from app.registry import Vision, load_registry
-from app.store import Store
+from app.store import InstalledModel, Store
 from tests.support.hub_repos import model_gguf, projector_gguf
 from tests.support.machines import GPU_6GB, LAPTOP_8GB, LLAMA_8B, desktop, profile
 
@@ -109,3 +110,15 @@ def test_the_context_is_not_cut_below_one_image(tmp_path, isolated_home):
                       context=8192)
     assert plain.context == MIN_CONTEXT
     assert seeing.context == MIN_CONTEXT + 256  # one Gemma 3 image and a short turn
+
+
+def test_the_pickers_badge_counts_a_projector_only_where_one_is_installed(tmp_path):
+    folder = tmp_path / "unsloth" / "gemma-3-4b-it-GGUF"
+    folder.mkdir(parents=True)
+    projector_gguf(folder / "mmproj-model-f16.gguf")
+    gemma = InstalledModel("gemma-3-4b-it", "Q4_K_M", "gguf", folder / "gemma-3-4b-it-Q4_K_M.gguf",
+                           0, "", "gemma3", 131072, True, "registry", 0.0)
+    blind = installed_fit(gemma, desktop())
+    seeing = installed_fit(replace(gemma, projector_file="mmproj-model-f16.gguf"), desktop())
+    assert blind is not None and seeing is not None
+    assert blind.memory.projector == 0 and seeing.memory.projector == 851_251_104 + 127_139_840

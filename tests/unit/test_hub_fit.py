@@ -18,7 +18,14 @@ from app.pull.hf_fit import fit_repo, recommended
 from app.pull.hf_repo import list_quants
 from app.pull.remote_gguf import read_remote_gguf
 from backends.errors import ModelFileError
-from tests.support.hub_repos import CONTEXT, LAYERS, add_gguf_repo, add_mlx_repo, model_gguf
+from tests.support.hub_repos import (
+    CONTEXT,
+    LAYERS,
+    add_gguf_repo,
+    add_mlx_repo,
+    model_gguf,
+    projector_gguf,
+)
 from tests.support.hub_server import start_hub
 from tests.support.machines import desktop
 
@@ -94,6 +101,16 @@ def test_the_recommendation_is_the_best_quantization_that_fits_this_machine(hub,
             / read_gguf(tmp_path / f"m-{q}.gguf").params for q in ("Q4_0", "Q8_0", "F16")}
     expected = choose(local, tight, lambda f: bits[f.quant])
     assert expected is not None and best.quant.name == expected.quant
+
+
+def test_a_repos_vision_projector_counts_in_each_quantizations_fit(hub, tmp_path):
+    add_gguf_repo(hub, tmp_path, "o/v-GGUF", ["Q8_0"])
+    (plain,) = fit_repo(list_quants("o/v-GGUF"), desktop())
+    hub.add("o/v-GGUF", "mmproj-v-f16.gguf", projector_gguf(tmp_path / "mmproj.gguf"))
+    (seeing,) = fit_repo(list_quants("o/v-GGUF"), desktop())
+    size = (tmp_path / "mmproj.gguf").stat().st_size
+    assert seeing.fit.memory.projector == size
+    assert seeing.fit.memory.total - plain.fit.memory.total == size
 
 
 def test_a_split_gguf_is_fitted_from_every_part(hub, tmp_path):
