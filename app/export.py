@@ -16,19 +16,38 @@ says where (`conversations[0].messages[3].role: ...`) and changes nothing.
 
 Markdown shows the shown path of each conversation, as the window does: thinking in a folded
 `<details>` block, tool calls and tool results as fenced blocks.
+
+A question's images (and audio): in JSON, each message's optional "media" list holds them
+whole ({"kind", "type", "sha256", "data": base64 of the bytes as given}), checked against
+their hash on import; Markdown links them, and export_file copies the files into a folder
+beside the .md (`<name>-media/`), so the links are relative and the folder travels with it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 import re
+import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from app import __version__
-from app.history import STATUSES, THINKING_SETTINGS, Conversation, History, StoredMessage
+from app.history import (
+    MEDIA_KINDS,
+    STATUSES,
+    THINKING_SETTINGS,
+    Conversation,
+    History,
+    StoredMedia,
+    StoredMessage,
+)
 from app.history_tree import shown_path, versions
 from backends.base import ToolCall
 from backends.errors import EmberError
@@ -48,6 +67,11 @@ class ConversationTree:
     """One conversation and all its messages (ids as in the source they came from)."""
     conversation: Conversation
     messages: tuple[StoredMessage, ...]
+    blobs: dict[str, bytes] = field(default_factory=dict)  # read from JSON: media by name
+
+
+ReadMedia = Callable[[StoredMedia], bytes]  # History.read_media
+MediaLink = Callable[[StoredMedia], str]  # where Markdown links a file
 
 
 def trees(history: History, ids: list[int] | None = None) -> list[ConversationTree]:
@@ -58,8 +82,14 @@ def trees(history: History, ids: list[int] | None = None) -> list[ConversationTr
 
 # -- JSON ---------------------------------------------------------------------------------
 
-def _message_json(m: StoredMessage) -> dict:
-    return {"id": m.id, "parent": m.parent_id, "shown_child": m.shown_child_id,
+def _media_json(media: tuple[StoredMedia, ...], read: ReadMedia) -> list[dict]:
+    return [{"kind": x.kind, "type": x.ext, "sha256": x.sha256,
+             "data": base64.b64encode(read(x)).decode("ascii")} for x in media]
+
+
+def _message_json(m: StoredMessage, read: ReadMedia | None) -> dict:
+    extra = {"media": _media_json(m.media, read)} if m.media and read is not None else {}
+    return extra | {"id": m.id, "parent": m.parent_id, "shown_child": m.shown_child_id,
             "role": m.role, "content": m.content, "status": m.status, "stats": m.stats,
             "model": m.model, "created_at": m.created_at, "reasoning": m.reasoning,
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
@@ -67,7 +97,8 @@ def _message_json(m: StoredMessage) -> dict:
             "tool_call_id": m.tool_call_id, "tool_name": m.tool_name}
 
 
-def to_json(items: list[ConversationTree]) -> str:
+def to_json(items: list[ConversationTree], read: ReadMedia | None = None) -> str:
+    """The export; each question's media with their bytes (`read`; None: left out)."""
     out = {"format": FORMAT, "version": VERSION, "exported_by": f"Ember {__version__}",
            "exported_at": time.time(), "conversations": [
                {"title": t.conversation.title, "model": t.conversation.model,
@@ -76,7 +107,7 @@ def to_json(items: list[ConversationTree]) -> str:
                 "created_at": t.conversation.created_at,
                 "updated_at": t.conversation.updated_at,
                 "shown_root": t.conversation.shown_root_id,
-                "messages": [_message_json(m) for m in t.messages]}
+                "messages": [_message_json(m, read) for m in t.messages]}
                for t in items]}
     return json.dumps(out, ensure_ascii=False, indent=1)
 
@@ -119,7 +150,29 @@ def _kind(value: object) -> str:
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def _read_message(obj: object, where: str, known: set[int]) -> StoredMessage:
+def _read_media(r: _Reader, where: str, blobs: dict[str, bytes]) -> tuple[StoredMedia, ...]:
+    out = []
+    for i, raw in enumerate(r.get("media", (list,), optional=True) or []):
+        at = f"{where}.media[{i}]"
+        x = _Reader(raw, at)
+        kind = x.choice("kind", MEDIA_KINDS) or ""
+        ext, digest = x.get("type", (str,)), x.get("sha256", (str,))
+        if not re.fullmatch(r"[a-z0-9]{1,5}", ext):
+            raise ImportFormatError(f"{at}.type: expected a file type like png, got {ext!r}")
+        try:
+            data = base64.b64decode(x.get("data", (str,)), validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise ImportFormatError(f"{at}.data: not base64 ({e})") from e
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ImportFormatError(f"{at}.data: its bytes do not match its sha256")
+        media = StoredMedia(kind, digest, ext)
+        blobs[media.name] = data
+        out.append(media)
+    return tuple(out)
+
+
+def _read_message(obj: object, where: str, known: set[int], blobs: dict[str, bytes]
+                  ) -> StoredMessage:
     r = _Reader(obj, where)
     mid = r.get("id", (int,))
     if mid in known:
@@ -142,7 +195,8 @@ def _read_message(obj: object, where: str, known: set[int]) -> StoredMessage:
         reasoning=r.get("reasoning", (str,), optional=True) or "",
         tool_calls=tuple(calls), tool_call_id=r.get("tool_call_id", (str,), True),
         tool_name=r.get("tool_name", (str,), True), parent_id=parent,
-        shown_child_id=r.get("shown_child", (int,), optional=True))
+        shown_child_id=r.get("shown_child", (int,), optional=True),
+        media=_read_media(r, where, blobs))
 
 
 def _read_conversation(obj: object, where: str) -> ConversationTree:
@@ -150,8 +204,9 @@ def _read_conversation(obj: object, where: str) -> ConversationTree:
     raw_messages = r.get("messages", (list,))
     known: set[int] = set()
     messages = []
+    blobs: dict[str, bytes] = {}
     for i, raw in enumerate(raw_messages):
-        m = _read_message(raw, f"{where}.messages[{i}]", known)
+        m = _read_message(raw, f"{where}.messages[{i}]", known, blobs)
         known.add(m.id)
         messages.append(m)
     children: dict[int | None, set[int]] = {m.parent_id: set() for m in messages}
@@ -174,7 +229,7 @@ def _read_conversation(obj: object, where: str) -> ConversationTree:
         created_at=r.get("created_at", (float,)), updated_at=r.get("updated_at", (float,)),
         thinking=r.choice("thinking", THINKING_SETTINGS, optional=True), shown_root_id=root,
         preset=r.get("preset", (str,), optional=True))
-    return ConversationTree(conv, tuple(messages))
+    return ConversationTree(conv, tuple(messages), blobs)
 
 
 def from_json(text: str, source: str = "the file") -> list[ConversationTree]:
@@ -208,8 +263,13 @@ def import_file(history: History, path: Path) -> list[int]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ImportFormatError(f"cannot read {path}: {e}") from e
-    return history.import_trees([(t.conversation, list(t.messages))
-                                 for t in from_json(text, str(path))])
+    items = from_json(text, str(path))
+    for t in items:  # the files first: a message never holds one that is not there
+        for name, data in t.blobs.items():
+            ext = name.partition(".")[2]
+            kind = next(x.kind for m in t.messages for x in m.media if x.name == name)
+            history.store_media(data, kind, ext)
+    return history.import_trees([(t.conversation, list(t.messages)) for t in items])
 
 
 # -- Markdown -----------------------------------------------------------------------------
@@ -221,7 +281,8 @@ def fence(text: str, lang: str = "") -> str:
     return f"{ticks}{lang}\n{text}\n{ticks}"
 
 
-def _message_markdown(m: StoredMessage, version: tuple[int, int] | None) -> str:
+def _message_markdown(m: StoredMessage, version: tuple[int, int] | None,
+                      link: MediaLink | None) -> str:
     heading = ROLE_HEADINGS.get(m.role, m.role)
     if m.role == "tool" and m.tool_name:
         heading += f" ({m.tool_name})"
@@ -230,6 +291,12 @@ def _message_markdown(m: StoredMessage, version: tuple[int, int] | None) -> str:
     parts = [f"### {heading}"]
     if m.reasoning:
         parts.append(f"<details>\n<summary>Thinking</summary>\n\n{m.reasoning}\n\n</details>")
+    if m.media and link is not None:
+        parts.append("\n".join(
+            f"![{x.kind} {i + 1}]({link(x)})" if x.kind == "image" else
+            f"[{x.kind} {i + 1}]({link(x)})" for i, x in enumerate(m.media)))
+    elif m.media:
+        parts.append(f"*({len(m.media)} attachment{'s' if len(m.media) != 1 else ''})*")
     if m.role == "tool":
         parts.append(fence(m.content))
     elif m.content:
@@ -252,7 +319,8 @@ def _pretty(arguments: str) -> str:
         return arguments
 
 
-def to_markdown(items: list[ConversationTree]) -> str:
+def to_markdown(items: list[ConversationTree], link: MediaLink | None = None) -> str:
+    """The shown paths; media linked where `link` says (None: only counted)."""
     out = []
     for t in items:
         c = t.conversation
@@ -267,7 +335,7 @@ def to_markdown(items: list[ConversationTree]) -> str:
                                                          c.system_prompt.splitlines())]
         place = versions(t.messages)
         body = [_message_markdown(m, (place[m.id].index, place[m.id].count)
-                                  if place[m.id].count > 1 else None)
+                                  if place[m.id].count > 1 else None, link)
                 for m in shown_path(t.messages, c.shown_root_id)]
         out.append("\n".join(head) + "\n\n" + "\n\n".join(body))
     return "\n\n---\n\n".join(out) + "\n"
@@ -281,6 +349,32 @@ def export_file(history: History, path: Path, ids: list[int] | None = None,
     if fmt not in ("md", "json"):
         raise EmberError(f"unknown export format {fmt!r} (use md or json)")
     items = trees(history, ids)
-    text = to_json(items) if fmt == "json" else to_markdown(items)
+    if fmt == "json":
+        text = to_json(items, history.read_media)
+    else:
+        text = to_markdown(items, copy_media_beside(history, items, path))
     path.write_text(text, encoding="utf-8")
     return len(items)
+
+
+def copy_media_beside(history: History, items: list[ConversationTree], path: Path
+                      ) -> MediaLink:
+    """Copy the media the Markdown shows into `<name>-media/` beside `path`; the links to
+    them, relative to the .md file."""
+    folder = path.with_name(f"{path.stem}-media")
+    shown = {x.name: x for t in items
+             for m in shown_path(t.messages, t.conversation.shown_root_id) for x in m.media}
+    if shown:
+        folder.mkdir(parents=True, exist_ok=True)
+    for name, media in shown.items():
+        try:
+            shutil.copyfile(history.media_path(media), folder / name)
+        except OSError as e:
+            raise EmberError(f"cannot copy the {media.kind} {name} beside {path}: "
+                             f"{e.strerror or e}") from e
+    return lambda media: f"{quote(folder.name)}/{media.name}"
+
+
+def media_uri(history: History) -> MediaLink:
+    """Links to the data folder's own files (Markdown written to standard output)."""
+    return lambda media: history.media_path(media).resolve().as_uri()

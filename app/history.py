@@ -18,12 +18,19 @@ An assistant turn keeps its thinking (`reasoning`) and the tool calls it made ap
 answer, and a tool result its call's id and tool name, so the model is given them back the way
 its template expects (docs/wire-formats.md C.7). The schema's version is SQLite's user_version;
 opening an older file migrates it in one transaction (MIGRATIONS), keeping every row.
+
+A question's images (and audio) are files in the data folder, `media/<sha256>.<ext>`, the
+bytes as the user gave them, content-addressed (the same screenshot twice is one file) and
+written atomically; table `message_media` says which message holds which, in order. A file
+goes only when no message of any conversation holds it any more (`purge_deleted`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -37,7 +44,7 @@ from app.sqlite_file import connect, open_or_set_aside
 from backends.base import ToolCall
 from backends.errors import EmberError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Version 1, as every history.db before tool calls and thinking was created. A new file is
 # created as version 1 and migrated like an old one, so both end with the same schema.
 SCHEMA_V1 = """
@@ -62,8 +69,8 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
-# MIGRATIONS[n] takes a version-n file to version n+1. Only ADD COLUMN, and UPDATEs that fill
-# the new columns: the old columns stay as they are, byte for byte.
+# MIGRATIONS[n] takes a version-n file to version n+1. Only ADD COLUMN, UPDATEs that fill
+# the new columns, and new tables: the old columns stay as they are, byte for byte.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''",
@@ -90,7 +97,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " m.conversation_id=conversations.id)",
         "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id)",
     ),
+    3: (
+        # a question's images and audio, in order: files media/<sha256>.<ext> (app.history)
+        "CREATE TABLE message_media (message_id INTEGER NOT NULL REFERENCES messages(id)"
+        " ON DELETE CASCADE, position INTEGER NOT NULL, kind TEXT NOT NULL,"
+        " sha256 TEXT NOT NULL, ext TEXT NOT NULL, PRIMARY KEY (message_id, position))",
+        "CREATE INDEX message_media_by_file ON message_media(sha256)",
+    ),
 }
+MEDIA_KINDS = ("image", "audio")
+MEDIA_NAME = re.compile(r"^(?P<sha>[0-9a-f]{64})\.(?P<ext>[a-z0-9]{1,5})$")
+# a file written by store_media is held by no message until add_message commits: a purge
+# in another process in between must not take it
+UNUSED_MEDIA_GRACE_S = 600.0
 # The MCP servers switched on in each conversation (app.mcp): a table of its own, created
 # where missing, so it needs no schema version of its own and no other table changes.
 MCP_SERVERS_TABLE = """
@@ -146,6 +165,18 @@ class Conversation:
 
 
 @dataclass(frozen=True)
+class StoredMedia:
+    """One image or audio clip of a message: the file `media/<sha256>.<ext>`."""
+    kind: str  # image | audio
+    sha256: str
+    ext: str  # png, jpeg, gif, webp, bmp; wav, mp3, flac
+
+    @property
+    def name(self) -> str:
+        return f"{self.sha256}.{self.ext}"
+
+
+@dataclass(frozen=True)
 class StoredMessage:
     id: int
     conversation_id: int
@@ -161,6 +192,7 @@ class StoredMessage:
     tool_name: str | None = None  # a tool result: the tool that was called
     parent_id: int | None = None  # the turn before this one (None: a first turn)
     shown_child_id: int | None = None  # which of the turns after it is shown
+    media: tuple[StoredMedia, ...] = ()  # a question's images and audio, in order
 
 
 _STARTED = psutil.Process().create_time()  # with the pid: which process wrote an answer
@@ -194,14 +226,27 @@ def _calls_json(calls: tuple[ToolCall, ...]) -> str | None:
                        for c in calls]) if calls else None
 
 
-def _message(row: sqlite3.Row) -> StoredMessage:
+def _message(row: sqlite3.Row, media: tuple[StoredMedia, ...] = ()) -> StoredMessage:
     stats = json.loads(row["stats"]) if row["stats"] else None
     calls = tuple(ToolCall(c["id"], c["name"], c["arguments"])
                   for c in json.loads(row["tool_calls"] or "[]"))
     return StoredMessage(row["id"], row["conversation_id"], row["role"], row["content"],
                          row["status"], stats, row["model"], row["created_at"],
                          row["reasoning"], calls, row["tool_call_id"], row["tool_name"],
-                         row["parent_id"], row["shown_child_id"])
+                         row["parent_id"], row["shown_child_id"], media)
+
+
+def _check_media(media: tuple[StoredMedia, ...]) -> None:
+    for m in media:
+        if m.kind not in MEDIA_KINDS or not MEDIA_NAME.match(m.name):
+            raise HistoryError(f"not a stored media file: {m.kind} {m.name!r}")
+
+
+def _insert_media(db: sqlite3.Connection, message_id: int,
+                  media: tuple[StoredMedia, ...]) -> None:
+    db.executemany("INSERT INTO message_media(message_id, position, kind, sha256, ext)"
+                   " VALUES (?, ?, ?, ?, ?)",
+                   [(message_id, i, m.kind, m.sha256, m.ext) for i, m in enumerate(media)])
 
 
 def migrate(db: sqlite3.Connection, version: int) -> None:
@@ -224,6 +269,7 @@ class History:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.media_dir = path.parent / "media"  # the messages' images and audio
         self._lock = threading.Lock()
         # a damaged file is kept under another name (recovered_from), a new one started
         self._db, self.recovered_from = open_or_set_aside(path, self._open)
@@ -363,10 +409,67 @@ class History:
         self._update_conversation(conversation_id, deleted_at=None)
 
     def purge_deleted(self, older_than_s: float = 0.0) -> int:
+        """Remove the conversations deleted `older_than_s` ago, and the media files no
+        message holds any more (a file another conversation holds stays)."""
         with self._lock:
             cur = self._db.execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL "
                                    "AND deleted_at <= ?", (time.time() - older_than_s,))
-            return cur.rowcount
+            purged = cur.rowcount
+            held = {r[0] for r in self._db.execute("SELECT DISTINCT sha256 FROM message_media")}
+        if purged:
+            self._remove_unused_media(held)
+        return purged
+
+    def _remove_unused_media(self, held: set[str]) -> None:
+        if not self.media_dir.is_dir():
+            return
+        recent = time.time() - UNUSED_MEDIA_GRACE_S
+        for path in self.media_dir.iterdir():
+            match = MEDIA_NAME.match(path.name)
+            if match is None or match["sha"] in held:
+                continue
+            try:
+                if path.stat().st_mtime < recent:
+                    path.unlink()
+            except OSError:
+                pass  # gone already, or not ours to remove: it is tried again next purge
+
+    # media files
+
+    def store_media(self, data: bytes, kind: str, ext: str) -> StoredMedia:
+        """Keep `data` (an image's or clip's bytes as given) as media/<sha256>.<ext>: written
+        to a temporary file and renamed, so a kill leaves the whole file or none; a file
+        already there (the same bytes) is reused."""
+        media = StoredMedia(kind, hashlib.sha256(data).hexdigest(), ext.lower())
+        _check_media((media,))
+        target = self.media_path(media)
+        if target.is_file() and target.stat().st_size == len(data):
+            os.utime(target)  # held again: a purge's grace starts over
+            return media
+        self.media_dir.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{media.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with tmp.open("wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return media
+
+    def media_path(self, media: StoredMedia) -> Path:
+        _check_media((media,))  # a crafted name never reads or writes elsewhere
+        return self.media_dir / media.name
+
+    def read_media(self, media: StoredMedia) -> bytes:
+        """The file's bytes; a HistoryError names a file that is missing."""
+        try:
+            return self.media_path(media).read_bytes()
+        except OSError as e:
+            raise HistoryError(f"the {media.kind} {media.name} is missing from "
+                               f"{self.media_dir} ({e.strerror or e})") from e
 
     def set_preset(self, conversation_id: int, preset: str | None) -> None:
         """The chat's preset, by name (app.presets); None: the app's own settings."""
@@ -379,7 +482,15 @@ class History:
         with self._lock:
             rows = self._db.execute("SELECT * FROM messages WHERE conversation_id=? ORDER BY id",
                                     (conversation_id,)).fetchall()
-        return [_message(r) for r in rows]
+            held = self._db.execute(
+                "SELECT mm.* FROM message_media mm JOIN messages m ON m.id=mm.message_id"
+                " WHERE m.conversation_id=? ORDER BY mm.message_id, mm.position",
+                (conversation_id,)).fetchall()
+        media: dict[int, list[StoredMedia]] = {}
+        for r in held:
+            media.setdefault(r["message_id"], []).append(
+                StoredMedia(r["kind"], r["sha256"], r["ext"]))
+        return [_message(r, tuple(media.get(r["id"], ()))) for r in rows]
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         """The shown path, first turn to leaf: what the window shows and the model is given."""
@@ -413,12 +524,15 @@ class History:
                     model: str | None = None, reasoning: str = "",
                     tool_calls: tuple[ToolCall, ...] = (), tool_call_id: str | None = None,
                     tool_name: str | None = None,
-                    parent_id: int | None | Leaf = LEAF) -> StoredMessage:
+                    parent_id: int | None | Leaf = LEAF,
+                    media: tuple[StoredMedia, ...] = ()) -> StoredMessage:
         """Add a message below `parent_id` (by default the shown path's last message; None:
         a new first turn) and show it, in one transaction. A message added below a parent that
-        already has children is a new version beside them (edit, regenerate)."""
+        already has children is a new version beside them (edit, regenerate). `media`: files
+        kept by store_media, held by the message in this order."""
         if status not in STATUSES:
             raise HistoryError(f"unknown message status {status!r}")
+        _check_media(media)
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -440,6 +554,7 @@ class History:
                     (conversation_id, role, content, status,
                      json.dumps(stats) if stats else None, model, now, reasoning,
                      _calls_json(tool_calls), tool_call_id, tool_name, parent))
+                _insert_media(self._db, _rowid(cur), media)
                 self._show(conversation_id, parent, _rowid(cur))
                 if status == "streaming":
                     self._db.execute(
@@ -456,12 +571,13 @@ class History:
                 raise
             row = self._db.execute("SELECT * FROM messages WHERE id=?",
                                    (cur.lastrowid,)).fetchone()
-        return _message(row)
+        return _message(row, media)
 
     def import_trees(self, trees: list[tuple[Conversation, list[StoredMessage]]]) -> list[int]:
         """Add whole conversations (app.export), every message under a new id with its tree
         remapped, all in one transaction: nothing is added unless all of it is. Parents come
-        before their children in each list. Returns the new conversation ids."""
+        before their children in each list; their media files are stored already
+        (store_media). Returns the new conversation ids."""
         new_ids: list[int] = []
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -485,6 +601,8 @@ class History:
                              m.tool_call_id, m.tool_name,
                              None if m.parent_id is None else ids[m.parent_id]))
                         ids[m.id] = _rowid(cur)
+                        _check_media(m.media)
+                        _insert_media(self._db, ids[m.id], m.media)
                     for m in messages:
                         if m.shown_child_id is not None:
                             self._db.execute("UPDATE messages SET shown_child_id=? WHERE id=?",

@@ -10,7 +10,7 @@ import click
 
 from app.cli import cli
 from app.config import paths
-from app.export import import_file, to_json, to_markdown, trees
+from app.export import export_file, import_file, media_uri, to_json, to_markdown, trees
 from app.history import History
 
 
@@ -46,15 +46,16 @@ def export(ids: tuple[int, ...], output: Path | None, fmt: str | None) -> None:
     fmt = fmt or ("json" if output is not None and output.suffix.lower() == ".json" else "md")
     h = _open()
     try:
+        if output is not None:  # Markdown: the images copied beside it (app.export)
+            count = export_file(h, output, list(ids) or None, fmt)
+            click.echo(f"exported {count} conversation(s) to {output}", err=True)
+            return
         items = trees(h, list(ids) or None)
+        text = to_json(items, h.read_media) if fmt == "json" else \
+            to_markdown(items, media_uri(h))
     finally:
         h.close()
-    text = to_json(items) if fmt == "json" else to_markdown(items)
-    if output is None:
-        sys.stdout.write(text)
-        return
-    output.write_text(text, encoding="utf-8")
-    click.echo(f"exported {len(items)} conversation(s) to {output}", err=True)
+    sys.stdout.write(text)
 
 
 @history_group.command("import")

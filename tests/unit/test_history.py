@@ -121,7 +121,7 @@ def test_a_schema_1_history_opens_keeping_every_message_byte_for_byte(v1_copy: P
     assert h.interrupted_on_open == 1  # the answer cut off when the old app stopped
     h.close()
     with contextlib.closing(sqlite3.connect(v1_copy)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert columns(v1_copy, "messages")[:8] == ["id", "conversation_id", "role", "content",
                                                 "status", "stats", "model", "created_at"]
     assert columns(v1_copy, "messages")[8:12] == ["reasoning", "tool_calls", "tool_call_id",
