@@ -89,7 +89,7 @@ class AnswerDone:
 class Notice:
     """A line for the front end's banner: a server that failed, old turns dropped..."""
     text: str
-    kind: str = "info"  # info | truncated | tools | save
+    kind: str = "info"  # info | truncated | tools | save | media
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,15 @@ class ChatError:
     text: str = ""  # the answer so far
     model: str = ""
     missing_embedder: str = ""  # documents that need the embedding model (kind documents)
+
+
+@dataclass(frozen=True)
+class MediaRefused:
+    """An image (or clip) that was not attached, or is not given to the chat's model: why,
+    and the installed models that can take images (`seeing`), for the front end to offer."""
+    text: str
+    seeing: tuple[str, ...] = ()
+    model: str = ""  # the chat's model, when it is the reason
 
 
 @dataclass(frozen=True)
@@ -115,4 +124,4 @@ class Status:
 
 ChatEvent = (AnswerStarted | Loaded | PromptCounted | TextDelta | ThinkingDelta | ThinkingEnded
              | ToolCallAsked | ToolCallStarted | ToolResult | AnswerDone | Notice | ChatError
-             | Saved | Status)
+             | Saved | Status | MediaRefused)

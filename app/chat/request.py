@@ -5,12 +5,12 @@ sampling, speculation, the chat's Think setting and the context policy."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from app.chat.policy import DROP_OLD_TURNS, ContextPolicy
 from app.config import Paths
-from app.history import Conversation, StoredMessage
+from app.history import Conversation, StoredMedia, StoredMessage
 from app.mcp.tool_loop import DEFAULT_SYSTEM, TOOLS_NOTE
 from app.preferences import Settings
 from app.presets import Preset, load_options
@@ -25,6 +25,7 @@ from backends.base import (
     Tool,
     ToolChoice,
 )
+from backends.media import MEDIA_MARKER, Media, plain_text
 
 KEPT_STATUSES = ("complete", "stopped", "interrupted")  # what the model sees of the past
 CONTEXT_ROLES = ("user", "assistant", "tool")
@@ -58,13 +59,39 @@ def with_documents(history: list[Message], prompt_text: str) -> list[Message]:
             *history[last + 1:]]
 
 
-def context_messages(path: Sequence[StoredMessage]) -> list[Message]:
+# a stored image or clip as the model is given it; None: it could not be read (said by the
+# loader), and the model is told one was there
+MediaLoader = Callable[[StoredMedia], Media | None]
+
+
+def _with_media(m: StoredMessage, load: MediaLoader | None) -> tuple[str, tuple[Media, ...]]:
+    """A message's text with one MEDIA_MARKER per image it is given, before the text (the
+    text itself never places one: plain_text); `load` None: a model that cannot see, told in
+    words what it is not shown."""
+    text = plain_text(m.content)
+    if not m.media:
+        return text, ()
+    loaded = [load(x) for x in m.media] if load is not None else [None] * len(m.media)
+    given = tuple(x for x in loaded if x is not None)
+    left_out = len(loaded) - len(given)
+    parts = [MEDIA_MARKER] * len(given)
+    if left_out:
+        parts.append(f"[{left_out} attachment{'s' if left_out != 1 else ''} not shown]")
+    return "\n".join([*parts, text] if text else parts), given
+
+
+def context_messages(path: Sequence[StoredMessage], load: MediaLoader | None = None
+                     ) -> list[Message]:
     """The shown path's messages the model is given (an answer streaming into it, a failed
-    one and empty turns are left out)."""
-    return [Message(m.role, m.content, m.reasoning, m.tool_calls, m.tool_call_id, m.tool_name)
-            for m in path
-            if m.role in CONTEXT_ROLES and m.status in KEPT_STATUSES
-            and (m.content.strip() or m.tool_calls or m.role == "tool")]
+    one and empty turns are left out), each question's images loaded by `load`."""
+    out = []
+    for m in path:
+        if m.role in CONTEXT_ROLES and m.status in KEPT_STATUSES \
+                and (m.content.strip() or m.tool_calls or m.role == "tool" or m.media):
+            content, media = _with_media(m, load)
+            out.append(Message(m.role, content, m.reasoning, m.tool_calls, m.tool_call_id,
+                               m.tool_name, media=media))
+    return out
 
 
 @dataclass(frozen=True)
@@ -111,9 +138,11 @@ def options_from(settings: Settings, preset: Preset | None, model: str | None, r
 def build_request(conv: Conversation, path: Sequence[StoredMessage], options: TurnOptions,
                   support: ThinkingSupport, tools: tuple[Tool, ...] = (),
                   documents_text: str = "", answer_only: bool = False,
-                  policy: ContextPolicy = DROP_OLD_TURNS) -> GenerationRequest:
-    """The request for the next answer after `path` (the conversation's shown path)."""
-    history = context_messages(path)
+                  policy: ContextPolicy = DROP_OLD_TURNS, media: MediaLoader | None = None
+                  ) -> GenerationRequest:
+    """The request for the next answer after `path` (the conversation's shown path); its
+    images through `media` (None: a model that cannot see is told they are not shown)."""
+    history = context_messages(path, media)
     if documents_text:
         history = with_documents(history, documents_text)
     prompt = conv.system_prompt.strip()

@@ -24,8 +24,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.chat.attachments import (
+    Attachment,
+    attachment_from_bytes,
+    attachment_from_file,
+    cannot_see_text,
+    decode_stored,
+    model_sees,
+    seeing_models,
+)
 from app.chat.events import (
     AnswerDone,
     AnswerStarted,
@@ -33,6 +43,7 @@ from app.chat.events import (
     ChatEvent,
     Decision,
     Loaded,
+    MediaRefused,
     Notice,
     PromptCounted,
     Saved,
@@ -43,10 +54,10 @@ from app.chat.events import (
     ToolCallAsked,
 )
 from app.chat.policy import DROP_OLD_TURNS, ContextPolicy
-from app.chat.request import TurnOptions, build_request, title_from
+from app.chat.request import MediaLoader, TurnOptions, build_request, title_from
 from app.chat.tools import Approve, ChatTools, Offered, list_tools, run_round
 from app.config import Paths
-from app.history import LEAF, History, Leaf, StoredMessage
+from app.history import LEAF, History, HistoryError, Leaf, StoredMedia, StoredMessage
 from app.mcp.tool_loop import STEP_LIMIT, call_key, next_step, step_limit_note
 from app.runtime import Runtime
 from app.runtime.generation import Generation
@@ -62,6 +73,7 @@ from backends.base import (
     ToolCallEvent,
 )
 from backends.errors import EmberError
+from backends.media import Media, MediaError
 
 if TYPE_CHECKING:
     from app.documents.context import DocumentContext
@@ -107,33 +119,84 @@ class ChatSession:
         self._stop = threading.Event()
         self._generation: Generation | None = None
         self._turn_lock = threading.Lock()
+        self._media: dict[str, Media] = {}  # decoded stored media, by file name
 
     # what the user does
 
-    def ask(self, text: str, edit_of: StoredMessage | None = None) -> StoredMessage:
-        """Store a question: at the end of the shown path, or (`edit_of`) as a new version
-        beside that question. The first question names the conversation."""
-        if not text.strip():
+    def attach(self, source: Path | bytes, on_event: OnEvent, name: str = "pasted image"
+               ) -> Attachment | None:
+        """An image (or clip) for the next question, from a file or bytes (a paste). None,
+        said through `on_event` (MediaRefused), when it cannot be read or the chat's model
+        cannot take it (the installed models that can are named)."""
+        try:
+            attachment = attachment_from_file(source) if isinstance(source, Path) else \
+                attachment_from_bytes(source, name)
+        except MediaError as e:
+            on_event(MediaRefused(f"Not attached: {e}."))
+            return None
+        if not self.sees():
+            seeing = seeing_models(self.runtime.store)
+            on_event(MediaRefused(cannot_see_text(self.model, seeing,
+                                                  self.runtime.is_remote(self.model)),
+                                  tuple(seeing), self.model))
+            return None
+        return attachment
+
+    def sees(self) -> bool:
+        """Whether the chat's model takes images: a local model with a projector beside it
+        (a model not installed here is let through: loading it says what is wrong); a
+        remote one not yet (backends.remote sends text only)."""
+        if self.runtime.is_remote(self.model):
+            return False
+        return model_sees(self.runtime.store, self.model) is not False
+
+    def ask(self, text: str, edit_of: StoredMessage | None = None,
+            attachments: tuple[Attachment, ...] | None = None) -> StoredMessage:
+        """Store a question, with its images: at the end of the shown path, or (`edit_of`)
+        as a new version beside that question, which keeps its images unless `attachments`
+        are given. The first question names the conversation."""
+        kept = edit_of.media if edit_of is not None and attachments is None else ()
+        attachments = attachments or ()
+        if not text.strip() and not attachments and not kept:
             raise EmberError("the message is empty")
         conv = self.history.get(self.conversation_id)
         if not any(m.role == "user" for m in self.history.messages(conv.id)):
-            self.history.rename(conv.id, title_from(text))
+            self.history.rename(conv.id, title_from(text) if text.strip() else
+                                f"Image: {attachments[0].name}" if attachments else "Image")
         self.history.set_model(conv.id, self.model)
         parent = edit_of.parent_id if edit_of is not None else LEAF
-        return self.history.add_message(conv.id, "user", text, parent_id=parent)
+        media = kept + tuple(self.history.store_media(a.data, a.kind, a.ext)
+                             for a in attachments)
+        for a, stored in zip(attachments, media[len(kept):], strict=True):
+            self._media[stored.name] = a.media  # decoded once: the answer reuses it
+        return self.history.add_message(conv.id, "user", text, parent_id=parent, media=media)
 
     def send(self, text: str, on_event: OnEvent, approve: Approve = deny_all,
-             edit_of: StoredMessage | None = None) -> None:
+             edit_of: StoredMessage | None = None,
+             attachments: tuple[Attachment, ...] | None = None) -> None:
         """Ask `text` (a new version of `edit_of`, when given) and answer it."""
-        question = self.ask(text, edit_of)
+        question = self.ask(text, edit_of, attachments)
         self.answer(question.content, on_event, approve)
 
-    def edit_last(self, text: str, on_event: OnEvent, approve: Approve = deny_all) -> None:
-        """A new version of the last question, answered (the old one and its answers stay)."""
+    def edit_last(self, text: str, on_event: OnEvent, approve: Approve = deny_all,
+                  attachments: tuple[Attachment, ...] | None = None) -> None:
+        """A new version of the last question, answered (the old one and its answers stay);
+        it keeps the old one's images unless `attachments` are given."""
         last = self.last_question()
         if last is None:
             raise EmberError("there is no message to edit yet")
-        self.send(text, on_event, approve, edit_of=last)
+        self.send(text, on_event, approve, edit_of=last, attachments=attachments)
+
+    def load_media(self, stored: StoredMedia) -> Media:
+        """A stored image or clip decoded (once per session); HistoryError or MediaError
+        when its file is missing or damaged."""
+        media = self._media.get(stored.name)
+        if media is None:
+            data = self.history.read_media(stored)
+            media = decode_stored(stored.kind, data, f"the stored {stored.kind} "
+                                                     f"{stored.name[:12]}")
+            self._media[stored.name] = media
+        return media
 
     def last_question(self) -> StoredMessage | None:
         return next((m for m in reversed(self.history.messages(self.conversation_id))
@@ -189,6 +252,35 @@ class _Turn:
         self.save_failed = False
         self.thinking_since: float | None = None  # when the answer's thinking began
         self.thinking_s: float | None = None  # how long it thought (ended by the answer)
+        self.media_said = False  # a note on images the model is not given, said once
+
+    def media_loader(self) -> MediaLoader | None:
+        """How the request gets the conversation's images: None for a model that cannot
+        take them (it is told in words, and the front end is told once which models can);
+        a file that cannot be read is left out, said once."""
+        s = self.s
+        has_media = any(m.media for m in s.history.messages(s.conversation_id))
+        if not has_media:
+            return None
+        if not s.sees():
+            if not self.media_said:
+                self.media_said = True
+                seeing = seeing_models(s.runtime.store)
+                self.emit(MediaRefused(
+                    cannot_see_text(s.model, seeing, s.runtime.is_remote(s.model))
+                    + " This chat's images are left out of its answers.", tuple(seeing),
+                    s.model))
+            return None
+
+        def load(stored: StoredMedia) -> Media | None:
+            try:
+                return s.load_media(stored)
+            except (HistoryError, MediaError) as e:
+                if not self.media_said:
+                    self.media_said = True
+                    self.emit(Notice(f"An image is left out of this answer: {e}", "media"))
+                return None
+        return load
 
     def run(self, question: str, replaced_answer: int | None, parent: int | None | Leaf
             ) -> None:
@@ -224,7 +316,7 @@ class _Turn:
         s = self.s
         request = build_request(s.history.get(s.conversation_id),
                                 s.history.messages(s.conversation_id), s.options, s.support,
-                                policy=s.policy)
+                                policy=s.policy, media=self.media_loader())
         try:
             self.context = choose_documents(
                 s.runtime, library, s.conversation_id, question, s.model, request, s.options,
@@ -297,7 +389,7 @@ class _Turn:
                                 s.history.messages(s.conversation_id), s.options, s.support,
                                 offered.index.request_tools() if offered else (),
                                 self.context.prompt_text if self.context else "",
-                                answer_only, s.policy)
+                                answer_only, s.policy, self.media_loader())
         remote = s.runtime.is_remote(s.model)
         if self.context is not None and s.library is not None:
             s.library.record_use(answer.id, self.context)

@@ -1,7 +1,8 @@
 """`ember chat` on the chat session (app.chat.session.ChatSession), as the window uses it: the
 conversation is kept in history.db, `/tools` switches the MCP servers of mcp.json on for it
 (each call asks on the terminal), `/attach FILE` adds a document (answers show their
-Sources), `/retry` and `/edit` add versions beside the old ones, thinking is printed apart.
+Sources), `/image FILE` an image to the next message, `/retry` and `/edit` add versions
+beside the old ones, thinking is printed apart.
 
 The turn runs on a worker thread; the main thread waits for it, asks the terminal what a tool
 call's approval is (the worker waits on a queue), and turns Ctrl+C into session.stop().
@@ -18,12 +19,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from app.chat.attachments import Attachment
 from app.chat.events import (
     AnswerDone,
     AnswerStarted,
     ChatError,
     ChatEvent,
     Decision,
+    MediaRefused,
     Notice,
     TextDelta,
     ThinkingDelta,
@@ -46,7 +49,8 @@ if TYPE_CHECKING:
 
 CHAT_HELP = ("/reset starts a new conversation, /system TEXT sets the system prompt, "
              "/think on|off|low|medium|high|default sets thinking, /tools [SERVER] lists or "
-             "switches MCP servers, /attach FILE adds a document, /retry answers again, "
+             "switches MCP servers, /attach FILE adds a document, /image FILE adds an image to "
+             "the next message, /retry answers again, "
              "/edit [TEXT] changes the last message, /bye leaves")
 THINK_WORDS = {"on": Thinking(enabled=True), "off": Thinking(enabled=False),
                "default": Thinking(), **{e: Thinking(enabled=True, effort=e)  # type: ignore
@@ -93,7 +97,7 @@ class Terminal:
             click.echo(f"[{event.tool}: {event.outcome}] {text[:200]}", err=True)
         elif isinstance(event, ToolResult) and event.note:
             click.echo(f"({event.note})", err=True)
-        elif isinstance(event, Notice):
+        elif isinstance(event, Notice | MediaRefused):
             click.echo(f"({event.text})", err=True)
         elif isinstance(event, ChatError):
             self.printer.end()
@@ -164,6 +168,7 @@ def chat_loop(rt: Runtime, ref: str, options: TurnOptions, system: str | None, h
         return ChatSession(history, rt, conv.id, ref, options, tools, library, home)
 
     session = new_session()
+    images: list[Attachment] = []  # for the next message (/image)
     try:
         while True:
             try:
@@ -183,6 +188,7 @@ def chat_loop(rt: Runtime, ref: str, options: TurnOptions, system: str | None, h
                 return
             if word == "/reset":
                 session = new_session()
+                images.clear()
                 click.echo("(conversation cleared)")
             elif word == "/think":
                 choice = rest or "on"
@@ -200,6 +206,8 @@ def chat_loop(rt: Runtime, ref: str, options: TurnOptions, system: str | None, h
                 switch_tools(history, tools, session.conversation_id, rest)
             elif word == "/attach":
                 attach(library, session.conversation_id, rest)
+            elif word == "/image":
+                add_image(session, images, rest)
             elif word == "/retry":
                 run_turn(session, session.retry, terminal)
             elif word == "/edit":
@@ -207,15 +215,32 @@ def chat_loop(rt: Runtime, ref: str, options: TurnOptions, system: str | None, h
             elif word.startswith("/"):
                 click.echo(f"unknown command {word!r}; {CHAT_HELP}")
             else:
-                send(session, terminal, line)
+                send(session, terminal, line, tuple(images))
+                images.clear()
     finally:
         tools.close()
         history.close()
         library.close()
 
 
-def send(session: ChatSession, terminal: Terminal, text: str) -> None:
-    run_turn(session, lambda show, approve: session.send(text, show, approve), terminal)
+def send(session: ChatSession, terminal: Terminal, text: str,
+         images: tuple[Attachment, ...] = ()) -> None:
+    run_turn(session, lambda show, approve: session.send(text, show, approve,
+                                                         attachments=images), terminal)
+
+
+def add_image(session: ChatSession, images: list[Attachment], file: str) -> None:
+    """/image FILE: checked and decoded now (a broken file, or a model that cannot see, is
+    said at once), sent with the next message."""
+    if not file:
+        click.echo("/image takes a file: /image screenshot.png")
+        return
+    attachment = session.attach(Path(file).expanduser(),
+                                lambda e: click.echo(f"({getattr(e, 'text', e)})"))
+    if attachment is not None:
+        images.append(attachment)
+        click.echo(f"(image {attachment.name}, {attachment.media.describe()}: sent with your "
+                   f"next message)")
 
 
 def switch_tools(history: History, tools: ChatTools, conversation_id: int, name: str) -> None:

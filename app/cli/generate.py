@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -28,6 +29,7 @@ from backends.base import (
     TokenEvent,
 )
 from backends.errors import EmberError
+from backends.media import MEDIA_MARKER, Media, plain_text
 
 if TYPE_CHECKING:
     from app.runtime import Runtime
@@ -138,6 +140,26 @@ def backend_option(f: Callable) -> Callable:
                              "machine, see `ember hw`)")(f)
 
 
+def user_message(text: str, media: tuple[Media, ...] = ()) -> Message:
+    """A question with one media marker per image before its text (the text never places
+    one of its own: backends.media.plain_text)."""
+    if not media:
+        return Message("user", text)
+    return Message("user", "\n".join([MEDIA_MARKER] * len(media) + [plain_text(text)]),
+                   media=media)
+
+
+def check_sees(rt: Runtime, model: str) -> None:
+    """An EmberError naming the installed models that see, when `model` cannot; a model not
+    installed yet is let through (its pull or load says what is wrong)."""
+    from app.chat.attachments import cannot_see_text, model_sees, seeing_models
+    from app.pull.hf_pull import has_hub_prefix
+
+    remote = rt.is_remote(model) and not has_hub_prefix(model)
+    if remote or model_sees(rt.store, model) is False:
+        raise EmberError(cannot_see_text(model, seeing_models(rt.store), remote))
+
+
 @cli.command()
 @click.argument("model")
 @click.argument("prompt")
@@ -149,24 +171,35 @@ def backend_option(f: Callable) -> Callable:
 @click.option("--raw", is_flag=True, help="send PROMPT as-is, without the chat template")
 @click.option("--json", "as_json", is_flag=True,
               help="print one JSON object: the answer, its thinking, tool calls and stats")
+@click.option("--image", "images", multiple=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="an image (or audio clip) the question is about; repeatable (a model "
+                   "that sees: one with a vision projector)")
 def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
         backend: str | None, quant: str | None, draft_model: str | None, lookup: bool,
         max_draft: int, no_speculation: bool, think: bool | None, think_effort: str | None,
-        hide_thinking: bool,
+        hide_thinking: bool, images: tuple[Path, ...],
         **kw: Any) -> None:
     """Answer PROMPT with MODEL, streaming to the terminal ("-" reads PROMPT from stdin).
     MODEL is an installed model or NAME/model on a remote endpoint (`ember remote`).
     A reasoning model's thinking is shown dimmed before the answer (on stderr when stdout
-    is not a terminal)."""
+    is not a terminal). `--image FILE` asks about a picture."""
+    from app.chat.attachments import attachment_from_file
     from app.runtime import Runtime
 
     if prompt == "-":
         prompt = sys.stdin.read()
+    if images and raw:
+        raise EmberError("--image needs the chat template: leave out --raw")
+    # read and checked first: a broken file fails before a model loads
+    media = tuple(attachment_from_file(path).media for path in images)
     sampling = sampling_from(kw)
     sampling.validate()
     speculative = speculative_from(draft_model, lookup, max_draft, no_speculation)
     thinking = thinking_from(think, think_effort)
     with Runtime() as rt:
+        if media:
+            check_sees(rt, model)
         target = open_target(rt, model, kw["context"], backend, quant)
         if draft_model and not rt.is_remote(model):
             installed_or_pull(draft_model)
@@ -177,7 +210,7 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
                                         speculative=speculative, truncate=True)
         else:
             messages = (((Message("system", system),) if system else ())
-                        + (Message("user", prompt),))
+                        + (user_message(prompt, media),))
             request = GenerationRequest(messages=messages, sampling=sampling,
                                         speculative=speculative, thinking=thinking,
                                         truncate=True)

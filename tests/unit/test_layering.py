@@ -19,8 +19,10 @@ while not (ROOT / "pyproject.toml").exists():
 # What any layer may import from backends/: the request and event types, the errors, the
 # chat-template renderer, and model-format facts that need no engine (an MLX directory's
 # config.json; the cuda engine's KV layout constants, for the fit model, without torch;
-# whether the mlx backend finds OpenBLAS here, without MLX).
+# whether the mlx backend finds OpenBLAS here, without MLX); a message's images and audio
+# (backends.media: Media, the marker, decoding with limits, issue 42).
 VOCABULARY = {"backends", "backends.base", "backends.errors", "backends.chat_template",
+              "backends.media",
               "backends.mlx_dir", "backends.cuda.kv_layout", "backends.mlx_blas",
               "backends.gpu_modules"}
 FRONT_ENDS = ("app/cli", "app/gui", "app/server")
