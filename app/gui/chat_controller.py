@@ -7,6 +7,10 @@ Editing a message or regenerating an answer adds a new version beside the old on
 history is a tree, app.history_tree); the window shows, and the model is given, the shown
 path. A message with versions gets a "< 2/3 >" switcher (app.gui.branch_switcher). The
 chat's model, Think setting, MCP servers and preset are app.gui.chat_choices'.
+
+Images pasted, dropped or chosen are checked by the session (ChatSession.attach: a broken
+one, or a model that cannot see, is said on the banner with the models that can) and wait as
+chips for the next question, counted on the context meter by estimate until it is sent.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
-from app.chat.events import ChatEvent, Decision
+from app.chat.attachments import estimated_tokens
+from app.chat.events import ChatEvent, Decision, MediaRefused
 from app.chat.session import ChatSession
 from app.chat.tools import ChatTools
 from app.config import Paths
@@ -24,6 +29,7 @@ from app.gui.branch_switcher import show_version
 from app.gui.chat_choices import ChatChoices
 from app.gui.chat_documents import ChatDocuments
 from app.gui.chat_view import ChatView
+from app.gui.image_chips import is_media_file
 from app.gui.turn_task import TurnTask, Work
 from app.gui.turn_view import TurnView
 from app.history import History, StoredMessage
@@ -73,6 +79,9 @@ class ChatController(QObject):
             self.documents.status.connect(self.status_message)
             self.documents.failed.connect(self.view.show_banner)
         view.files_chosen.connect(self.attach_files)
+        view.image_pasted.connect(self.attach_image)
+        view.image_chips.changed.connect(lambda: self.turns.set_pending(
+            estimated_tokens(view.image_chips.attachments)))
         view.send_clicked.connect(self.send)
         view.stop_clicked.connect(self.stop)
         view.regenerate_clicked.connect(self.regenerate)
@@ -102,6 +111,10 @@ class ChatController(QObject):
     def attach_files(self, files: list[Path]) -> None:
         """The paperclip or a drop: the files are read off the UI thread and shown as chips
         of this chat (a new one when none is open); one that cannot be read says why."""
+        images = [f for f in files if is_media_file(f)]
+        for image in images:
+            self.attach_image(image)
+        files = [f for f in files if not is_media_file(f)]
         if not files:
             return
         if self.documents is None:
@@ -116,6 +129,24 @@ class ChatController(QObject):
         assert self.conversation_id is not None
         self.documents.attach(self.conversation_id, list(files))
 
+    def attach_image(self, source: Path | bytes) -> bool:
+        """An image (a file, or pasted bytes) for the next question: a chip, or the banner
+        saying why not (a broken file; a model that cannot see, with those that can)."""
+        if self.model is None:
+            self.view.show_banner("No model is installed yet: download one from the Models page.")
+            return False
+        if self.conversation_id is None:
+            self.new_conversation()
+
+        def refused(event: ChatEvent) -> None:
+            if isinstance(event, MediaRefused):
+                self.view.show_banner(event.text)
+        attachment = self.session().attach(source, refused)
+        if attachment is None:
+            return False
+        self.view.image_chips.add(attachment)
+        return True
+
     def open(self, conversation_id: int) -> None:
         if self.busy:
             self.stop(wait=True)
@@ -123,6 +154,7 @@ class ChatController(QObject):
         self.conversation_id = conv.id
         self._editing = None
         self.view.clear()
+        self.view.image_chips.clear()  # they were for another chat's next question
         self.view.title.setText(conv.title)
         if self.documents is not None:
             self.documents.show(conv.id)
@@ -150,7 +182,9 @@ class ChatController(QObject):
 
     def _send(self) -> None:
         text = self.view.composer.toPlainText()
-        if self.busy or not text.strip():
+        images = self.view.image_chips.attachments
+        if self.busy or not (text.strip() or images
+                             or (self._editing is not None and self._editing.media)):
             return
         if self.documents is not None and self.documents.attaching:
             self.status_message.emit("The attached files are still being read: send once "
@@ -163,11 +197,13 @@ class ChatController(QObject):
             self.new_conversation()
         session = self.session()
         # an edit is a new version beside the message it replaces; else the path goes on
-        stored = session.ask(text, self._editing)
+        # (an edit sent without new images keeps its question's)
+        stored = session.ask(text, self._editing, images or None)
         self._editing = None
         self.view.title.setText(self.history.get(session.conversation_id).title)
         self.view.composer.clear()
-        self.view.add_message("user", text)
+        self.view.image_chips.clear()
+        self.view.add_message("user", text, images=self.turns.images_of(stored))
         self.turns.ids.append(stored.id)
         self.conversation_changed.emit()
         self._start(session, lambda s, show, approve: s.answer(text, show, approve))

@@ -1,12 +1,14 @@
 """The conversation pane: one widget per message, the composer, the context meter, the find
 bar (Ctrl+F), and the chat's documents: the paperclip, drops of files, the chips of what is
-attached, and under an answer the sources it was given."""
+attached, and under an answer the sources it was given. Images pasted, dropped or chosen with
+the paperclip wait as chips for the next question (app.gui.image_chips) and show in its
+bubble."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QKeyEvent, QPalette
 from PySide6.QtWidgets import (
     QApplication,
@@ -29,6 +31,7 @@ from PySide6.QtWidgets import (
 from app.gui.document_chips import DocumentChips, local_files
 from app.gui.find_bar import FindBar
 from app.gui.icons import themed_icon
+from app.gui.image_chips import BubbleImages, ImageChips, clipboard_png, images_filter
 from app.gui.markdown import render_markdown
 from app.gui.shortcuts import is_window_key
 from app.gui.sources_block import Source, SourcesBlock
@@ -130,6 +133,8 @@ class MessageWidget(QFrame):
         who = QLabel(ROLE_NAMES.get(role, role))
         who.setObjectName("role")
         layout.addWidget(who)
+        self.images = BubbleImages()  # a question's images (app.gui.image_chips)
+        layout.addWidget(self.images)
         self.thinking = ThinkingBlock()
         layout.addWidget(self.thinking)
         self.thinking.set_stored(reasoning, (stats or {}).get("thinking_s"),
@@ -182,6 +187,9 @@ class MessageWidget(QFrame):
     def set_sources(self, sources: list[Source]) -> None:
         self.sources.set_sources(sources)
 
+    def set_images(self, images: list[tuple[str, bytes]]) -> None:
+        self.images.set_images(images)
+
     def _render(self) -> None:
         self.body.set_markdown(self.text)
 
@@ -207,6 +215,7 @@ class Composer(QPlainTextEdit):
     pasted as their paths."""
     submitted = Signal()
     files_dropped = Signal(list)  # [Path]
+    image_pasted = Signal(bytes)  # Ctrl+V of an image: its PNG bytes
 
     def __init__(self) -> None:
         super().__init__()
@@ -225,6 +234,17 @@ class Composer(QPlainTextEdit):
             self.submitted.emit()
             return
         super().keyPressEvent(event)
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        """A pasted image goes with the question (a chip); text is pasted as text."""
+        png = clipboard_png(source)
+        if png is not None:
+            self.image_pasted.emit(png)
+            return
+        super().insertFromMimeData(source)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         if local_files(event.mimeData()):
@@ -253,7 +273,7 @@ def documents_filter() -> str:
     from app.documents.reader import SUPPORTED_SUFFIXES
 
     patterns = " ".join(f"*{suffix}" for suffix in sorted(SUPPORTED_SUFFIXES))
-    return f"Documents ({patterns});;All files (*)"
+    return f"Documents ({patterns});;{images_filter()};;All files (*)"
 
 
 class ChatView(QWidget):
@@ -264,6 +284,7 @@ class ChatView(QWidget):
     banner_action = Signal(str)  # one of BANNER_ACTIONS
     think_changed = Signal(str)  # a Think setting (app.history.THINKING_SETTINGS)
     files_chosen = Signal(list)  # [Path] to attach: from the paperclip's dialog or a drop
+    image_pasted = Signal(bytes)  # an image pasted into the composer (PNG bytes)
 
     def __init__(self, dark: bool = False) -> None:
         super().__init__()
@@ -314,18 +335,22 @@ class ChatView(QWidget):
         layout.addLayout(actions)
         self.chips = DocumentChips()  # the chat's attached documents
         layout.addWidget(self.chips)
+        self.image_chips = ImageChips()  # the images for the next question
+        layout.addWidget(self.image_chips)
         row = QHBoxLayout()
         self.attach = QToolButton()
         self.attach.setObjectName("attach")
         self.attach.setText("Attach")
         self._paint_icons()
         self.attach.setToolTip("Attach files to this chat: text and code, Markdown, PDF, "
-                               ".docx (or drop them here)")
+                               ".docx; or images for your next message (or drop or paste "
+                               "them here)")
         self.attach.clicked.connect(self.choose_files)
         row.addWidget(self.attach, 0, Qt.AlignmentFlag.AlignBottom)
         self.file_dialog: QFileDialog | None = None
         self.composer = Composer()
         self.composer.files_dropped.connect(self.files_chosen)
+        self.composer.image_pasted.connect(self.image_pasted)
         row.addWidget(self.composer, 1)
         # Shown only for a model that thinks, with the settings its template takes
         # (app.runtime.thinking.ThinkingSupport).
@@ -431,12 +456,15 @@ class ChatView(QWidget):
 
     def add_message(self, role: str, text: str, status: str = "complete",
                     stats: dict | None = None, reasoning: str = "",
-                    tool_calls: tuple[ToolCall, ...] = ()) -> MessageWidget | ToolCard:
+                    tool_calls: tuple[ToolCall, ...] = (),
+                    images: list[tuple[str, bytes]] | None = None) -> MessageWidget | ToolCard:
         widget: MessageWidget | ToolCard
         if role == "tool":  # a tool call's result, as its card
             widget = ToolCard(text, status, stats)
         else:
             widget = MessageWidget(role, text, self.dark, status, stats, reasoning, tool_calls)
+            if images:
+                widget.set_images(images)
         self.column.insertWidget(self.column.count() - 1, widget)
         # shown now: a layout shows a widget added to a shown window only on the event
         # loop's next pass, and a turn's later events (its thinking, its calls, its end)

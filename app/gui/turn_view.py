@@ -17,6 +17,7 @@ from app.chat.events import (
     ChatError,
     ChatEvent,
     Loaded,
+    MediaRefused,
     Notice,
     PromptCounted,
     Status,
@@ -30,7 +31,7 @@ from app.gui.chat_documents import ChatDocuments
 from app.gui.chat_view import ChatView, MessageWidget
 from app.gui.sources_block import Source, sources_of
 from app.gui.tool_card import ToolCard
-from app.history import History
+from app.history import History, HistoryError, StoredMessage
 from backends.base import GenerationRequest
 
 DECISIONS = {"allow": "approve", "always": "always", "deny": "deny"}  # card's: session's
@@ -61,6 +62,8 @@ class TurnView(QObject):
         self.missing_embedder = ""  # the embedding model a failed turn needed
         self.model = ""
         self._prompt_tokens = self._streamed = 0
+        self._used = 0  # the meter's count, less the images waiting as chips
+        self.pending_tokens = 0  # those images' estimate (app.chat.attachments)
 
     def begin(self, conversation_id: int, model: str) -> None:
         self.conversation_id, self.model, self.request = conversation_id, model, None
@@ -75,7 +78,7 @@ class TurnView(QObject):
         last_stats = None
         for m in self.history.messages(conversation_id):
             widget = self.view.add_message(m.role, m.content, m.status, m.stats, m.reasoning,
-                                           m.tool_calls)
+                                           m.tool_calls, self.images_of(m))
             if self.documents is not None:
                 self.documents.show_sources(widget, m)
             self.ids.append(m.id)
@@ -90,8 +93,27 @@ class TurnView(QObject):
         self.view.remove_from(index)
         del self.ids[index:]
 
+    def images_of(self, m: StoredMessage) -> list[tuple[str, bytes]]:
+        """A question's images from their files; one that is gone shows as its name."""
+        out = []
+        for x in m.media:
+            if x.kind != "image":
+                continue
+            try:
+                out.append((x.name, self.history.read_media(x)))
+            except HistoryError:
+                out.append((f"missing image {x.name[:12]}", b""))
+        return out
+
     def show_use(self, used: int) -> None:
-        self.view.set_context_use(used, self.context_size)
+        self._used = used
+        self.view.set_context_use(used + self.pending_tokens, self.context_size)
+
+    def set_pending(self, tokens: int) -> None:
+        """The images waiting for the next question, counted on the meter before it is
+        sent (an estimate: no backend counts a question before it is asked)."""
+        self.pending_tokens = tokens
+        self.show_use(self._used)
 
     def show(self, event: ChatEvent) -> None:
         if isinstance(event, TextDelta | ThinkingDelta):
@@ -117,7 +139,7 @@ class TurnView(QObject):
             self._done(event)
         elif isinstance(event, ToolCallStarted | ToolResult):
             self._tool(event)
-        elif isinstance(event, Notice):
+        elif isinstance(event, Notice | MediaRefused):
             self.view.show_banner(event.text)
         elif isinstance(event, Status):
             self.status_message.emit(event.text)
