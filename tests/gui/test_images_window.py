@@ -5,15 +5,13 @@ after a restart (from history.db and its media folder). A model that cannot see 
 the banner, naming the models that can: the real Qwen2.5-Coder-0.5B (text only) on the
 shared test Runtime. pytest-qt, offscreen Qt.
 
-The "sees" side uses a model installed with a projector beside it (a tiny GGUF, as
-tests/unit/test_chat_images.py), so its answer fails to load: what is checked is the window's
-side up to the request. The answer of a real vision model is not tested here (the tiny
-vision test model was not on main when this was written)."""
+The "sees" side is the tiny Gemma 3 vision model (random weights, tests/support/tiny_vision.py)
+imported with its projector: its answer is noise, but a real answer through llama.cpp's mtmd,
+with its image tokens counted."""
 
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,10 +28,11 @@ from app.gui.chat_view import MessageWidget
 from app.gui.image_chips import BUBBLE_MAX_PX, CHIP_THUMB_PX
 from app.gui.main_window import MainWindow
 from app.runtime import Runtime
-from app.store import MANIFEST_SUFFIX, InstalledModel, Store
+from app.store import InstalledModel, Store
 from tests.support.tiny_gguf import write_tiny_gguf
+from tests.support.tiny_vision import write_tiny_gemma3_vision
 
-WAIT_MS = 120_000
+WAIT_MS = 300_000
 
 
 def png(color: tuple[int, int, int], size: tuple[int, int]) -> bytes:
@@ -43,14 +42,12 @@ def png(color: tuple[int, int, int], size: tuple[int, int]) -> bytes:
 
 
 def install(store: Store, tmp: Path, name: str, projector: bool) -> str:
-    model = store.import_gguf(write_tiny_gguf(tmp / f"{name}.gguf", name=name))
-    if projector:  # as a Hub vision model is installed: its mmproj file beside it
-        (model.path.parent / "mmproj-tiny.gguf").write_bytes(b"GGUF")
-        manifest = model.path.with_name(model.path.name + MANIFEST_SUFFIX)
-        raw = json.loads(manifest.read_text())
-        manifest.write_text(json.dumps(raw | {"projector_file": "mmproj-tiny.gguf"}))
-        store._touch()
-    return model.ref
+    """A text model (a tiny GGUF), or the tiny Gemma 3 vision model imported with its
+    projector as `ember import --mmproj` does (tests/support/tiny_vision.py)."""
+    if projector:
+        tiny = write_tiny_gemma3_vision(tmp / name)
+        return store.import_gguf(tiny.model, projector=tiny.projector).ref
+    return store.import_gguf(write_tiny_gguf(tmp / f"{name}.gguf", name=name)).ref
 
 
 @pytest.fixture
@@ -130,6 +127,16 @@ def test_a_pasted_image_is_a_chip_then_the_sent_bubble_and_again_after_a_restart
         qtbot.waitUntil(lambda: not w.controller.busy, timeout=WAIT_MS)
         request = w.controller.turns.request
         assert request is not None and len(request.messages[-1].media) == 2
+        answer = w.chat.messages[-1]
+        assert isinstance(answer, MessageWidget) and answer.role == "assistant"
+        assert w.chat.banner_message() == "", w.chat.banner_message()
+        stored = w.history.messages(w.controller.conversation_id)[-1]
+        assert stored.status == "complete"
+        # each image costs the tiny model 16 tokens (mtmd's count), in the prompt's count
+        assert stored.stats["media_tokens"] == 32
+        assert stored.stats["prompt_tokens"] > 32
+        used = stored.stats["prompt_tokens"] + stored.stats["completion_tokens"]
+        assert w.chat.meter.value() == used
         conv = w.controller.conversation_id
         assert conv is not None
     finally:

@@ -1,11 +1,12 @@
 """Images in the window on a real X server (Xvfb and Qt's xcb platform plugin; the other
 window tests run offscreen): an image on the X clipboard pasted with Ctrl+V through xdotool,
-its chip's thumbnail, the sent question's bubble, the same bubble after a restart, and the
+its chip's thumbnail, the sent question's bubble and its answer, the same bubble after a
+restart, and the
 Markdown export with the image file beside it (a screenshot is kept in build/ci-artifacts/).
 The session runs in its own process (tests/support/images_session.py).
 
-The model is installed with a projector beside it (a tiny GGUF): its answer fails to load,
-and what is checked is the window's side up to the request."""
+The model is the tiny Gemma 3 vision model (random weights, tests/support/tiny_vision.py)
+imported with its projector: its answer is noise, made through llama.cpp's mtmd."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def test_on_x11_a_pasted_image_is_sent_shown_again_after_a_restart_and_exported(
     assert seen["thumb"] == [CHIP_THUMB_PX, 25]  # 800x500 scaled into 40x40
     assert seen["sent"] == seen["reopened"] == [[BUBBLE_MAX_PX, 200]]
     assert seen["typed"] == "What is in this picture?"
+    assert (seen["answer_status"], seen["media_tokens"], seen["banner"]) == ("complete", 16, "")
     markdown = export.read_text(encoding="utf-8")
     [link] = [line for line in markdown.splitlines() if line.startswith("![image 1](")]
     image = export.parent / link.removeprefix("![image 1](").removesuffix(")").replace(

@@ -1,7 +1,8 @@
 """One user's session with images in the real window, run in a process of its own on the X
 server of DISPLAY (tests/gui/test_images_xcb.py): an image copied to the X clipboard is
 pasted into the message box with Ctrl+V (xdotool's XTEST keys), its chip shows a thumbnail, a
-question is typed and sent, its bubble holds the image; then the window is closed and built
+question is typed and sent, its bubble holds the image and the model answers; then the
+window is closed and built
 again (a restart) and the conversation, opened, shows it again; the chat is exported as
 Markdown with the image beside it.
 
@@ -66,8 +67,11 @@ def run(model: str, export: Path, screenshot: Path) -> dict:
         wait_until(app, lambda: any(m.role == "user" for m in w.chat.messages),
                    "the question's bubble", 30)
         sent = bubble_sizes(w)
-        wait_until(app, lambda: not w.controller.busy, "the turn's end", 120)
+        wait_until(app, lambda: not w.controller.busy, "the answer", 300)
         conv = w.controller.conversation_id
+        assert conv is not None
+        answer = w.history.messages(conv)[-1]
+        banner = w.chat.banner_message()
         app.processEvents()
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         w.grab().save(str(screenshot))
@@ -90,7 +94,8 @@ def run(model: str, export: Path, screenshot: Path) -> dict:
         again.history.close()
         again.library.close()
     return {"platform": app.platformName(), "thumb": thumb, "sent": sent,
-            "reopened": reopened, "typed": typed}
+            "reopened": reopened, "typed": typed, "answer_status": answer.status,
+            "media_tokens": (answer.stats or {}).get("media_tokens"), "banner": banner}
 
 
 def main() -> None:

@@ -6,7 +6,6 @@ Runtime, Store and history.db in tmp_path; a scripted remote model for an answer
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,12 @@ from app.config import Paths
 from app.history import History
 from app.runtime import Runtime, endpoints
 from app.runtime.thinking import ThinkingSupport
-from app.store import MANIFEST_SUFFIX, Store
+from app.store import Store
 from backends.base import SamplingParams
 from backends.media import MEDIA_MARKER
 from tests.support.fake_openai import fake_server
 from tests.support.tiny_gguf import write_tiny_gguf
+from tests.support.tiny_vision import write_tiny_gemma3_vision
 
 OPTIONS = TurnOptions(SamplingParams(max_tokens=16), None)
 
@@ -61,14 +61,12 @@ class Lab:
 
 
 def install(store: Store, tmp: Path, name: str, projector: bool) -> str:
-    model = store.import_gguf(write_tiny_gguf(tmp / f"{name}.gguf", name=name))
-    if projector:  # as a Hub vision model is installed: its mmproj file beside it
-        (model.path.parent / "mmproj-tiny.gguf").write_bytes(b"GGUF")
-        manifest = model.path.with_name(model.path.name + MANIFEST_SUFFIX)
-        raw = json.loads(manifest.read_text())
-        manifest.write_text(json.dumps(raw | {"projector_file": "mmproj-tiny.gguf"}))
-        store._touch()
-    return model.ref
+    """A text model (a tiny GGUF), or the tiny Gemma 3 vision model imported with its
+    projector as `ember import --mmproj` does (tests/support/tiny_vision.py)."""
+    if projector:
+        tiny = write_tiny_gemma3_vision(tmp / name)
+        return store.import_gguf(tiny.model, projector=tiny.projector).ref
+    return store.import_gguf(write_tiny_gguf(tmp / f"{name}.gguf", name=name)).ref
 
 
 @pytest.fixture
