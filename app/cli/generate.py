@@ -252,7 +252,8 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
             "reasoning_tokens": st.reasoning_tokens,
             "ttft_s": st.ttft_s, "decode_tokens_per_s": st.decode_tokens_per_s,
             "finish_reason": st.finish_reason, "truncated": st.truncated,
-            "cached_tokens": st.cached_tokens, "draft_tokens": st.draft_tokens,
+            "cached_tokens": st.cached_tokens, "media_tokens": st.media_tokens,
+            "draft_tokens": st.draft_tokens,
             "accepted_tokens": st.accepted_tokens}, ensure_ascii=False))
     else:
         if printer.answered:

@@ -31,8 +31,9 @@ def test_run_json_prints_one_object_with_the_stats(qwen):
     assert set(out) == {"text", "reasoning", "tool_calls", "model", "backend",
                         "prompt_tokens", "completion_tokens", "reasoning_tokens", "ttft_s",
                         "decode_tokens_per_s", "finish_reason", "truncated",
-                        "cached_tokens", "draft_tokens", "accepted_tokens"}
+                        "cached_tokens", "media_tokens", "draft_tokens", "accepted_tokens"}
     assert (out["reasoning"], out["tool_calls"], out["reasoning_tokens"]) == ("", [], 0)
+    assert out["media_tokens"] == 0
     assert out["model"] == qwen.id and out["backend"] == "llamacpp"
     assert "[::-1]" in out["text"]
     assert out["completion_tokens"] <= 64 and out["finish_reason"] in ("stop", "length")
