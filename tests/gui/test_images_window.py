@@ -137,6 +137,22 @@ def test_a_pasted_image_is_a_chip_then_the_sent_bubble_and_again_after_a_restart
         assert stored.stats["prompt_tokens"] > 32
         used = stored.stats["prompt_tokens"] + stored.stats["completion_tokens"]
         assert w.chat.meter.value() == used
+        # Regenerate: the request is rebuilt from history, images included
+        w.chat.regenerate.click()
+        qtbot.waitUntil(lambda: not w.controller.busy, timeout=WAIT_MS)
+        assert len(w.controller.turns.request.messages[-1].media) == 2
+        # an edit sent without new images keeps the question's, in its bubble too
+        w.chat.edit.click()
+        assert w.chat.composer.toPlainText() == "What is in these pictures?"
+        w.chat.composer.setPlainText("And these?")
+        qtbot.keyClick(w.chat.composer, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: not w.controller.busy, timeout=WAIT_MS)
+        edited = next(m for m in w.chat.messages if m.role == "user")
+        assert isinstance(edited, MessageWidget) and edited.text == "And these?"
+        assert [label.pixmap().width() for label in edited.images.labels] == [
+            BUBBLE_MAX_PX, 100]
+        assert len(w.controller.turns.request.messages[-1].media) == 2
+        w.controller.switch_to(w.history.all_messages(w.controller.conversation_id)[0].id)
         conv = w.controller.conversation_id
         assert conv is not None
     finally:
