@@ -51,6 +51,7 @@ class ChatController(QObject):
     stats_shown = Signal(object)  # the last answer's stats (a dict), or None: the status bar
     status_message = Signal(str)  # work on the chat's documents, for the status bar
     embedding_model_wanted = Signal(str)  # the user asked to download the embedding model
+    model_wanted = Signal(str)  # a model the user asked to switch to (one that sees)
 
     def __init__(self, view: ChatView, history: History, runtime: Runtime,
                  settings: Settings, home: Paths | None = None,
@@ -75,6 +76,8 @@ class ChatController(QObject):
         self.turns.thought.connect(lambda: None if self.choices.support.thinks else
                                    self.choices.refresh_support())
         self.turns.decided.connect(self._decided)
+        self.turns.media_refused.connect(self._media_refused)
+        self._seeing: tuple[str, ...] = ()  # the models a refused image named
         if self.documents is not None:
             self.documents.status.connect(self.status_message)
             self.documents.failed.connect(self.view.show_banner)
@@ -140,12 +143,19 @@ class ChatController(QObject):
 
         def refused(event: ChatEvent) -> None:
             if isinstance(event, MediaRefused):
-                self.view.show_banner(event.text)
+                self._media_refused(event)
         attachment = self.session().attach(source, refused)
         if attachment is None:
             return False
         self.view.image_chips.add(attachment)
         return True
+
+    def _media_refused(self, event: MediaRefused) -> None:
+        """The banner says why; where the chat's model is the reason and another installed
+        model sees, it offers to switch to it."""
+        self._seeing = event.seeing if event.model else ()
+        actions = ("Switch to a model that sees", "Dismiss") if self._seeing else ("Dismiss",)
+        self.view.show_banner(event.text, actions)
 
     def open(self, conversation_id: int) -> None:
         if self.busy:
@@ -327,5 +337,8 @@ class ChatController(QObject):
             self.view.show_banner("")
         elif action == "Retry":
             self.regenerate()
+        elif action == "Switch to a model that sees" and self._seeing:
+            self.model_wanted.emit(self._seeing[0])
+            self.view.show_banner("")
         elif action == "Dismiss":
             self.view.show_banner("")

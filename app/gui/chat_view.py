@@ -49,7 +49,7 @@ STATUS_NOTE = {
 
 RENDER_INTERVAL_MS = 100
 BANNER_ACTIONS = ("Retry", "Pick a smaller quantization", "Download the embedding model",
-                  "Dismiss")
+                  "Switch to a model that sees", "Dismiss")
 
 
 THINK_LABELS = {"on": "Think: on", "off": "Think: off", "low": "Think: low effort",

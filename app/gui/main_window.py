@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
         self.failed_model: str | None = None
         self.controller.model_failed.connect(self._model_failed)
         self.chat.banner_action.connect(self._banner_action)
+        self.controller.model_wanted.connect(self.choose_model)
         self.model_picker.currentIndexChanged.connect(self._model_picked)
         self.hub.installed.connect(self._installed)
 

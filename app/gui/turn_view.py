@@ -43,6 +43,7 @@ class TurnView(QObject):
     model_failed = Signal(str, str)  # model ref, message (a load error)
     thought = Signal()  # an answer came with thinking (what the model offers may be new)
     decided = Signal(int, str)  # a tool call's message id, the session's Decision
+    media_refused = Signal(object)  # a MediaRefused: the chat's images are not given
 
     def __init__(self, view: ChatView, history: History,
                  documents: ChatDocuments | None) -> None:
@@ -139,7 +140,9 @@ class TurnView(QObject):
             self._done(event)
         elif isinstance(event, ToolCallStarted | ToolResult):
             self._tool(event)
-        elif isinstance(event, Notice | MediaRefused):
+        elif isinstance(event, MediaRefused):
+            self.media_refused.emit(event)
+        elif isinstance(event, Notice):
             self.view.show_banner(event.text)
         elif isinstance(event, Status):
             self.status_message.emit(event.text)

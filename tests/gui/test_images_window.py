@@ -47,7 +47,10 @@ def install(store: Store, tmp: Path, name: str, projector: bool) -> str:
     if projector:
         tiny = write_tiny_gemma3_vision(tmp / name)
         return store.import_gguf(tiny.model, projector=tiny.projector).ref
-    return store.import_gguf(write_tiny_gguf(tmp / f"{name}.gguf", name=name)).ref
+    # a chat template, so the window's picker lists it
+    return store.import_gguf(write_tiny_gguf(
+        tmp / f"{name}.gguf", name=name,
+        chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")).ref
 
 
 @pytest.fixture
@@ -193,5 +196,30 @@ def test_an_image_for_a_model_that_cannot_see_says_so_and_names_those_that_can(
         mime.setText("just words")
         w.chat.composer.insertFromMimeData(mime)
         assert w.chat.composer.toPlainText() == "just words"
+    finally:
+        close(w)
+
+
+def test_the_banner_offers_to_switch_to_an_installed_model_that_sees(
+        qtbot, seeing: tuple[Runtime, str], home: Paths, tmp_path: Path):
+    runtime, vision = seeing
+    words = install(runtime.store, tmp_path, "Words Only", projector=False)
+    w = open_window(qtbot, home, runtime, vision)
+    try:
+        w.choose_model(words)  # the chat's model cannot see
+        assert w.controller.model == words
+        photo = tmp_path / "photo.png"
+        photo.write_bytes(png((0, 200, 0), (64, 64)))
+        w.controller.attach_files([photo])
+        assert w.chat.banner_message() == (
+            f"{words} cannot see images (it has no vision projector). Installed models "
+            f"that can: {vision}.")
+        button = w.chat.banner_buttons["Switch to a model that sees"]
+        assert button.isVisible() and w.chat.image_chips.chips == []
+        button.click()
+        assert w.controller.model == vision and w.model_picker.currentData() == vision
+        assert w.chat.banner_message() == ""
+        w.controller.attach_files([photo])  # now it is taken
+        assert [c.attachment.name for c in w.chat.image_chips.chips] == ["photo.png"]
     finally:
         close(w)
