@@ -95,10 +95,12 @@ class TurnView(QObject):
         del self.ids[index:]
 
     def images_of(self, m: StoredMessage) -> list[tuple[str, bytes]]:
-        """A question's images from their files; one that is gone shows as its name."""
+        """A question's images from their files; one that is gone, or a clip, shows as its
+        name."""
         out = []
         for x in m.media:
             if x.kind != "image":
+                out.append((f"{x.kind} clip ({x.ext})", b""))
                 continue
             try:
                 out.append((x.name, self.history.read_media(x)))
