@@ -32,9 +32,9 @@ from app.identity import APP_ID, APP_NAME  # noqa: E402
 # MCP a few pure-Python packages. Stripping the debug info some binaries carry (libpython,
 # uvloop, Python's own modules: strip_debug_info) took it to 254 MB, which leaves room for
 # what came next: the multimodal library for vision (libmtmd, 1.8 MB per llama.cpp library
-# folder; with Pillow, which decodes the images, issue 42) and llama.cpp's Vulkan backend (libggml-vulkan, about 40 MB unpacked as another
-# project ships it; issue 39 measures ours). CUDA's backend and runtime are hundreds of MB:
-# an optional download, not part of this budget.
+# folder; with Pillow, which decodes the images, issue 42) and llama.cpp's Vulkan backend
+# (libggml-vulkan, about 40 MB unpacked as another project ships it; issue 39 measures ours).
+# CUDA's backend and runtime are hundreds of MB: an optional download, not part of this budget.
 SIZE_BUDGET = 300 * 1000 * 1000
 # Not NEEDED by any binary, but the window shows no text without them
 # (docs/notes/packaging-traps.md, trap 7), and desktop-file-utils/hicolor update the menus
