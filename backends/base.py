@@ -241,6 +241,11 @@ def refuse_media(request: GenerationRequest, why: str) -> None:
                                   "with a GGUF model and its projector (mmproj)")
 
 
+def media_of(request: GenerationRequest) -> tuple[Media, ...]:
+    """Every image and audio clip of a request: its raw prompt's, or its conversation's."""
+    return request.media + request_media(request.messages)
+
+
 def check_media(messages: tuple[Message, ...]) -> None:
     """Each message holds one marker per image or clip it carries, and the conversation at
     most MAX_MEDIA_PER_REQUEST of them."""

@@ -47,10 +47,19 @@ DEFAULTS = ServerSettings()
               help="prompt lookup for requests that do not say (\"speculative\": false "
                    "turns it off per request): the model's own output, faster where the "
                    "answer copies its context, off by itself where it does not pay")
+@click.option("--allow-media-urls", "media_urls", is_flag=True,
+              default=DEFAULTS.media_urls,
+              help="fetch the images requests name by http(s) URL (10 s, 20 MB each; "
+                   "off: only inline base64 images are taken). Loopback and private "
+                   "addresses stay refused")
+@click.option("--allow-private-media-urls", "media_urls_private", is_flag=True,
+              default=DEFAULTS.media_urls_private,
+              help="with --allow-media-urls: also fetch from loopback, private and "
+                   "link-local addresses (this machine and its network)")
 def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
           cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int,
           parallel: int, backend: str | None, mcp: bool, mcp_allow: tuple[str, ...],
-          speculation: bool) -> None:
+          speculation: bool, media_urls: bool, media_urls_private: bool) -> None:
     """Serve the OpenAI- and Ollama-compatible HTTP API."""
     try:
         import uvicorn
@@ -67,7 +76,9 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
                               insecure_no_auth=insecure_no_auth,
                               cors_origins=origins_from_env(cors_origin),
                               idle_ttl_s=idle_ttl, queue_limit=queue_limit, parallel=parallel,
-                              mcp=mcp, mcp_allow=mcp_allow, speculation=speculation)
+                              mcp=mcp, mcp_allow=mcp_allow, speculation=speculation,
+                              media_urls=media_urls or media_urls_private,
+                              media_urls_private=media_urls_private)
     check_bind(settings)
     logs.setup(echo=logging.WARNING)  # a server's console shows its warnings and errors
     app = create_app(Runtime(backend=backend, idle_ttl_s=idle_ttl, parallel=parallel),

@@ -3,8 +3,8 @@ its metadata, and the capabilities Ollama's /api/show lists (`completion`, `tool
 `thinking`, `vision`, `embedding`), which clients gate features on.
 
 Tools and thinking come from the chat template (backends.chat_format.detect_format reads the
-template, never the model's name); embedding models from their metadata. Vision needs a
-projector model, which Ember does not run yet, so no model has it.
+template, never the model's name); embedding models from their metadata; vision from the
+multimodal projector installed beside the model (InstalledModel.projector, its mmproj file).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class ModelTraits:
     template: str | None
     metadata: dict[str, str | int | float | bool]  # scalar metadata (no tokenizer tables)
     embedding: bool  # an embedding model: it embeds, and does not complete text
+    vision: bool = False  # a projector is installed beside it: it sees images
 
     @property
     def capabilities(self) -> list[str]:
@@ -43,6 +44,8 @@ class ModelTraits:
             caps.append("tools")
         if fmt.thinking is not None or fmt.harmony:
             caps.append("thinking")
+        if self.vision:
+            caps.append("vision")
         return caps
 
     @property
@@ -61,7 +64,8 @@ def model_traits(model: InstalledModel) -> ModelTraits:
                 if isinstance(v, str | int | float | bool) and not k.startswith("tokenizer.")}
     embedding = (info.architecture in ENCODERS
                  or info.arch_value("pooling_type") is not None)
-    return ModelTraits(info.chat_template, metadata, embedding)
+    return ModelTraits(info.chat_template, metadata, embedding,
+                       vision=getattr(model, "projector", None) is not None)
 
 
 def _mlx_traits(folder: Path) -> ModelTraits:

@@ -68,6 +68,9 @@ class Serving:
     capabilities: Capabilities
     context: int
     loaded: bool
+    # the model has a multimodal projector (InstalledModel.projector): it sees images (and
+    # hears, where the projector does); without one it reads text only
+    projector: bool = False
 
 
 class Runtime:
@@ -158,10 +161,11 @@ class Runtime:
             worker = self._workers.get(model.ref)
         if worker is not None and worker.alive and backend in (None, worker.backend) and (
                 context in (None, worker.plan.context)):
-            return Serving(worker.backend, worker.capabilities, worker.plan.context, True)
+            return Serving(worker.backend, worker.capabilities, worker.plan.context, True,
+                           model.projector is not None)
         chosen = self.choose(model, backend).name
         return Serving(chosen, capabilities(chosen), self._plan(model, context, chosen).context,
-                       False)
+                       False, model.projector is not None)
 
     def loaded(self) -> list[LoadedModel]:
         """The models loaded now. Lock-free (a dict copy is atomic): health checks and

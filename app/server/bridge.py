@@ -20,13 +20,13 @@ from starlette.requests import Request
 
 from app.runtime.backend_table import check_backend
 from app.runtime.generation import Generation
-from app.runtime.runtime import Serving
+from app.runtime.runtime import Runtime, Serving
 from app.server import access_log
 from app.server.mcp_rounds import with_mcp
 from app.server.metrics import Metrics
 from app.server.model_name import name_problem
-from app.server.serving import check_serving
-from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest
+from app.server.serving import check_media, check_serving
+from backends.base import DoneEvent, ErrorEvent, Event, GenerationRequest, media_of
 from backends.errors import InvalidRequestError
 
 MAX_EMBED_INPUTS = 256
@@ -213,6 +213,12 @@ async def embed(request: Request, model: str, texts: list[str]) -> tuple[list[li
     return vectors, tokens
 
 
+def check_remote_media(runtime: Runtime, model: str, request: GenerationRequest) -> None:
+    if media_of(request) and runtime.is_remote(model):
+        raise InvalidRequestError(f"{model} is a remote model, to which Ember does not pass "
+                                  "images or audio on yet: ask a local model that sees")
+
+
 async def count_prompt_tokens(state: State, model: str, request: GenerationRequest,
                               backend: str | None = None) -> int:
     """The length of the request's prompt for `model` (Runtime.count_prompt_tokens), after
@@ -222,8 +228,12 @@ async def count_prompt_tokens(state: State, model: str, request: GenerationReque
     if backend is not None:
         check_backend(backend)
     runtime = state.runtime
+    check_remote_media(runtime, model, request)
     with state.admission.admit():
         await anyio.to_thread.run_sync(runtime.check_model, model)
+        if media_of(request) and not runtime.is_remote(model):
+            serving = await anyio.to_thread.run_sync(runtime.serving, model, backend)
+            check_media(request, serving, model)
         tokens = await anyio.to_thread.run_sync(runtime.count_prompt_tokens, model, request,
                                                 backend)
     access_log.note_prompt_tokens(tokens)
@@ -260,6 +270,7 @@ async def _checked_events(state: State, ticket: Ticket, model: str, request: Gen
                           endpoint: str, keep_alive_s: float | None, backend: str | None,
                           context: int | None) -> AsyncIterator[Event]:
     runtime = state.runtime
+    check_remote_media(runtime, model, request)
     if runtime.is_remote(model) and request.logprobs is not None:
         raise InvalidRequestError(f"{model} is a remote model, whose logprobs Ember does not "
                                   "pass on yet: ask without them", "logprobs")

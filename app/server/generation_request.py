@@ -27,6 +27,7 @@ from backends.base import (
     ToolChoice,
 )
 from backends.errors import InvalidRequestError
+from backends.media import Media, plain_text
 
 DEFAULTS = SamplingParams()
 
@@ -140,16 +141,20 @@ def chat_request(messages: tuple[Message, ...], params: SamplingParams,
 
 
 def plain_messages(*turns: tuple[str, str]) -> tuple[Message, ...]:
-    """(role, text) turns, for /api/generate's system prompt and prompt."""
-    return tuple(Message(role, text) for role, text in turns)
+    """(role, text) turns, for /api/generate's system prompt and prompt: client text, made
+    plain (backends.media.plain_text)."""
+    return tuple(Message(role, plain_text(text)) for role, text in turns)
 
 
 def completion_request(prompt: str, params: SamplingParams, json_mode: bool = False,
                        json_schema: dict | None = None,
-                       logprobs: int | None = None) -> GenerationRequest:
+                       logprobs: int | None = None,
+                       media: tuple[Media, ...] = ()) -> GenerationRequest:
+    """`prompt` as it goes to the model: client text made plain (backends.media.plain_text),
+    with a marker for each of `media` where it goes."""
     return GenerationRequest(prompt=prompt, sampling=params,
                              json_mode=json_mode or json_schema is not None,
-                             json_schema=json_schema, logprobs=logprobs)
+                             json_schema=json_schema, logprobs=logprobs, media=media)
 
 
 def top_logprobs(logprobs: bool | None, top: int | None, *, param: str = "logprobs"

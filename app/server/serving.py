@@ -1,14 +1,16 @@
 """What a request asks of the model that serves it, checked before a response starts:
 forced tool calls only on a backend that can enforce them, logprobs only where a backend
-reports them. The request's own rules (tool schemas, tool turns) are
+reports them, images and audio only for a model with a projector on a backend that takes
+them. The request's own rules (tool schemas, tool turns) are
 GenerationRequest.validate's; these need to know the model and its backend (Runtime.serving).
 """
 
 from __future__ import annotations
 
 from app.runtime.runtime import Serving
-from backends.base import GenerationRequest
+from backends.base import GenerationRequest, media_of
 from backends.errors import InvalidRequestError
+from backends.media import image_tokens_note
 
 
 def check_serving(request: GenerationRequest, serving: Serving, model: str) -> None:
@@ -16,6 +18,7 @@ def check_serving(request: GenerationRequest, serving: Serving, model: str) -> N
     on OpenAI's and Anthropic's APIs, llama-server and LM Studio). An answer stops when the
     context is full, with the dialect's length reason; coding agents ask for 32k ceilings
     of any model (Claude Code always does)."""
+    check_media(request, serving, model)
     choice = request.tool_choice
     if request.tools and choice.mode in ("required", "function") \
             and not serving.capabilities.grammar:
@@ -31,3 +34,20 @@ def check_serving(request: GenerationRequest, serving: Serving, model: str) -> N
             f"the {serving.backend} backend that runs {model} does not report logprobs yet: "
             "ask without them, or run the model on a local backend (llamacpp, mlx or cuda)",
             "logprobs")
+
+
+def check_media(request: GenerationRequest, serving: Serving, model: str) -> None:
+    """A request with images or audio needs a model that has a projector (its mmproj file)
+    and a backend that runs one."""
+    media = media_of(request)
+    if not media:
+        return
+    what = image_tokens_note(media)
+    if not serving.projector:
+        raise InvalidRequestError(
+            f"model {model} reads text only: it has no vision projector (mmproj), so it cannot "
+            f"take the request's {what}; send text, or use a model that sees")
+    if not serving.capabilities.media:
+        raise InvalidRequestError(
+            f"the {serving.backend} backend that runs {model} does not take images or audio "
+            f"(the request has {what}): run it on the llamacpp backend")

@@ -20,7 +20,9 @@ class ServerSettings:
     api_key: str | None = None
     insecure_no_auth: bool = False
     cors_origins: tuple[str, ...] = ()
-    max_body_bytes: int = 2 << 20
+    # a request body's bound: one image at backends.media.MAX_IMAGE_BYTES (20 MB) is 27 MB
+    # as base64, and the conversation's text comes with it
+    max_body_bytes: int = 32 << 20
     queue_limit: int = 16
     parallel: int = 8  # sequences decoded together (llama-server's -np 8)
     idle_ttl_s: float = 600.0
@@ -36,3 +38,8 @@ class ServerSettings:
     # prompt lookup for requests that do not say (backends.base.DEFAULT_SPECULATION);
     # `ember serve --no-speculation` turns it off
     speculation: bool = True
+    # images named by http(s) URL: fetched only with `ember serve --allow-media-urls`, and
+    # from loopback, private and link-local addresses only with --allow-private-media-urls
+    # (app.server.media_fetch: fetching is a way into the user's network)
+    media_urls: bool = False
+    media_urls_private: bool = False

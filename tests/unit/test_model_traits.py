@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from app.runtime import model_traits
+from app.store import InstalledModel
 from backends.chat_format import ChatFormat, ThinkingMarkers
 
 HERMES = ("{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"
@@ -86,3 +87,21 @@ def test_mlx_directory_reads_its_template_from_the_tokenizer_config(tmp_path):
     (folder / "chat_template.jinja").write_text("{{ messages }}")  # newer repos: its own file
     assert model_traits.model_traits(SimpleNamespace(format="mlx", path=folder)
                                      ).capabilities == ["completion", "chat"]
+
+
+def installed(path: Path, projector_file: str = "") -> InstalledModel:
+    return InstalledModel(id="tiny", quant="F32", format="gguf", path=path, size_bytes=1,
+                          sha256="", architecture="qwen2", context_length=256, chat=True,
+                          origin="import", installed_at=0.0, projector_file=projector_file)
+
+
+def test_a_model_with_its_projector_installed_beside_it_has_vision(tmp_path):
+    gguf_model(tmp_path / "m.gguf", template="{{ messages[0].content }}")
+    (tmp_path / "mmproj-m.gguf").write_bytes(b"GGUF")
+    seeing = model_traits.model_traits(installed(tmp_path / "m.gguf", "mmproj-m.gguf"))
+    assert seeing.capabilities == ["completion", "chat", "vision"]
+    # a projector named in the manifest but not there (removed by hand) is no vision
+    gone = model_traits.model_traits(installed(tmp_path / "m.gguf", "mmproj-gone.gguf"))
+    assert gone.capabilities == ["completion", "chat"]
+    assert model_traits.model_traits(installed(tmp_path / "m.gguf")).capabilities == [
+        "completion", "chat"]

@@ -117,8 +117,6 @@ def test_a_tool_use_input_keeps_its_unicode_and_nesting_as_json_text(fake):
 
 
 @pytest.mark.parametrize(("content", "where", "why"), [
-    ([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}],
-     "messages[0].content[0]", "image blocks are not supported yet"),
     ([{"type": "text", "text": "Read this"},
       {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}],
      "messages[0].content[1]", "document blocks are not supported yet"),
@@ -134,12 +132,13 @@ def test_blocks_a_user_turn_cannot_carry_are_refused_by_their_place(fake, conten
     assert not fake.requests  # nothing reached the model
 
 
-def test_an_image_inside_a_tool_result_is_refused_by_its_place(fake):
-    result = {**RESULT, "content": [{"type": "image", "source": {}}]}
+def test_a_broken_image_inside_a_tool_result_is_refused_by_its_place(fake):
+    result = {**RESULT, "content": [{"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": "AA"}}]}
     message = refused(fake, {"model": MODEL, "max_tokens": 8, "tools": [WEATHER], "messages": [
         USER, {"role": "assistant", "content": [CALL]}, {"role": "user", "content": [result]}]})
-    assert message.startswith("messages[2].content[0].content[0]: image blocks are not "
-                              "supported yet")
+    assert message.startswith("messages[2].content[0].content[0].source.data is not an image "
+                              "Ember reads (formats: PNG, JPEG, GIF, WEBP, BMP)"), message
 
 
 def test_a_tool_result_must_answer_a_tool_use_of_the_turn_just_before(fake):

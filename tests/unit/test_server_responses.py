@@ -252,7 +252,10 @@ BAD = [  # (body, status, param, words)
         "type": "file_search"}}, 400, "tool_choice", "forces the tool type 'file_search'"),
     ({"model": MODEL, "input": [{"role": "user", "content": [
         {"type": "input_image", "image_url": "https://x/y.png"}]}]}, 400,
-     "input[0].content[0]", "input_image parts are not supported"),
+     "input[0].content[0].image_url", "this server does not fetch image URLs"),
+    ({"model": MODEL, "input": [{"role": "user", "content": [
+        {"type": "input_file", "file_id": "file_1"}]}]}, 400,
+     "input[0].content[0]", "input_file parts are not supported"),
     ({"model": MODEL, "input": "x", "temperature": 3}, 400, "temperature",
      "less than or equal to 2"),
     ({"model": MODEL, "input": "x", "tools": [WEATHER],

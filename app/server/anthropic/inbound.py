@@ -1,6 +1,6 @@
 """Anthropic's Messages fields -> Ember's request parts: the system prompt and the
-conversation (text, thinking, tool_use and tool_result blocks), the tools and tool choice,
-and `thinking`."""
+conversation (text, image, thinking, tool_use and tool_result blocks), the tools and tool
+choice, and `thinking`."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from app.server.anthropic.schemas import (
 from app.server.generation_request import (
     ThinkingKnobs,
 )
+from app.server.media_inbound import MediaSource, Parts
 from backends.base import (
     Message,
     ReasoningEffort,
@@ -38,33 +39,57 @@ from backends.base import (
     ToolChoice,
 )
 from backends.errors import InvalidRequestError
+from backends.media import Media, MediaError, plain_text
 
 BLOCK_SEPARATOR = "\n\n"  # between the text blocks of one Anthropic turn (or system)
 
 
-def _unsupported(block: ImageBlock | DocumentBlock, where: str) -> InvalidRequestError:
-    what = "images (vision)" if isinstance(block, ImageBlock) else "documents"
-    return InvalidRequestError(f"{where}: {block.type} blocks are not supported yet: Ember's "
-                               f"models read text only, not {what}; send the content as "
-                               "text blocks", where)
+def _unsupported(block: DocumentBlock, where: str) -> InvalidRequestError:
+    return InvalidRequestError(f"{where}: {block.type} blocks are not supported yet: Ember "
+                               "reads no documents; send their content as text blocks", where)
+
+
+def _image(block: ImageBlock, where: str, media: MediaSource) -> Media:
+    """An image block's source: base64 (its media_type one Ember reads), or a URL (fetched
+    only when the server is started to); the Files API's file_id is refused."""
+    source = block.source
+    if source is None:
+        raise MediaError(f"{where}.source: an image block needs its source ({{\"type\": "
+                         "\"base64\", \"media_type\": \"image/png\", \"data\": ...})",
+                         f"{where}.source")
+    here = f"{where}.source"
+    if source.type == "base64":
+        if source.data is None:
+            raise MediaError(f"{here}.data: a base64 image source needs its data",
+                             f"{here}.data")
+        return media.image_base64(source.data, f"{here}.data", source.media_type)
+    if source.type == "url":
+        if source.url is None:
+            raise MediaError(f"{here}.url: a url image source needs its url", f"{here}.url")
+        return media.image_url(source.url, f"{here}.url")
+    raise MediaError(f"{here}.type: image sources of type {source.type[:40]!r} are not "
+                     "supported (Ember takes base64 and url)", f"{here}.type")
 
 
 def anthropic_system(system: str | list[TextBlock] | None) -> tuple[Message, ...]:
     """Anthropic's top-level `system`, as the conversation's system message."""
-    text = system if isinstance(system, str) else BLOCK_SEPARATOR.join(
-        b.text for b in system or ())
+    text = plain_text(system) if isinstance(system, str) else BLOCK_SEPARATOR.join(
+        plain_text(b.text) for b in system or ())
     return (Message("system", text),) if text else ()
 
 
-def anthropic_messages(system: str | list[TextBlock] | None,
-                       messages: list[MessageIn]) -> tuple[Message, ...]:
+def anthropic_messages(system: str | list[TextBlock] | None, messages: list[MessageIn],
+                       media: MediaSource | None = None) -> tuple[Message, ...]:
     """Anthropic's conversation as Ember's: the system prompt first; an assistant turn's text,
     thinking (kept as its reasoning; redacted thinking cannot be read and is dropped) and
     tool_use blocks (ToolCalls, `input` as JSON text) become one assistant message; a user
     turn's tool_result blocks become `tool` messages, in order, each answering a tool_use of
     the assistant turn just before it (as Anthropic requires), then its text blocks one user
     message. A result marked `is_error` reads "Error: ..." (a chat template has no other way
-    to tell the model). Images and documents are refused: Ember's models read text only."""
+    to tell the model). Image blocks of a user turn (and of a tool result) become its media,
+    a marker where each stands (`media`: how they are read, the server's settings; default:
+    inline only; it blocks while it decodes or fetches). Documents are refused."""
+    media = media or MediaSource()
     out = list(anthropic_system(system))
     offered: dict[str, str] = {}  # the tool_use ids (-> names) of the last assistant turn
     for i, m in enumerate(messages):
@@ -79,7 +104,7 @@ def anthropic_messages(system: str | list[TextBlock] | None,
         elif m.role == "system":
             out.append(_system_turn(blocks, f"messages[{i}]"))
         else:
-            out += _user_turn(blocks, f"messages[{i}]", offered)
+            out += _user_turn(blocks, f"messages[{i}]", offered, media)
             offered = {}
     return tuple(out)
 
@@ -90,14 +115,17 @@ def _assistant_turn(blocks: list[ContentBlockIn], where: str) -> Message:
     calls: list[ToolCall] = []
     for j, b in enumerate(blocks):
         if isinstance(b, TextBlock):
-            texts.append(b.text)
+            texts.append(plain_text(b.text))
         elif isinstance(b, ThinkingBlockIn):
-            thoughts.append(b.thinking)
+            thoughts.append(plain_text(b.thinking))
         elif isinstance(b, ToolUseBlockIn):
             calls.append(ToolCall(id=b.id, name=b.name,
                                   arguments=json.dumps(b.input, ensure_ascii=False)))
-        elif isinstance(b, ImageBlock | DocumentBlock):
+        elif isinstance(b, DocumentBlock):
             raise _unsupported(b, f"{where}.content[{j}]")
+        elif isinstance(b, ImageBlock):
+            raise MediaError(f"{where}.content[{j}]: images go in user turns (or tool "
+                             "results), not in an assistant turn", f"{where}.content[{j}]")
         elif not isinstance(b, RedactedThinkingBlockIn):
             raise InvalidRequestError(f"{where}.content[{j}]: an assistant turn cannot carry a "
                                       f"{b.type} block (tool results go in the user turn "
@@ -114,18 +142,20 @@ def _system_turn(blocks: list[ContentBlockIn], where: str) -> Message:
         if not isinstance(b, TextBlock):
             raise InvalidRequestError(f"{where}.content[{j}]: a system turn carries text blocks "
                                       f"only, not {b.type}", f"{where}.content[{j}].type")
-        texts.append(b.text)
+        texts.append(plain_text(b.text))
     return Message("system", BLOCK_SEPARATOR.join(texts))
 
 
 def _user_turn(blocks: list[ContentBlockIn], where: str,
-               offered: dict[str, str]) -> list[Message]:
-    texts: list[str] = []
+               offered: dict[str, str], media: MediaSource) -> list[Message]:
+    parts = Parts(BLOCK_SEPARATOR)
     results: list[Message] = []
     for j, b in enumerate(blocks):
         here = f"{where}.content[{j}]"
         if isinstance(b, TextBlock):
-            texts.append(b.text)
+            parts.text(b.text)
+        elif isinstance(b, ImageBlock):
+            parts.add(_image(b, here, media))
         elif isinstance(b, ToolResultBlockIn):
             if b.tool_use_id not in offered:
                 made = ", ".join(offered) or "none"
@@ -133,28 +163,34 @@ def _user_turn(blocks: list[ContentBlockIn], where: str,
                     f"{here}.tool_use_id: a tool_result for {b.tool_use_id[:80]!r}, but the "
                     f"assistant turn just before it made no tool_use with that id (it made: "
                     f"{made})", f"{here}.tool_use_id")
-            results.append(Message("tool", _result_text(b, here), tool_call_id=b.tool_use_id,
-                                   name=offered[b.tool_use_id]))
-        elif isinstance(b, ImageBlock | DocumentBlock):
+            results.append(_result(b, here, media).message(
+                "tool", here, tool_call_id=b.tool_use_id, name=offered[b.tool_use_id]))
+        elif isinstance(b, DocumentBlock):
             raise _unsupported(b, here)
         else:
             raise InvalidRequestError(f"{here}: a user turn cannot carry a {b.type} block "
                                       "(only the assistant's turns do)", f"{here}.type")
-    text = [Message("user", BLOCK_SEPARATOR.join(texts))] if texts else []
+    text = [parts.message("user", where)] if parts.pieces else []
     return results + text
 
 
-def _result_text(block: ToolResultBlockIn, where: str) -> str:
+def _result(block: ToolResultBlockIn, where: str, media: MediaSource) -> Parts:
+    """A tool result's text and images (a screenshot a computer-use tool took); an error
+    reads "Error: ..." (a chat template has no other way to tell the model)."""
+    parts = Parts(BLOCK_SEPARATOR)
     if block.content is None or isinstance(block.content, str):
-        text = block.content or ""
+        parts.text(block.content or "")
     else:
-        parts = []
         for k, part in enumerate(block.content):
-            if not isinstance(part, TextBlock):
+            if isinstance(part, TextBlock):
+                parts.text(part.text)
+            elif isinstance(part, ImageBlock):
+                parts.add(_image(part, f"{where}.content[{k}]", media))
+            else:
                 raise _unsupported(part, f"{where}.content[{k}]")
-            parts.append(part.text)
-        text = BLOCK_SEPARATOR.join(parts)
-    return f"Error: {text}" if block.is_error else text
+    if block.is_error:
+        parts.pieces[:1] = ["Error: " + "".join(parts.pieces[:1])]
+    return parts
 
 
 def anthropic_server_tools(tools: list[ToolIn] | None) -> tuple[str, ...]:

@@ -40,8 +40,16 @@ from app.server.bridge import (
 from app.server.errors import error_for_event
 from app.server.generation_request import LEFT_OUT_HEADER, chat_request, sampling, with_speculative
 from app.server.heartbeat import with_heartbeats
+from app.server.media_inbound import MediaSource, off_loop
 from app.server.server_tools import asked
-from backends.base import DoneEvent, ErrorEvent, GenerationRequest, LogprobEvent, SamplingParams
+from backends.base import (
+    DoneEvent,
+    ErrorEvent,
+    GenerationRequest,
+    LogprobEvent,
+    Message,
+    SamplingParams,
+)
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
 
@@ -66,9 +74,15 @@ STREAMED: dict[int | str, dict] = {200: {
     "content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 
 
-def _generation_request(body: CountTokensRequest, params: SamplingParams,
-                        max_tokens: int | None, cache_key: str | None = None
-                        ) -> GenerationRequest:
+async def _conversation(body: CountTokensRequest, request: Request) -> tuple[Message, ...]:
+    """The request's conversation, read off the event loop (its images are decoded)."""
+    return await off_loop(anthropic_messages, body.system, body.messages,
+                          MediaSource.of(request.app.state.settings))
+
+
+def _generation_request(body: CountTokensRequest, messages: tuple[Message, ...],
+                        params: SamplingParams, max_tokens: int | None,
+                        cache_key: str | None = None) -> GenerationRequest:
     tools = anthropic_tools(body.tools)
     server_names = frozenset(t.name for t in body.tools or () if t.runs_on_anthropic)
     choice, parallel = anthropic_tool_choice(body.tool_choice, tools, server_names,
@@ -76,7 +90,7 @@ def _generation_request(body: CountTokensRequest, params: SamplingParams,
     output = body.output_config
     schema = output.format.schema_ if output is not None and output.format is not None \
         else None
-    return chat_request(anthropic_messages(body.system, body.messages), params,
+    return chat_request(messages, params,
                         json_schema=schema, offered=tools, tool_choice=choice,
                         parallel_tool_calls=parallel,
                         thinking=anthropic_thinking(body.thinking, max_tokens, output),
@@ -105,7 +119,8 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
                       stop=body.stop_sequences, max_tokens=body.max_tokens)
     # the cache key: metadata.user_id, which Claude Code makes one per session
     cache_key = body.metadata.user_id if body.metadata is not None else None
-    gen_request = with_speculative(_generation_request(body, params, body.max_tokens,
+    messages = await _conversation(body, request)
+    gen_request = with_speculative(_generation_request(body, messages, params, body.max_tokens,
                                                        cache_key or None), body.speculative)
     events = await open_events(request.app.state, model, gen_request, "messages",
                                backend=body.backend)
@@ -160,6 +175,7 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> TokenCount
     its prompt had to lose old turns to fit the context. Local models only: a remote
     model's server tokenizes its own prompts (a 400 says so)."""
     model = check_model_name(body.model)
-    gen_request = _generation_request(body, sampling(), None)
+    gen_request = _generation_request(body, await _conversation(body, request), sampling(),
+                                      None)
     return TokenCount(input_tokens=await count_prompt_tokens(
         request.app.state, model, gen_request, body.backend))

@@ -1,6 +1,6 @@
 """Anthropic's Messages API bodies (pydantic), as Anthropic's own schema has them, so its SDK
 and the agents built on it (Claude Code) work unchanged and the OpenAPI document says what
-the routes take. Blocks Ember cannot use (images, documents, Anthropic's server tools) are
+the routes take. Blocks Ember cannot use (documents, Anthropic's server tools) are
 still read here, so that the mapping (app.server.generation_request) can refuse them with a
 message that says why, rather than a schema mismatch. The OpenAI bodies are in
 app.server.openai.schemas, Ollama's in app.server.ollama.schemas."""
@@ -35,10 +35,23 @@ class TextBlock(BaseModel):
     text: str
 
 
+class ImageSource(BaseModel):
+    """Where an image block's bytes are: `base64` (`media_type`, `data`), `url` (fetched
+    only when the server is started to, `ember serve --allow-media-urls`) or `file` (the
+    Files API's `file_id`: refused)."""
+    model_config = ConfigDict(extra="allow")
+    type: str
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+    file_id: str | None = None
+
+
 class ImageBlock(BaseModel):
-    """Read to be refused: Ember's models take text only."""
+    """An image, for a model that sees (app.server.anthropic.inbound reads it)."""
     model_config = ConfigDict(extra="allow")
     type: Literal["image"]
+    source: ImageSource | None = None
 
 
 class DocumentBlock(BaseModel):

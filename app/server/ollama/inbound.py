@@ -1,4 +1,5 @@
-"""Ollama's chat fields -> Ember's request parts: the conversation and `think`."""
+"""Ollama's chat fields -> Ember's request parts: the conversation (with its messages'
+`images`) and `think`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from app.server.generation_request import (
     arguments_text,
     named_results,
 )
+from app.server.media_inbound import MEDIA_ROLES, MediaSource, with_markers
 from app.server.ollama.schemas import OllamaMessage, Think
 from backends.base import (
     Message,
@@ -14,16 +16,31 @@ from backends.base import (
     ToolCall,
 )
 from backends.errors import InvalidRequestError
+from backends.media import Media, MediaError, plain_text
 
 
-def ollama_messages(messages: list[OllamaMessage]) -> tuple[Message, ...]:
+def ollama_images(images: list[str] | None, where: str, media: MediaSource) -> list[Media]:
+    """Ollama's `images`: base64 image bytes, each decoded (a problem names its index)."""
+    return [media.image_base64(data, f"{where}[{k}]") for k, data in enumerate(images or ())]
+
+
+def ollama_messages(messages: list[OllamaMessage], media: MediaSource | None = None
+                    ) -> tuple[Message, ...]:
+    """A message's images go before its content, a marker each, as Ollama places them.
+    `media`: how they are read (default: as the server does); it blocks while it decodes."""
+    media = media or MediaSource()
     out = []
     for i, m in enumerate(messages):
         if m.tool_calls and m.role != "assistant":
             raise InvalidRequestError(f"message {i}: only assistant messages carry tool_calls "
                                       f"(this one is {m.role!r})", f"messages[{i}].tool_calls")
+        images = ollama_images(m.images, f"messages[{i}].images", media)
+        if images and m.role not in MEDIA_ROLES:
+            raise MediaError(f"messages[{i}].images: images go in user turns (or tool "
+                             f"results), not in a {m.role} turn", f"messages[{i}].images")
         out.append(Message(
-            role=m.role, content=m.content or "", reasoning=m.thinking or "",
+            role=m.role, content=with_markers(m.content or "", images), media=tuple(images),
+            reasoning=plain_text(m.thinking or ""),
             tool_calls=tuple(ToolCall(id=c.id or "", name=c.function.name,
                                       arguments=arguments_text(c.function.arguments))
                              for c in m.tool_calls or ()),

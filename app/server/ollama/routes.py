@@ -38,8 +38,9 @@ from app.server.generation_request import (
     top_logprobs,
     with_speculative,
 )
+from app.server.media_inbound import MediaSource, off_loop, with_markers
 from app.server.ollama import wire as ollama_wire
-from app.server.ollama.inbound import ollama_messages, ollama_thinking
+from app.server.ollama.inbound import ollama_images, ollama_messages, ollama_thinking
 from app.server.ollama.schemas import (
     OllamaBase,
     OllamaChatRequest,
@@ -56,6 +57,7 @@ from backends.base import (
     ErrorEvent,
     GenerationRequest,
     LogprobEvent,
+    Message,
     SamplingParams,
     Stats,
     TokenLogprob,
@@ -348,8 +350,10 @@ async def chat(body: OllamaChatRequest, request: Request) -> StreamingResponse |
     if not body.messages:  # Ollama: an empty chat loads (or with keep_alive 0 unloads)
         return await _load_or_unload(request, body, model, "message")
     json_mode, schema = _format(body)
+    messages = await off_loop(ollama_messages, body.messages,
+                              MediaSource.of(request.app.state.settings))
     gen_request = with_speculative(chat_request(
-        ollama_messages(body.messages), _params(body), json_mode, schema,
+        messages, _params(body), json_mode, schema,
         offered=offered_tools(body.tools), thinking=ollama_thinking(body.think)),
         body.speculative)
     return await _respond(request, body, model, gen_request, "message")
@@ -365,11 +369,16 @@ async def generate(body: OllamaGenerateRequest, request: Request) -> StreamingRe
     runtime = request.app.state.runtime
     # a remote server applies its own chat template; raw goes to its /completions
     chat = runtime.is_remote(model) or runtime.store.get(model).chat
+    images = await off_loop(ollama_images, body.images, "images",
+                            MediaSource.of(request.app.state.settings))
+    prompt = with_markers(body.prompt, images)  # the images first, as Ollama's generate has
     if body.raw or not chat:
-        gen_request = completion_request(body.prompt, _params(body), json_mode, schema)
+        gen_request = completion_request(prompt, _params(body), json_mode, schema,
+                                         media=tuple(images))
     else:
-        turns = ([("system", body.system)] if body.system else []) + [("user", body.prompt)]
-        gen_request = chat_request(plain_messages(*turns), _params(body), json_mode, schema,
+        system = plain_messages(("system", body.system)) if body.system else ()
+        gen_request = chat_request((*system, Message("user", prompt, media=tuple(images))),
+                                   _params(body), json_mode, schema,
                                    thinking=ollama_thinking(body.think))
     gen_request = with_speculative(gen_request, body.speculative)
     return await _respond(request, body, model, gen_request, "response")

@@ -57,6 +57,7 @@ class OllamaMessage(BaseModel):
     tool_calls: list[OllamaToolCall] | None = Field(None, max_length=128)
     tool_name: str | None = Field(None, max_length=200)
     tool_call_id: str | None = Field(None, max_length=200)
+    images: list[str] | None = None  # base64 images, before the content (as Ollama has them)
 
 
 class OllamaError(BaseModel):
@@ -87,6 +88,7 @@ class OllamaGenerateRequest(OllamaBase):
     think: Think | None = None
     system: str | None = None
     raw: bool = False
+    images: list[str] | None = None  # base64 images, before the prompt
 
 
 class OllamaModelRequest(BaseModel):

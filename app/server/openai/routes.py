@@ -24,6 +24,7 @@ from app.server.generation_request import (
     with_speculative,
 )
 from app.server.heartbeat import SSE_COMMENT, with_heartbeats
+from app.server.media_inbound import MediaSource, off_loop
 from app.server.model_name import ModelName
 from app.server.openai import wire as openai_wire
 from app.server.openai.inbound import openai_messages, openai_thinking, openai_tool_choice
@@ -42,6 +43,7 @@ from app.server.openai.schemas import (
     ModelList,
 )
 from backends.base import DoneEvent, ErrorEvent, LogprobEvent, TokenEvent, TokenLogprob
+from backends.media import plain_text
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -98,8 +100,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     json_mode, schema = _json_settings(body)
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                       stop=body.stop, max_tokens=body.max_completion_tokens or body.max_tokens)
+    messages = await off_loop(openai_messages, body.messages,
+                              MediaSource.of(request.app.state.settings))
     gen_request = with_speculative(chat_request(
-        openai_messages(body.messages), params, json_mode, schema,
+        messages, params, json_mode, schema,
         offered=offered_tools(body.tools), tool_choice=openai_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
         thinking=openai_thinking(body),
@@ -192,7 +196,7 @@ async def completions(body: CompletionRequest,
     prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
     params = sampling(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                       stop=body.stop, max_tokens=body.max_tokens)
-    gen_request = with_speculative(completion_request(prompt, params,
+    gen_request = with_speculative(completion_request(plain_text(prompt), params,
                                                       logprobs=body.logprobs),
                                    body.speculative)
     events = await open_events(request.app.state, model, gen_request, "completions",

@@ -14,10 +14,28 @@ from app.server.settings import ReasoningField
 from backends.base import MAX_TOP_LOGPROBS
 
 
+class ImageUrl(BaseModel):
+    """An image: a `data:image/...;base64,` URL, or an http(s) URL the server fetches only
+    when started to (`ember serve --allow-media-urls`). `detail` is taken and unused."""
+    model_config = ConfigDict(extra="allow")
+    url: str
+    detail: str | None = None
+
+
+class InputAudio(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    data: str  # base64
+    format: str | None = None  # "wav", "mp3" (OpenAI's), "flac"
+
+
 class ContentPart(BaseModel):
+    """A part of a message's content: `text`, `image_url` or `input_audio` (other types, such
+    as an assistant's `refusal`, are read and left out)."""
     model_config = ConfigDict(extra="allow")
     type: str
     text: str | None = None
+    image_url: ImageUrl | str | None = None  # some clients send the URL itself
+    input_audio: InputAudio | None = None
 
 
 class FunctionCall(BaseModel):

@@ -11,15 +11,18 @@ from app.server.generation_request import (
     ThinkingKnobs,
     named_results,
 )
+from app.server.media_inbound import MediaSource, Parts
 from app.server.openai.schemas import (
     ToolChoiceMode,
 )
 from app.server.responses.schemas import (
+    AudioPart,
     FormatJsonObject,
     FormatJsonSchema,
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionChoice,
+    ImagePart,
     InputItem,
     McpCallItem,
     MessageItem,
@@ -35,6 +38,7 @@ from backends.base import (
     ToolChoice,
 )
 from backends.errors import InvalidRequestError
+from backends.media import MediaError, plain_text
 
 
 @dataclass
@@ -54,14 +58,42 @@ class _AssistantTurn:
                         tool_calls=tuple(self.calls))]
 
 
-def _parts_text(content: str | TextParts) -> str:
-    return content if isinstance(content, str) else "".join(p.text for p in content)
+def _parts(content: str | TextParts, where: str, media: MediaSource) -> Parts:
+    """A message's or a function output's text, with its images and audio where they
+    stand."""
+    parts = Parts()
+    if isinstance(content, str):
+        parts.text(content)
+        return parts
+    for j, p in enumerate(content):
+        here = f"{where}[{j}]"
+        if isinstance(p, ImagePart):
+            if p.image_url is None:
+                refusal = ("file_id images (OpenAI's Files API) are not supported: send the "
+                           "image as image_url, a base64 data URL") if p.file_id is not None \
+                    else "an input_image part needs its image_url (a base64 data URL)"
+                raise MediaError(f"{here}: {refusal}", f"{here}.file_id"
+                                 if p.file_id is not None else f"{here}.image_url")
+            parts.add(media.image_url(p.image_url, f"{here}.image_url"))
+        elif isinstance(p, AudioPart):
+            parts.add(media.audio_base64(p.input_audio.data, f"{here}.input_audio.data",
+                                         p.input_audio.format))
+        else:
+            parts.text(p.text)
+    return parts
+
+
+def _text(content: str | TextParts, where: str, role: str) -> str:
+    """Text where no image may stand (an assistant's own message)."""
+    parts = _parts(content, where, MediaSource())
+    parts.check_role(role, where)
+    return parts.content
 
 
 def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...] = (), *,
                        from_model: bool = False,
-                       visible: Callable[[str | None, str], str] | None = None
-                       ) -> tuple[Message, ...]:
+                       visible: Callable[[str | None, str], str] | None = None,
+                       media: MediaSource | None = None) -> tuple[Message, ...]:
     """The Responses API's input after the conversation `earlier` (previous_response_id's):
     a string is a user turn; runs of reasoning, assistant message and function_call items
     become one assistant turn (the reasoning its thinking, the calls its tool_calls);
@@ -71,9 +103,11 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
     `visible`: the name the model was offered a function by, from its namespace and name
     (app.server.responses.tools.OfferedTools.visible). An mcp_call item (a call
     `ember serve --mcp` ran) ends its assistant turn with that call, and its result (output,
-    or error) is the tool turn after it."""
+    or error) is the tool turn after it. `media`: how images are read (the server's
+    settings; default: inline only); it blocks while it decodes or fetches."""
+    media = media or MediaSource()
     if isinstance(items, str):
-        return named_results((*earlier, Message("user", items)))
+        return named_results((*earlier, Message("user", plain_text(items))))
     out = list(earlier)
     calls = {c.id for m in earlier for c in m.tool_calls}
     turn: _AssistantTurn | None = None
@@ -82,7 +116,7 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
                 isinstance(item, MessageItem) and item.role == "assistant"):
             turn = turn or _AssistantTurn()
             if isinstance(item, ReasoningItem):
-                thought = "".join(p.text for p in item.content or ())
+                thought = plain_text("".join(p.text for p in item.content or ()))
                 turn.reasoning += [thought] if thought else []
             elif isinstance(item, FunctionCallItem):
                 if not from_model:
@@ -91,7 +125,7 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
                 name = visible(item.namespace, item.name) if visible else item.name
                 turn.calls.append(ToolCall(item.call_id, name, item.arguments))
             else:
-                turn.text.append(_parts_text(item.content))
+                turn.text.append(_text(item.content, f"input[{i}].content", "assistant"))
             continue
         if isinstance(item, McpCallItem):
             turn = turn or _AssistantTurn()
@@ -99,7 +133,7 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
             calls.add(item.id)
             out += turn.messages()
             turn = None
-            out.append(Message("tool", item.result(), tool_call_id=item.id))
+            out.append(Message("tool", plain_text(item.result()), tool_call_id=item.id))
             continue
         if turn is not None:
             out += turn.messages()
@@ -110,10 +144,11 @@ def responses_messages(items: str | list[InputItem], earlier: tuple[Message, ...
                     f"input[{i}]: function_call_output for call_id {item.call_id[:80]!r}, but "
                     "no function_call with that call_id comes before it in the conversation",
                     f"input[{i}].call_id")
-            out.append(Message("tool", _parts_text(item.output), tool_call_id=item.call_id))
+            out.append(_parts(item.output, f"input[{i}].output", media).message(
+                "tool", f"input[{i}].output", tool_call_id=item.call_id))
         else:
-            out.append(Message("system" if item.role == "developer" else item.role,
-                               _parts_text(item.content)))
+            out.append(_parts(item.content, f"input[{i}].content", media).message(
+                "system" if item.role == "developer" else item.role, f"input[{i}].content"))
     if turn is not None:
         out += turn.messages()
     return named_results(tuple(out))

@@ -4,6 +4,7 @@ speak it; the wire mapping is app.server.responses.inbound (in) and .wire (out).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from app.server.errors import ApiError, error_for_event
 from app.server.generation_request import LEFT_OUT_HEADER, chat_request, sampling, with_speculative
 from app.server.heartbeat import SSE_COMMENT, with_heartbeats
 from app.server.mcp_rounds import McpCallEvent
+from app.server.media_inbound import MediaSource, off_loop
 from app.server.openai.schemas import ErrorResponse
 from app.server.responses import wire as responses_wire
 from app.server.responses.inbound import (
@@ -49,6 +51,7 @@ from backends.base import (
     ToolChoice,
 )
 from backends.errors import InvalidRequestError
+from backends.media import plain_text
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 ERRORS: dict[int | str, dict] = {status: {"model": ErrorResponse}
@@ -98,8 +101,10 @@ async def create_response(body: ResponseCreateRequest, request: Request) -> Resp
             raise _not_found(body.previous_response_id, "previous_response_id")
         earlier = previous.conversation
     offered = offered_tools(body.tools)
-    conversation = responses_messages(body.input, earlier, visible=offered.visible)
-    system = (Message("system", body.instructions),) if body.instructions else ()
+    conversation = await off_loop(functools.partial(
+        responses_messages, body.input, earlier, visible=offered.visible,
+        media=MediaSource.of(request.app.state.settings)))
+    system = (Message("system", plain_text(body.instructions)),) if body.instructions else ()
     json_mode, schema = responses_format(body.text)
     params = sampling(temperature=body.temperature, top_p=body.top_p,
                       max_tokens=body.max_output_tokens)

@@ -1,7 +1,7 @@
 """OpenAI Responses API bodies (pydantic), mirroring the official schema (the `openai` SDK's
-`types.responses`) for what Ember serves: text in, text, thinking and function calls out.
-Anything else a client may send (images, files, hosted tools such as web_search, other item
-types) is refused with a 400 that names it, rather than silently dropped."""
+`types.responses`) for what Ember serves: text, images and audio in; text, thinking and
+function calls out. Anything else a client may send (files, hosted tools such as web_search,
+other item types) is refused with a 400 that names it, rather than silently dropped."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from app.server.model_name import ModelName
 from app.server.openai.schemas import ToolChoiceMode
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "mcp_call")
-# parts a later Ember may read (vision, files), named in their 400 until then
-UNSUPPORTED_PARTS = ("input_image", "input_file", "input_audio")
+# parts a later Ember may read (files), named in their 400 until then
+UNSUPPORTED_PARTS = ("input_file",)
 
 
 def _text_or_list(value: object) -> str:
@@ -38,8 +38,8 @@ def _text_or_list(value: object) -> str:
 def _text_part(value: object) -> object:
     if isinstance(value, dict) and value.get("type") in UNSUPPORTED_PARTS:
         raise PydanticCustomError(
-            "unsupported_part", "{kind} parts are not supported: Ember's models here read "
-            "text only (input_text)", {"kind": value["type"]})
+            "unsupported_part", "{kind} parts are not supported: Ember reads no files yet "
+            "(send their text as input_text, images as input_image)", {"kind": value["type"]})
     return value
 
 
@@ -51,7 +51,39 @@ class TextPart(BaseModel):
     text: str
 
 
-TextParts = list[Annotated[TextPart, BeforeValidator(_text_part)]]
+class ImagePart(BaseModel):
+    """An image: `image_url` a base64 data URL, or an http(s) URL the server fetches only
+    when started to (`ember serve --allow-media-urls`); `file_id` (OpenAI's Files API) is
+    refused, `detail` taken and unused."""
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str | None = None
+
+
+class AudioData(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    data: str  # base64
+    format: str | None = None  # "wav", "mp3", "flac"
+
+
+class AudioPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["input_audio"]
+    input_audio: AudioData
+
+
+def _part_kind(value: object) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return {"input_image": "image", "input_audio": "audio"}.get(str(kind), "text")
+
+
+ContentPart = Annotated[
+    Annotated[Annotated[TextPart, BeforeValidator(_text_part)], Tag("text")]
+    | Annotated[ImagePart, Tag("image")] | Annotated[AudioPart, Tag("audio")],
+    Discriminator(_part_kind)]
+TextParts = list[ContentPart]
 TextOrParts = Annotated[Annotated[str, Tag("text")] | Annotated[TextParts, Tag("list")],
                         Discriminator(_text_or_list)]
 
