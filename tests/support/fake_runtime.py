@@ -59,6 +59,7 @@ class ScriptedRuntime:
     requests: list[GenerationRequest] = field(default_factory=list)
     idle_ttl_s: float | None = None
     parallel: int = 1
+    sees: bool = False  # the model has a projector (images), on a backend that runs one
 
     def __post_init__(self) -> None:
         self.store = SimpleNamespace(get=self._model)
@@ -80,8 +81,8 @@ class ScriptedRuntime:
     def serving(self, name: str, backend: str | None = None,
                 context: int | None = None) -> Serving:
         return Serving(backend or self.backend,
-                       Capabilities(formats=("gguf",), grammar=self.grammar),
-                       context or self.context, loaded=context is None)
+                       Capabilities(formats=("gguf",), grammar=self.grammar, media=self.sees),
+                       context or self.context, loaded=context is None, projector=self.sees)
 
     def fit_context(self, name: str, request: GenerationRequest, backend: str | None = None,
                     context: int | None = None) -> int:
