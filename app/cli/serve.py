@@ -54,8 +54,8 @@ DEFAULTS = ServerSettings()
                    "addresses stay refused")
 @click.option("--allow-private-media-urls", "media_urls_private", is_flag=True,
               default=DEFAULTS.media_urls_private,
-              help="with --allow-media-urls: also fetch from loopback, private and "
-                   "link-local addresses (this machine and its network)")
+              help="--allow-media-urls, and also from loopback, private and link-local "
+                   "addresses (this machine and its network)")
 def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
           cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int,
           parallel: int, backend: str | None, mcp: bool, mcp_allow: tuple[str, ...],

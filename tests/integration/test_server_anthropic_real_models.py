@@ -212,7 +212,8 @@ def test_the_key_as_x_api_key_and_anthropics_401_without_it(store, qwen):
     ({"max_tokens": 8, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                      "data": "iVBORw0KGgo="}}]}]}, 400,
-     "messages[0].content[0]: image blocks are not supported yet"),
+     "messages[0].content[0].source.data is not an image Ember reads (formats: PNG, JPEG, "
+     "GIF, WEBP, BMP)"),
     ({"max_tokens": 8, "tools": [WEATHER], "messages": [
         PARIS, {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_nowhere", "content": "18°C"}]}]}, 400,

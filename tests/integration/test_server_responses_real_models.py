@@ -204,7 +204,7 @@ BAD = [  # (body or raw bytes, status, param, words in the message)
     ({"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}]},
-     400, "input[0].content[1]", "input_image parts are not supported"),
+     400, "input[0].content[1].image_url", "is not an image Ember reads (formats: PNG"),
     ({"input": "Hi", "temperature": 3}, 400, "temperature", "less than or equal to 2"),
     ({"input": "Hi", "tools": [WEATHER], "tool_choice": {"type": "function",
                                                           "name": "get_time"}},
