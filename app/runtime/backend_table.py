@@ -39,7 +39,7 @@ class BackendEntry:
 BACKENDS: dict[str, BackendEntry] = {e.name: e for e in (
     BackendEntry("llamacpp", "backends.llamacpp.backend", "LlamaCppBackend", "",
                  Capabilities(formats=("gguf",), batching=True, speculative=True,
-                              embeddings=True, grammar=True, logprobs=True)),
+                              embeddings=True, grammar=True, logprobs=True, media=True)),
     BackendEntry("cuda", "backends.cuda.backend", "CudaBackend", "cuda",
                  Capabilities(formats=("gguf", "safetensors"), batching=True, speculative=True,
                               embeddings=False, grammar=True, logprobs=True),

@@ -1,27 +1,30 @@
 """Images through `ember serve` and the official clients (openai: chat completions and
-Responses; anthropic; ollama: chat and generate), against the real text model Qwen2.5-Coder
+Responses; anthropic; ollama: chat and generate). Against the real text model Qwen2.5-Coder
 0.5B: an image for it is a 400 naming the model on every dialect, a broken, huge or
 unsupported image a 400 that says so (with the limit or the formats), and the server answers
-the next plain request. One server for the module.
-
-A seeing model answering an image (the engine's side, issue 42) plugs in as one fixture,
-`vision_model`, once the tiny vision model of tests/support/tiny_vision.py is installable as
-a store model: TODO(issue 42) add it and the answer tests beside the refusals below (the same
-EVERY_DIALECT requests, expecting 200 and usage counting the image's tokens)."""
+the next plain request. Against a seeing model (`vision_model`: tests/support/tiny_vision.py's
+tiny Gemma 3, random weights, imported with its projector as a user's model is): every
+dialect's image reaches it and its tokens count in the usage, /api/show lists vision, and an
+image URL is fetched from a loopback server when the server is started to fetch them."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anthropic
 import ollama
 import openai
 import pytest
 
+from app.config import Paths
 from app.runtime import Runtime
-from tests.support.images import BAD_IMAGES, RED, b64, data_url
+from app.store import InstalledModel, Store
+from tests.support.images import BAD_IMAGES, RED, b64, data_url, wav
 from tests.support.live_server import live_server
 from tests.support.models import QWEN
+from tests.support.tiny_vision import TinyVisionModel, write_tiny_gemma3_vision
 
 HUGE = b"\x89PNG\r\n\x1a\n" + b"\0" * (21 * 1024 * 1024)  # 21 MB: over the 20 MB limit
 TEXT_ONLY = (f"model {QWEN} reads text only: it has no vision projector (mmproj), so it "
@@ -144,3 +147,106 @@ def test_a_literal_marker_in_the_text_is_read_as_text_by_the_model(oai):
     answer = oai.chat.completions.create(model=QWEN, max_tokens=4, temperature=0, messages=[
         {"role": "user", "content": "Repeat exactly: <__media__>"}])
     assert answer.usage is not None and answer.usage.prompt_tokens > 10
+
+
+# ---------------------------------------------------------------------------- a model that sees
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory: pytest.TempPathFactory) -> TinyVisionModel:
+    return write_tiny_gemma3_vision(tmp_path_factory.mktemp("tiny-gemma3"))
+
+
+@pytest.fixture(scope="module")
+def vision_store(tmp_path_factory: pytest.TempPathFactory, tiny_gemma) -> Store:
+    return Store(Paths(tmp_path_factory.mktemp("vision-home")))
+
+
+@pytest.fixture(scope="module")
+def vision_model(vision_store: Store, tiny_gemma: TinyVisionModel) -> InstalledModel:
+    """The tiny Gemma 3 with its projector, imported as `ember import --mmproj` does."""
+    model = vision_store.import_gguf(tiny_gemma.model, projector=tiny_gemma.projector)
+    assert model.projector is not None
+    return model
+
+
+class Pictures(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(RED)))
+        self.end_headers()
+        self.wfile.write(RED)
+
+
+@pytest.fixture(scope="module")
+def picture_url() -> Iterator[str]:
+    site = ThreadingHTTPServer(("127.0.0.1", 0), Pictures)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{site.server_address[1]}/red.png"
+    site.shutdown()
+    site.server_close()
+
+
+@pytest.fixture(scope="module")
+def seeing(vision_store, vision_model) -> Iterator[str]:
+    """A server on the vision store that fetches image URLs, loopback ones too."""
+    with live_server(vision_store, media_urls=True, media_urls_private=True) as (url, _):
+        yield url
+
+
+def test_every_dialect_gives_the_seeing_model_its_image(seeing, vision_model, tiny_gemma):
+    name, least = vision_model.id, tiny_gemma.image_tokens  # the prompt holds the image's
+    oai = openai.OpenAI(base_url=seeing + "/v1", api_key="unused", max_retries=0, timeout=600)
+    answer = oai.chat.completions.create(model=name, max_tokens=2, messages=[{
+        "role": "user", "content": [{"type": "text", "text": QUESTION},
+                                    {"type": "image_url", "image_url": {"url": data_url(RED)}}]}])
+    assert answer.usage is not None and answer.usage.prompt_tokens > least
+    response = oai.responses.create(model=name, max_output_tokens=16, input=[{
+        "role": "user", "content": [{"type": "input_text", "text": QUESTION},
+                                    {"type": "input_image", "image_url": data_url(RED)}]}])
+    assert response.usage is not None and response.usage.input_tokens > least
+    claude = anthropic.Anthropic(base_url=seeing, api_key="unused", max_retries=0, timeout=600)
+    message = claude.messages.create(model=name, max_tokens=2, messages=[{
+        "role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": b64(RED)}},
+            {"type": "text", "text": QUESTION}]}])
+    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > least
+    oll = ollama.Client(host=seeing, timeout=600)
+    chatted = oll.chat(model=name, options={"num_predict": 2}, messages=[
+        {"role": "user", "content": QUESTION, "images": [RED]}])
+    generated = oll.generate(model=name, prompt=QUESTION, images=[RED],
+                             options={"num_predict": 2})
+    raw = oll.generate(model=name, prompt=QUESTION, images=[RED], raw=True,
+                       options={"num_predict": 2})
+    # the whole prompt, or (a prefix already cached) at least the image's own tokens
+    for done in (chatted, generated, raw):
+        assert (done.prompt_eval_count or 0) > 0 and done.done
+    assert "vision" in oll.show(name).capabilities
+
+
+def test_the_seeing_model_gets_an_image_url_the_server_fetched(seeing, vision_model,
+                                                                tiny_gemma, picture_url):
+    oai = openai.OpenAI(base_url=seeing + "/v1", api_key="unused", max_retries=0, timeout=600)
+    answer = oai.chat.completions.create(model=vision_model.id, max_tokens=2, messages=[{
+        "role": "user", "content": [{"type": "text", "text": "And this one?"},
+                                    {"type": "image_url", "image_url": {"url": picture_url}}]}])
+    assert answer.usage is not None and answer.usage.prompt_tokens > tiny_gemma.image_tokens
+    claude = anthropic.Anthropic(base_url=seeing, api_key="unused", max_retries=0, timeout=600)
+    with pytest.raises(anthropic.BadRequestError) as e:  # no server on port 1
+        claude.messages.create(model=vision_model.id, max_tokens=2, messages=[{
+            "role": "user", "content": [{"type": "image", "source": {
+                "type": "url", "url": "http://127.0.0.1:1/red.png"}}]}])
+    assert "fetching the image failed" in e.value.body["error"]["message"]  # type: ignore[index]
+    assert oai.chat.completions.create(model=vision_model.id, max_tokens=2, messages=[
+        {"role": "user", "content": "Hi"}]).choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_seeing_model_that_does_not_hear_refuses_audio_with_a_400(seeing, vision_model):
+    oai = openai.OpenAI(base_url=seeing + "/v1", api_key="unused", max_retries=0, timeout=600)
+    with pytest.raises(openai.BadRequestError):
+        oai.chat.completions.create(model=vision_model.id, max_tokens=2, messages=[{
+            "role": "user", "content": [{"type": "input_audio", "input_audio": {
+                "data": b64(wav()), "format": "wav"}}, {"type": "text", "text": "Hear?"}]}])

@@ -343,6 +343,6 @@ def test_a_raw_prompt_must_place_a_marker_per_image():
     image = decode_image(png())
     with pytest.raises(InvalidRequestError, match="places 0 media marker"):
         GenerationRequest(prompt="no marker", media=(image,)).validate()
-    with pytest.raises(InvalidRequestError, match="travel in its messages"):
+    with pytest.raises(InvalidRequestError, match="go in its messages"):
         GenerationRequest(messages=(Message("user", "x"),), media=(image,)).validate()
     GenerationRequest(prompt=f"{M} one marker", media=(image,)).validate()
