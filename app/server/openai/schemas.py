@@ -71,13 +71,6 @@ class ChatMessage(BaseModel):
     reasoning_content: str | None = None
     reasoning: str | None = None
 
-    def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(p.text or "" for p in self.content if p.type == "text")
-
 
 class JsonSchemaFormat(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
