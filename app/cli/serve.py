@@ -85,7 +85,10 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
                      settings)
     click.echo(f"Ember API on http://{host}:{port} (OpenAI: /v1, Ollama: /api)"
                + (", API key required" if api_key else "")
-               + (", MCP tools of mcp.json on request" if mcp else ""), err=True)
+               + (", MCP tools of mcp.json on request" if mcp else "")
+               + (", fetches image URLs" + (" (private addresses too)" if media_urls_private
+                                            else "") if settings.media_urls else ""),
+               err=True)
     log.info("serving on http://%s:%d (API key %s, parallel %d, queue limit %d, idle TTL %g s)",
              host, port, "required" if api_key else "not required", parallel, queue_limit,
              idle_ttl)

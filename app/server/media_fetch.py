@@ -15,6 +15,7 @@ event loop (app.server.media_inbound.off_loop)."""
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import time
 from urllib.parse import urljoin
@@ -26,6 +27,7 @@ from backends.media import MAX_IMAGE_BYTES, MediaError
 FETCH_TIMEOUT_S = 10.0
 MAX_REDIRECTS = 3
 CHUNK = 64 * 1024
+log = logging.getLogger(__name__)
 
 
 def _megabytes(n: int) -> str:
@@ -96,6 +98,7 @@ def fetch_image(url: str, where: str, *, allow_private: bool = False,
             except (httpx.InvalidURL, ValueError) as e:
                 raise MediaError(f"{where}: not a valid URL ({e})", where) from e
             _check_host(parsed, where, allow_private)
+            log.info("fetching an image from %s", parsed.host)  # the host only: not the path
             try:
                 with client.stream("GET", parsed, headers={"Accept": "image/*"}) as response:
                     peer = _peer(response)

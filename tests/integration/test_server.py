@@ -154,7 +154,7 @@ def test_bad_requests_get_their_4xx_and_the_server_keeps_serving(server, oai, qw
                    json={"model": qwen.id, "messages": [], "max_tokens": 5})
     assert r.status_code == 400
     r = httpx.post(url + "/v1/chat/completions", json={
-        "model": qwen.id, "messages": [{"role": "user", "content": "x" * (3 << 20)}]})
+        "model": qwen.id, "messages": [{"role": "user", "content": "x" * (33 << 20)}]})
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     r = httpx.post(url + "/v1/chat/completions", json={
         "model": "../../etc/passwd", "messages": [{"role": "user", "content": "hi"}]})
