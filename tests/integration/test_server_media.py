@@ -18,13 +18,13 @@ import ollama
 import openai
 import pytest
 
-from app.config import Paths
 from app.runtime import Runtime
 from app.store import InstalledModel, Store
 from tests.support.images import BAD_IMAGES, RED, b64, data_url, wav
 from tests.support.live_server import live_server
 from tests.support.models import QWEN
-from tests.support.tiny_vision import TinyVisionModel, write_tiny_gemma3_vision
+from tests.support.tiny_vision import TinyVisionModel
+from tests.support.vision_store import install_tiny_vision
 
 HUGE = b"\x89PNG\r\n\x1a\n" + b"\0" * (21 * 1024 * 1024)  # 21 MB: over the 20 MB limit
 TEXT_ONLY = (f"model {QWEN} reads text only: it has no vision projector (mmproj), so it "
@@ -151,21 +151,21 @@ def test_a_literal_marker_in_the_text_is_read_as_text_by_the_model(oai):
 
 # ---------------------------------------------------------------------------- a model that sees
 @pytest.fixture(scope="module")
-def tiny_gemma(tmp_path_factory: pytest.TempPathFactory) -> TinyVisionModel:
-    return write_tiny_gemma3_vision(tmp_path_factory.mktemp("tiny-gemma3"))
+def vision(tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[Store, InstalledModel, TinyVisionModel]:
+    return install_tiny_vision(tmp_path_factory.mktemp("vision") / "home")
 
 
 @pytest.fixture(scope="module")
-def vision_store(tmp_path_factory: pytest.TempPathFactory, tiny_gemma) -> Store:
-    return Store(Paths(tmp_path_factory.mktemp("vision-home")))
-
-
-@pytest.fixture(scope="module")
-def vision_model(vision_store: Store, tiny_gemma: TinyVisionModel) -> InstalledModel:
+def vision_model(vision) -> InstalledModel:
     """The tiny Gemma 3 with its projector, imported as `ember import --mmproj` does."""
-    model = vision_store.import_gguf(tiny_gemma.model, projector=tiny_gemma.projector)
-    assert model.projector is not None
-    return model
+    assert vision[1].projector is not None
+    return vision[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(vision) -> TinyVisionModel:
+    return vision[2]
 
 
 class Pictures(BaseHTTPRequestHandler):
@@ -190,9 +190,9 @@ def picture_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def seeing(vision_store, vision_model) -> Iterator[str]:
+def seeing(vision, vision_model) -> Iterator[str]:
     """A server on the vision store that fetches image URLs, loopback ones too."""
-    with live_server(vision_store, media_urls=True, media_urls_private=True) as (url, _):
+    with live_server(vision[0], media_urls=True, media_urls_private=True) as (url, _):
         yield url
 
 
