@@ -33,6 +33,7 @@ from backends.media import (
     decode_audio,
     decode_base64,
     decode_image,
+    fmt_error,
     from_data_url,
     plain_text,
 )
@@ -89,7 +90,7 @@ class MediaSource:
                 raw = fetch_image(url, where, allow_private=self.private_urls)
             else:
                 raw = from_data_url(url, where)
-            return decode_image(raw, where)
+            return _decoded(raw, where)
 
     def image_base64(self, data: str, where: str, media_type: str | None = None) -> Media:
         """Base64 image bytes; `media_type`, when the wire has one, must be an image type
@@ -100,7 +101,7 @@ class MediaSource:
                 raise MediaError(f"{where}: media_type {media_type[:60]!r} is not an image "
                                  f"type Ember reads ({', '.join(IMAGE_FORMATS.values())})",
                                  where)
-            return decode_image(decode_base64(data, where), where)
+            return _decoded(decode_base64(data, where), where)
 
     def audio_base64(self, data: str, where: str, fmt: str | None = None) -> Media:
         """Base64 audio (WAV, MP3 or FLAC by its bytes); `fmt` as the wire names it."""
@@ -110,6 +111,19 @@ class MediaSource:
                 raise MediaError(f"{where}: audio format {fmt[:40]!r} is not one Ember reads "
                                  f"({', '.join(AUDIO_FORMATS)})", where)
             return decode_audio(decode_base64(data, where), where)
+
+
+def _decoded(raw: bytes, where: str) -> Media:
+    """decode_image, with any error of Pillow's it does not name (a plugin's IndexError or
+    struct.error on a crafted file) a 400 too: these bytes are a stranger's, and a request
+    that breaks a decoder is still a bad request, never a 500."""
+    try:
+        return decode_image(raw, where)
+    except MediaError:
+        raise
+    except Exception as e:  # the boundary to hostile bytes: any decoder failure is theirs
+        raise MediaError(f"{where} is broken ({fmt_error(e)}); formats: "
+                         f"{', '.join(IMAGE_FORMATS)}", where) from e
 
 
 class Parts:

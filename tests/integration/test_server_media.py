@@ -214,6 +214,13 @@ def test_every_dialect_gives_the_seeing_model_its_image(seeing, vision_model, ti
                                          "data": b64(RED)}},
             {"type": "text", "text": QUESTION}]}])
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > least
+    counted = claude.messages.count_tokens(model=name, messages=[{
+        "role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": b64(RED)}},
+            {"type": "text", "text": QUESTION}]}])
+    assert counted.input_tokens == message.usage.input_tokens + (
+        message.usage.cache_read_input_tokens or 0)  # the image counted as it is generated
     oll = ollama.Client(host=seeing, timeout=600)
     chatted = oll.chat(model=name, options={"num_predict": 2}, messages=[
         {"role": "user", "content": QUESTION, "images": [RED]}])
