@@ -16,8 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 while not (ROOT / "pyproject.toml").exists():
     ROOT = ROOT.parent
 
-# What any layer may import from backends/: the request and event types, the errors, a
-# message's images and audio (backends.media: decoded where they are received), the
+# What any layer may import from backends/: the request and event types, the errors, the
 # chat-template renderer, and model-format facts that need no engine (an MLX directory's
 # config.json; the cuda engine's KV layout constants, for the fit model, without torch;
 # whether the mlx backend finds OpenBLAS here, without MLX); a message's images and audio
@@ -25,7 +24,7 @@ while not (ROOT / "pyproject.toml").exists():
 VOCABULARY = {"backends", "backends.base", "backends.errors", "backends.chat_template",
               "backends.media",
               "backends.mlx_dir", "backends.cuda.kv_layout", "backends.mlx_blas",
-              "backends.gpu_modules", "backends.media"}
+              "backends.gpu_modules"}
 FRONT_ENDS = ("app/cli", "app/gui", "app/server")
 
 
