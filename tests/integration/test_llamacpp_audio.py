@@ -24,10 +24,12 @@ from tests.integration.test_llamacpp_vision import (
 )
 from tests.support.tiny_audio import TinyAudioModel, sine_wav, write_tiny_qwen2_audio
 
+Tiny = tuple[TinyAudioModel, LlamaCppBackend]
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory
-         ) -> Iterator[tuple[TinyAudioModel, LlamaCppBackend]]:
+         ) -> Iterator[Tiny]:
     fixture = write_tiny_qwen2_audio(tmp_path_factory.mktemp("qwen2a"))
     backend = LlamaCppBackend()
     backend.load(VisionFiles(fixture.model, fixture.projector, "qwen2", id="tiny-audio"), PLAN)
@@ -35,7 +37,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory
     backend.unload()
 
 
-def test_the_answer_follows_the_clip(tiny):
+def test_the_answer_follows_the_clip(tiny: Tiny) -> None:
     fixture, backend = tiny
     la = decode_audio(sine_wav(440))
     with_la = done(backend, ask("What do you hear?", la))
@@ -50,7 +52,7 @@ def test_the_answer_follows_the_clip(tiny):
     assert backend.count_prompt_tokens(ask("What do you hear?", la)) == with_la.stats.prompt_tokens
 
 
-def test_a_second_question_on_the_same_clip_comes_from_the_cache(tiny):
+def test_a_second_question_on_the_same_clip_comes_from_the_cache(tiny: Tiny) -> None:
     fixture, backend = tiny
     clip = decode_audio(sine_wav(660, seconds=2.0))
     first = done(backend, ask("Transcribe this.", clip, max_tokens=3))
@@ -60,7 +62,7 @@ def test_a_second_question_on_the_same_clip_comes_from_the_cache(tiny):
     assert second.stats.media_tokens == first.stats.media_tokens == fixture.clip_tokens
 
 
-def test_a_stereo_clip_at_another_rate_is_resampled_and_heard(tiny):
+def test_a_stereo_clip_at_another_rate_is_resampled_and_heard(tiny: Tiny) -> None:
     fixture, backend = tiny
 
     def heard(raw: bytes) -> dict[str, float]:
@@ -83,7 +85,7 @@ def distance(a: dict[str, float], b: dict[str, float]) -> float:
     return sum(abs(a[t] - b[t]) for t in shared) / len(shared)
 
 
-def test_an_image_for_the_model_that_only_hears_is_refused(tiny):
+def test_an_image_for_the_model_that_only_hears_is_refused(tiny: Tiny) -> None:
     fixture, backend = tiny
     with pytest.raises(InvalidRequestError, match="hears but does not see"):
         done(backend, ask("What is this?", decode_image(png(1, 64))))

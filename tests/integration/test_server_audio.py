@@ -17,15 +17,16 @@ from tests.support.live_server import live_server
 from tests.support.tiny_audio import TinyAudioModel, sine_wav
 from tests.support.vision_store import install_tiny_audio
 
+Hearing = tuple[Store, InstalledModel, TinyAudioModel]
+
 
 @pytest.fixture(scope="module")
-def hearing(tmp_path_factory: pytest.TempPathFactory
-            ) -> tuple[Store, InstalledModel, TinyAudioModel]:
+def hearing(tmp_path_factory: pytest.TempPathFactory) -> Hearing:
     return install_tiny_audio(tmp_path_factory.mktemp("audio") / "home")
 
 
 @pytest.fixture(scope="module")
-def oai(hearing) -> Iterator[openai.OpenAI]:
+def oai(hearing: Hearing) -> Iterator[openai.OpenAI]:
     with live_server(hearing[0]) as (url, _):
         yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
                             timeout=600)
@@ -45,7 +46,8 @@ def top(answer: openai.types.chat.ChatCompletion) -> list[tuple[str, float]]:
             for t in answer.choices[0].logprobs.content[0].top_logprobs]
 
 
-def test_an_input_audio_part_reaches_the_model_that_hears(oai, hearing):
+def test_an_input_audio_part_reaches_the_model_that_hears(oai: openai.OpenAI,
+                                                          hearing: Hearing) -> None:
     _, model, tiny = hearing
     first = listen(oai, model.id, sine_wav(440))
     again = listen(oai, model.id, sine_wav(440))
@@ -53,15 +55,17 @@ def test_an_input_audio_part_reaches_the_model_that_hears(oai, hearing):
     assert first.usage is not None and first.usage.prompt_tokens > tiny.clip_tokens
     assert top(first) == top(again)
     assert top(first) != top(other)
-    response = oai.responses.create(model=model.id, max_output_tokens=16, input=[{
+    # the SDK's Responses types have no input_audio part (Ember's schema takes one)
+    response = oai.responses.create(model=model.id, max_output_tokens=16, input=[{  # type: ignore[misc, list-item]
         "role": "user", "content": [
             {"type": "input_text", "text": "What do you hear?"},
             {"type": "input_audio", "input_audio": {"data": b64(sine_wav(440)),
-                                                    "format": "wav"}}]}])  # type: ignore[list-item]
+                                                    "format": "wav"}}]}])
     assert response.usage is not None and response.usage.input_tokens > tiny.clip_tokens
 
 
-def test_an_image_for_the_model_that_hears_is_a_400_and_it_goes_on(oai, hearing):
+def test_an_image_for_the_model_that_hears_is_a_400_and_it_goes_on(oai: openai.OpenAI,
+                                                                   hearing: Hearing) -> None:
     model = hearing[1].id
     with pytest.raises(openai.BadRequestError) as e:
         oai.chat.completions.create(model=model, max_tokens=2, messages=[{
