@@ -158,6 +158,7 @@ def pull(model: str) -> None:
 def list_models(as_json: bool) -> None:
     """List installed models, and the models of remote endpoints (NAME/model)."""
     from app.runtime import Runtime
+    from app.runtime.model_traits import projector_senses
 
     models = Store().list()
     with Runtime() as rt:
@@ -165,8 +166,9 @@ def list_models(as_json: bool) -> None:
     for name, why in failed.items():  # on stderr: stdout stays one list of models
         click.echo(f"warning: {name}/*: {why}", err=True)
     if as_json:
-        click.echo(json.dumps([{**m.to_json(), "vision": m.projector is not None}
-                               for m in models]
+        senses = {m.ref: projector_senses(m.projector) for m in models}
+        click.echo(json.dumps([{**m.to_json(), "vision": senses[m.ref][0],
+                                 "audio": senses[m.ref][1]} for m in models]
                               + [{"id": m.ref, "quant": "remote", "format": "remote",
                                   "remote": m.endpoint, "remote_id": m.id,
                                   "owned_by": m.owned_by} for m in remote], indent=2))
@@ -177,8 +179,10 @@ def list_models(as_json: bool) -> None:
     if models:
         click.echo(f"{'MODEL':40} {'QUANT':8} {'SIZE':>9}  {'ARCH':8} {'SEES':6} PATH")
     for m in models:
-        # SEES: "vision" for a model with its projector (images), "-" for text only
-        sees = "vision" if m.projector is not None else "-"
+        # SEES: "vision" (images) and/or "audio", as its projector's encoders say; "-" for
+        # text only
+        sees = "+".join(n for n, on in zip(("vision", "audio"), projector_senses(m.projector),
+                                           strict=True) if on) or "-"
         click.echo(f"{m.id:40} {m.quant:8} {m.size_bytes / 1e9:7.2f}GB  {m.architecture:8} "
                    f"{sees:6} {m.path}")
     for r in remote:

@@ -9,6 +9,7 @@ multimodal projector installed beside the model (InstalledModel.projector, its m
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,10 @@ from app.gguf_file import read_gguf
 from app.runtime.thinking import template_of
 from app.store import InstalledModel
 from backends.chat_format import detect_format
+from backends.errors import ModelFileError
 from backends.mlx_dir import read_config
+
+log = logging.getLogger(__name__)
 
 # Encoder architectures that only embed (llama.cpp's names in GGUF, Hugging Face's
 # model_type in config.json); a decoder fine-tuned for embeddings has a pooling type instead.
@@ -30,7 +34,8 @@ class ModelTraits:
     template: str | None
     metadata: dict[str, str | int | float | bool]  # scalar metadata (no tokenizer tables)
     embedding: bool  # an embedding model: it embeds, and does not complete text
-    vision: bool = False  # a projector is installed beside it: it sees images
+    vision: bool = False  # a projector with a vision encoder is installed beside it
+    audio: bool = False  # a projector with an audio encoder (it hears)
 
     @property
     def capabilities(self) -> list[str]:
@@ -46,6 +51,8 @@ class ModelTraits:
             caps.append("thinking")
         if self.vision:
             caps.append("vision")
+        if self.audio:
+            caps.append("audio")
         return caps
 
     @property
@@ -64,8 +71,26 @@ def model_traits(model: InstalledModel) -> ModelTraits:
                 if isinstance(v, str | int | float | bool) and not k.startswith("tokenizer.")}
     embedding = (info.architecture in ENCODERS
                  or info.arch_value("pooling_type") is not None)
-    return ModelTraits(info.chat_template, metadata, embedding,
-                       vision=getattr(model, "projector", None) is not None)
+    sees, hears = projector_senses(getattr(model, "projector", None))
+    return ModelTraits(info.chat_template, metadata, embedding, vision=sees, audio=hears)
+
+
+def projector_senses(path: Path | None) -> tuple[bool, bool]:
+    """(sees, hears) of a projector file, from its header's clip.has_vision_encoder and
+    clip.has_audio_encoder (what llama.cpp's converter writes); (False, False) without one.
+    A header Ember cannot read counts as seeing, the common case: mtmd says what is wrong
+    when an image comes."""
+    if path is None:
+        return False, False
+    try:
+        info = read_gguf(path, check_architecture=False)
+    except ModelFileError as e:
+        log.warning("the projector %s is unreadable (%s)", path, e)
+        return True, False
+    meta = info.metadata
+    sees = bool(meta.get("clip.has_vision_encoder", False))
+    hears = bool(meta.get("clip.has_audio_encoder", False))
+    return (sees or not hears), hears
 
 
 def _mlx_traits(folder: Path) -> ModelTraits:
