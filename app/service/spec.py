@@ -90,3 +90,13 @@ def service_spec(paths: Paths) -> ServiceSpec:
     return ServiceSpec(label=APP_ID, description=f"{APP_NAME} local LLM server (ember serve)",
                        command=ember_command("serve", "--service"), env=tuple(env),
                        working_dir=paths.home, log_file=paths.logs / "service.log")
+
+
+def packaged_spec(executable: str = "/usr/bin/ember") -> ServiceSpec:
+    """The service as a system package ships it (/usr/lib/systemd/user/ember.service, not
+    enabled): the packaged `ember`, the user's default data folder, their home as its folder."""
+    return ServiceSpec(label=APP_ID, description=f"{APP_NAME} local LLM server (ember serve)",
+                       command=(executable, "serve", "--service"),
+                       env=(("PYTHONUNBUFFERED", "1"),),
+                       working_dir=Path("~"),  # systemd's name for the user's home
+                       log_file=Path("~/.local/share/ember/logs/service.log"))

@@ -4,12 +4,14 @@ unit, a port in use."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import plistlib
 import shutil
 import socket
 import stat
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -164,3 +166,34 @@ def test_start_names_who_holds_the_port(supervised):
         with pytest.raises(manager.ServiceError,
                            match=rf"port {port} is in use by python\S* \(pid {os.getpid()}\)"):
             manager.start(paths)
+
+
+def test_the_deb_offers_the_unit_not_enabled_and_it_verifies(tmp_path: Path):
+    spec_ = importlib.util.spec_from_file_location(
+        "linux_packages", Path(__file__).resolve().parents[2] / "packaging/linux_packages.py")
+    assert spec_ and spec_.loader
+    linux_packages = importlib.util.module_from_spec(spec_)
+    sys.modules["linux_packages"] = linux_packages  # its dataclasses look their module up
+    spec_.loader.exec_module(linux_packages)
+    install_service_unit = linux_packages.install_service_unit
+
+    root = tmp_path / "root"
+    unit = install_service_unit(root)
+    assert unit == root / "usr/lib/systemd/user/ember.service"
+    # not enabled: nothing under a .wants folder, only the unit
+    assert [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()] == [
+        "usr/lib/systemd/user/ember.service"]
+    text = unit.read_text()
+    assert "ExecStart=/usr/bin/ember serve --service\n" in text
+    assert "WorkingDirectory=~\n" in text
+    # verify needs ExecStart's program to exist: the same unit, pointed at a real one
+    ember = tmp_path / "ember"
+    ember.symlink_to(shutil.which("true") or "/bin/true")
+    moved = tmp_path / "ember.service"
+    moved.write_text(text.replace("/usr/bin/ember", str(ember)))
+    runtime_dir = tmp_path / "run"
+    runtime_dir.mkdir(mode=0o700)
+    done = subprocess.run(["systemd-analyze", "--user", "verify", str(moved)],
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "XDG_RUNTIME_DIR": str(runtime_dir)})
+    assert done.returncode == 0 and str(moved) not in done.stderr, done.stderr
