@@ -83,10 +83,10 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
         from app.service.endpoint import ensure_service_key
         from app.service.spec import load_service_config
 
-        config = load_service_config(paths())
-        host, port, idle_ttl, parallel = (config.host, config.port, config.idle_ttl_s,
-                                          config.parallel)
-        queue_limit, backend = config.queue_limit, config.backend or backend
+        service = load_service_config(paths())
+        host, port, idle_ttl, parallel = (service.host, service.port, service.idle_ttl_s,
+                                          service.parallel)
+        queue_limit, backend = service.queue_limit, service.backend or backend
         api_key = ensure_service_key(paths())
     settings = ServerSettings(host=host, port=port, api_key=api_key,
                               insecure_no_auth=insecure_no_auth,

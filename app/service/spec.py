@@ -17,6 +17,7 @@ from pathlib import Path
 from app.config import Paths, load_config
 from app.errors import ConfigError
 from app.identity import APP_ID, APP_NAME
+from app.runtime.backend_table import NAMES as BACKENDS
 from app.server.settings import ServerSettings
 
 SECTION = "service"
@@ -59,6 +60,9 @@ def load_service_config(paths: Paths) -> ServiceConfig:
     config = ServiceConfig(**values)  # type: ignore[arg-type]
     if not 1 <= config.port <= 65535:
         raise ConfigError(f"config.toml [{SECTION}] port = {config.port}: expected 1-65535")
+    if config.backend is not None and config.backend not in BACKENDS:
+        raise ConfigError(f"config.toml [{SECTION}] backend = {config.backend!r}: expected one "
+                          f"of {', '.join(BACKENDS)}")
     return config
 
 

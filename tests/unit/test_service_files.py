@@ -117,6 +117,9 @@ def test_service_settings_come_from_config_toml(isolated_home: Paths):
     isolated_home.config_file.write_text('[service]\nport = "x"\n')
     with pytest.raises(EmberError, match=r"\[service\] port = 'x': expected int"):
         load_service_config(isolated_home)
+    isolated_home.config_file.write_text('[service]\nbackend = "tpu"\n')
+    with pytest.raises(EmberError, match=r"backend = 'tpu': expected one of .*llamacpp"):
+        load_service_config(isolated_home)
 
 
 @pytest.fixture
