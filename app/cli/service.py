@@ -6,11 +6,15 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from app.cli import cli
 from app.config import paths
+
+if TYPE_CHECKING:
+    from app.service.manager import Status
 
 
 @cli.group()
@@ -63,22 +67,25 @@ def status() -> None:
     """Whether the service runs, how, where, for how long, and its loaded models."""
     from app.service import manager
 
-    s = manager.status(paths())
+    for line in status_lines(manager.status(paths()), time.time()):
+        click.echo(line)
+
+
+def status_lines(s: Status, now: float) -> list[str]:
     installed = "installed" if s.installed else "not installed"
     if s.endpoint is None:
-        click.echo(f"not running ({installed}; {s.mode})")
-        return
-    up = _duration(time.time() - s.endpoint.started_at)
-    click.echo(f"running on {s.endpoint.url}, pid {s.endpoint.pid}, up {up} "
-               f"({s.mode}; {installed})")
+        return [f"not running ({installed}; {s.mode})"]
+    lines = [f"running on {s.endpoint.url}, pid {s.endpoint.pid}, "
+             f"up {_duration(now - s.endpoint.started_at)} ({s.mode}; {installed})"]
     if s.error:
-        click.echo(f"  it did not answer: {s.error}")
-    elif not s.models:
-        click.echo("  no model loaded")
+        return [*lines, f"  it did not answer: {s.error}"]
+    if not s.models:
+        return [*lines, "  no model loaded"]
     for m in s.models:
-        vram = f", {m['size_vram'] / 2**30:.1f} GiB on the GPU" if m.get("size_vram") else ""
-        click.echo(f"  {m.get('name')}: {m.get('size', 0) / 2**30:.1f} GiB{vram}, "
-                   f"{m.get('backend', '')}")
+        gpu = f", {m['size_vram'] / 2**30:.2f} GiB of it on the GPU" if m.get("size_vram") else ""
+        lines.append(f"  {m.get('name')}: {m.get('size', 0) / 2**30:.2f} GiB{gpu} "
+                     f"({m.get('backend', '?')}, context {m.get('context_length', '?')})")
+    return lines
 
 
 @service.command()

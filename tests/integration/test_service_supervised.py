@@ -7,6 +7,7 @@ killed, and stops."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from app.config import Paths
+from app.server.settings import ServerSettings
 from app.service.endpoint import pid_alive, read_endpoint, service_key
 from app.service.manager import ServiceError, start
 from app.service.supervisor import supervisor_pid
@@ -81,3 +83,25 @@ def test_supervised_service_starts_answers_survives_a_killed_server_and_stops(tm
     assert read_endpoint(paths) is None and supervisor_pid(paths) is None
     log = (paths.logs / "ember.log").read_text()
     assert f"ember serve (pid {first.pid}) ended with -9; restarting" in log
+
+
+def test_status_lists_the_loaded_model_with_its_memory_asking_with_the_key(
+        runtime, qwen, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`ember service status` against a server that holds a model (the session's runtime,
+    loaded once for the tier): its name, memory and backend, asked with the service's key."""
+    from app.cli.service import status_lines
+    from app.service.endpoint import ensure_service_key, write_endpoint
+    from app.service.manager import status
+    from tests.support.live_server import serve_app
+
+    monkeypatch.setenv("EMBER_SERVICE_MODE", "supervised")
+    paths = Paths(tmp_path / "home")
+    key = ensure_service_key(paths)
+    with serve_app(runtime, ServerSettings(api_key=key, owns_runtime=False)) as url:
+        write_endpoint(paths, url, started_at=time.time() - 125)
+        s = status(paths)
+    assert s.error is None and [m["name"] for m in s.models] == [qwen.ref]
+    lines = status_lines(s, time.time())
+    assert lines[0].startswith(f"running on {url}, pid {os.getpid()}, up 2 min (supervised;")
+    assert re.fullmatch(rf"  {re.escape(qwen.ref)}: \d+\.\d\d GiB.* \(llamacpp, context 4096\)",
+                        lines[1]), lines
