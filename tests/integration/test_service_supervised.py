@@ -72,6 +72,8 @@ def test_supervised_service_starts_answers_survives_a_killed_server_and_stops(tm
         assert httpx.get(f"{url}/v1/models", headers=auth, timeout=10).status_code == 200
         assert psutil.Process(second).ppid() == supervisor
 
+        logs = ember(env, "service", "logs", "-n", "50")
+        assert f"Ember API on {url}" in logs.stdout  # the servers' own output, both runs
         with pytest.raises(ServiceError, match=rf"runs already on {url} \(pid {second}\)"):
             start(paths)  # found running before any mode is asked
     finally:
