@@ -107,7 +107,22 @@ def stop(paths: Paths, timeout_s: float = STOP_GRACE_S + 5) -> bool:
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     if pid_alive(pid):
-        os.kill(pid, signal.SIGKILL if hasattr(signal, "SIGKILL") else signal.SIGTERM)
+        _kill_hard(pid)
     return True
+
+
+def _kill_hard(pid: int) -> None:
+    """The supervisor did not stop in time: end it and, where it leads its process group
+    (start_detached's new session), its server with it, which would outlive it otherwise."""
+    if os.name == "nt":
+        os.kill(pid, signal.SIGTERM)  # TerminateProcess
+        return
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
