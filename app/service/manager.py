@@ -24,6 +24,7 @@ from app.service import supervisor
 from app.service.endpoint import (
     Endpoint,
     ensure_service_key,
+    pid_alive,
     read_endpoint,
     service_dir,
     service_key,
@@ -222,16 +223,21 @@ def start(paths: Paths, wait_s: float = START_WAIT_S) -> Endpoint:
         if supervisor.supervisor_pid(paths) is not None:
             raise ServiceError("the supervisor runs already; `ember service stop` first")
         spec = service_spec(paths)
-        supervisor.start_detached(ember_command("service", "run"), spec.log_file)
+        pid = supervisor.start_detached(ember_command("service", "run"), spec.log_file)
+        return wait_listening(paths, config, wait_s, supervisor_pid=pid)
     return wait_listening(paths, config, wait_s)
 
 
-def wait_listening(paths: Paths, config: ServiceConfig, wait_s: float) -> Endpoint:
+def wait_listening(paths: Paths, config: ServiceConfig, wait_s: float,
+                   supervisor_pid: int | None = None) -> Endpoint:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         endpoint = read_endpoint(paths)
         if endpoint is not None:
             return endpoint
+        if supervisor_pid is not None and not pid_alive(supervisor_pid):
+            raise ServiceError("Ember's supervisor stopped before the server listened; "
+                               "see `ember service logs`")
         time.sleep(0.1)
     raise ServiceError(f"the service did not listen on port {config.port} within {wait_s:g} s; "
                        "see `ember service logs`")
