@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from app import __version__  # noqa: E402
 from app.identity import APP_ID, APP_NAME  # noqa: E402
+from app.service.spec import UNIT_NAME, packaged_spec  # noqa: E402
+from app.service.units import systemd_unit  # noqa: E402
 
 # The onedir bundle, in bytes (issue 18; kept at issue 35). 264 MB when set, 293 MB by issue
 # 35: documents brought cryptography (14.8 MB, pypdf's AES) and lxml with python-docx (10.6 MB),
@@ -159,6 +161,17 @@ def install_desktop_files(share: Path, icons: Path) -> None:
     shutil.copytree(icons / "hicolor", share / "icons" / "hicolor", dirs_exist_ok=True)
 
 
+def install_service_unit(root: Path) -> Path:
+    """`ember service`'s systemd user unit, offered and not enabled: a user turns it on with
+    `systemctl --user enable --now ember` (or `ember service install`, which writes its own
+    in ~/.config/systemd/user and takes precedence)."""
+    unit = root / "usr" / "lib" / "systemd" / "user" / UNIT_NAME
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    unit.write_text(systemd_unit(packaged_spec()), encoding="utf-8")
+    unit.chmod(0o644)
+    return unit
+
+
 def build_deb(bundle: Path, icons: Path, out: Path, depends: list[str]) -> Path:
     deb = out / f"ember_{__version__}_amd64.deb"
     with tempfile.TemporaryDirectory() as tmp:
@@ -167,6 +180,7 @@ def build_deb(bundle: Path, icons: Path, out: Path, depends: list[str]) -> Path:
         (root / "usr" / "bin").mkdir(parents=True)
         (root / "usr" / "bin" / "ember").symlink_to("/opt/ember/ember")
         install_desktop_files(root / "usr" / "share", icons)
+        install_service_unit(root)
         doc = root / "usr" / "share" / "doc" / "ember"
         doc.mkdir(parents=True)
         (doc / "copyright").write_text(textwrap.dedent(f"""\
@@ -199,6 +213,9 @@ def build_deb(bundle: Path, icons: Path, out: Path, depends: list[str]) -> Path:
              .
              Your models, conversations and settings live in ~/.local/share/ember and are
              kept when Ember is upgraded or removed (also with --purge).
+             .
+             The API server can run in the background: a systemd user unit is included and
+             not enabled (`systemctl --user enable --now ember`, or `ember service install`).
             """))
         # gzip: xz/zstd -19 took over 2.5 minutes on 2 cores for the same file (trap 14)
         subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z6", "--build",

@@ -13,6 +13,7 @@ packages=(
   xvfb xauth xdotool x11-utils imagemagick              # real-window tests, screenshots
   debootstrap dpkg-dev binutils zstd nsis               # bundle, .deb, clean root, installer
   desktop-file-utils appstream                          # .desktop and metainfo validation
+  systemd                                               # systemd-analyze verify (ember service)
   fontconfig fonts-dejavu-core libegl1 libgl1 libfontconfig1 libdbus-1-3
   libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxcb-image0 libxcb-render-util0
   libxcb-randr0 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libxkbcommon-x11-0

@@ -114,4 +114,5 @@ from app.cli import (  # noqa: E402, F401
     models,
     remote,
     serve,
+    service,
 )

@@ -56,10 +56,16 @@ DEFAULTS = ServerSettings()
               default=DEFAULTS.media_urls_private,
               help="--allow-media-urls, and also from loopback, private and link-local "
                    "addresses (this machine and its network)")
+@click.option("--service", "as_service", is_flag=True,
+              help="run as Ember's background service (`ember service`): host, port, idle "
+                   "TTL, parallel, queue limit and backend from config.toml's [service], the "
+                   "key from DATA/service/api-key, the address announced in "
+                   "DATA/service/endpoint.json while it listens")
 def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
           cors_origin: tuple[str, ...], idle_ttl: float, queue_limit: int,
           parallel: int, backend: str | None, mcp: bool, mcp_allow: tuple[str, ...],
-          speculation: bool, media_urls: bool, media_urls_private: bool) -> None:
+          speculation: bool, media_urls: bool, media_urls_private: bool,
+          as_service: bool = False) -> None:
     """Serve the OpenAI- and Ollama-compatible HTTP API."""
     try:
         import uvicorn
@@ -72,6 +78,16 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
         raise EmberError(needs_extra("the server", "serve", e.name)) from e
     from app.runtime import Runtime
 
+    if as_service:
+        from app.config import paths
+        from app.service.endpoint import ensure_service_key
+        from app.service.spec import load_service_config
+
+        service = load_service_config(paths())
+        host, port, idle_ttl, parallel = (service.host, service.port, service.idle_ttl_s,
+                                          service.parallel)
+        queue_limit, backend = service.queue_limit, service.backend or backend
+        api_key = ensure_service_key(paths())
     settings = ServerSettings(host=host, port=port, api_key=api_key,
                               insecure_no_auth=insecure_no_auth,
                               cors_origins=origins_from_env(cors_origin),
@@ -95,6 +111,10 @@ def serve(host: str, port: int, api_key: str | None, insecure_no_auth: bool,
     # log_config=None: uvicorn's records go through Ember's handlers (its own dictConfig
     # would close them); app.server.access_log writes one line per request instead of its
     # access log
-    uvicorn.run(app, host=host, port=port, log_level="warning", log_config=None)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)
+    if as_service:
+        from app.service.announce import AnnouncedServer
 
-
+        AnnouncedServer(config).run()
+    else:
+        uvicorn.Server(config).run()

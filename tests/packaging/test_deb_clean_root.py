@@ -59,6 +59,10 @@ def test_deb_installs_and_runs_on_a_clean_system(linux_build: LinuxBuild, qwen: 
         version = root.run("ember", "--version", user=True)
         assert version.stdout.strip() == f"ember, version {__version__}"
         assert (root.path / "usr/share/applications").glob("*.desktop")
+        # the background service is offered, not enabled (ember service, issue 43)
+        unit = root.path / "usr/lib/systemd/user/ember.service"
+        assert "ExecStart=/usr/bin/ember serve --service\n" in unit.read_text()
+        assert not list((root.path / "etc/systemd/user").glob("*/ember.service"))
 
         data = root.path / DATA
         home_with_model(data, qwen, seen_as=Path("/") / DATA)

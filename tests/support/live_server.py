@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -27,8 +28,16 @@ def live_server(store: Store, hardware: HardwareProfile | None = None,
                 **kw: object) -> Iterator[tuple[str, Runtime]]:
     """`hardware`: the machine the fit model plans for (a simulated one: app.hardware's)."""
     runtime = Runtime(store=store, hardware=hardware)
+    with serve_app(runtime, ServerSettings(**kw)) as url:  # type: ignore[arg-type]
+        yield url, runtime
+
+
+@contextmanager
+def serve_app(runtime: Runtime, settings: ServerSettings) -> Iterator[str]:
+    """`runtime` served with `settings` on a free loopback port (the settings' own is
+    replaced); yields its URL."""
     port = free_port()
-    app = create_app(runtime, ServerSettings(port=port, **kw))
+    app = create_app(runtime, dataclasses.replace(settings, host="127.0.0.1", port=port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -36,7 +45,7 @@ def live_server(store: Store, hardware: HardwareProfile | None = None,
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", runtime
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
