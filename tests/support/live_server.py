@@ -24,10 +24,11 @@ def free_port() -> int:
 
 @contextmanager
 def live_server(store: Store, hardware: HardwareProfile | None = None,
-                **kw: object) -> Iterator[tuple[str, Runtime]]:
-    """`hardware`: the machine the fit model plans for (a simulated one: app.hardware's)."""
+                port: int | None = None, **kw: object) -> Iterator[tuple[str, Runtime]]:
+    """`hardware`: the machine the fit model plans for (a simulated one: app.hardware's);
+    `port`: the one to listen on (a free one if None; the same again restarts "a service")."""
     runtime = Runtime(store=store, hardware=hardware)
-    port = free_port()
+    port = port or free_port()
     app = create_app(runtime, ServerSettings(port=port, **kw))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -1,0 +1,282 @@
+"""The Runtime's interface answered by a running Ember service, so that a model is loaded once
+for the window, the API and the CLI (issue 43).
+
+The window, `ember run`/`ember chat` and the chat session use a subset of `Runtime`:
+`submit`/`generate` (a Generation of Ember's events), `loaded`, `load`, `unload`, `store`,
+`is_remote`, `count_prompt_tokens`, `tokenize`, `embed`, `serving`, `choose`, `hardware`,
+`thinking_support`, `remote_models`. Here the ones that load or run a model go over HTTP to the
+service's own API; the rest (what is installed, what a backend can do, what the fit model
+plans, a template's thinking support) read the same data folder the service reads, through an
+idle in-process Runtime that never starts a worker.
+
+Generation streams `/v1/chat/completions` (`/v1/completions` for a raw prompt) through the
+remote backend's client, which already maps every Ember event onto that wire and back: text,
+thinking, tool calls, and Stats from `usage` (prompt, cached and completion tokens), with time
+to first token timed as it arrives. Loads and unloads are Ollama's (`/api/generate` with an
+empty prompt loads, `keep_alive: 0` unloads); the loaded models are `/api/ps`.
+
+A service that restarts is no failure of the front end: a request while it is down ends with
+an error naming the service, and the next one connects afresh (httpx opens a new connection).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from app.hardware import HardwareProfile
+from app.runtime.backend_choice import BackendChoice
+from app.runtime.generation import Generation
+from app.runtime.remote_streams import RemoteStreams
+from app.runtime.runtime import LoadedModel, Runtime, Serving
+from app.runtime.thinking import ThinkingSupport
+from app.runtime.worker_handle import EventSink
+from app.store import InstalledModel, Store
+from backends.base import GenerationRequest, LoadPlan
+from backends.errors import InvalidRequestError, RemoteError
+from backends.remote import Endpoint, RemoteBackend, RemoteModel
+
+CONNECT_TIMEOUT_S = 2.0  # a local service answers at once, or it is not there
+LOAD_TIMEOUT_S = 600.0  # a load over HTTP waits as long as the load takes (minutes at most)
+log = logging.getLogger(__name__)
+
+
+class ServiceBackend(RemoteBackend):
+    """The remote backend's client, speaking to Ember's own API: it names the service in its
+    errors and sends Ember's extension field `backend` (SamplingFields.backend) when a
+    backend is asked for."""
+
+    def __init__(self, endpoint: Endpoint, backend: str | None = None) -> None:
+        super().__init__(endpoint)
+        self.backend = backend
+
+    @property
+    def where(self) -> str:
+        return f"the Ember service at {self.endpoint.url}"
+
+    def body(self, model: str, request: GenerationRequest, stream: bool) -> dict:
+        body = super().body(model, request, stream)
+        if self.backend is not None:
+            body["backend"] = self.backend
+        return body
+
+
+class ServiceRuntime:
+    """A Runtime whose models run in the Ember service at `url` (authenticated with `key`)."""
+    is_service = True
+
+    def __init__(self, url: str, key: str, store: Store | None = None,
+                 hardware: HardwareProfile | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.store = store or Store()
+        self._local = Runtime(store=self.store, hardware=hardware)  # never loads a model
+        self._endpoint = Endpoint("Ember service", self.url, key)
+        self._clients: dict[str | None, ServiceBackend] = {}  # by the backend asked for
+        self._http = httpx.Client(base_url=self.url,
+                                  headers={"Authorization": f"Bearer {key}"},
+                                  timeout=httpx.Timeout(LOAD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+
+    @property
+    def describe(self) -> str:
+        return f"Using the Ember service at {self.url}"
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def _call(self, method: str, path: str, doing: str, **kw: Any) -> Any:
+        """The JSON of one call; a RemoteError that names the service and what failed."""
+        try:
+            response = self._http.request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise RemoteError(f"the Ember service at {self.url} did not answer while {doing} "
+                              f"({type(e).__name__}: {e}); is it running? "
+                              "(`ember service status`)") from None
+        if response.status_code != 200:
+            said = response.text.strip()[:200] or "(empty body)"
+            try:
+                body = response.json()
+                said = str(body.get("error", body)) if isinstance(body, dict) else said
+            except ValueError:
+                pass
+            error = RemoteError(f"the Ember service at {self.url} refused {doing} (HTTP "
+                                f"{response.status_code}): {said}", status=response.status_code)
+            if response.status_code in (400, 404):
+                raise InvalidRequestError(str(error)) from None
+            raise error
+        return response.json()
+
+    def answers(self) -> bool:
+        """Whether the service is up and takes the key (health, then an authenticated list)."""
+        try:
+            self._call("GET", "/api/ps", "checking it")
+            return True
+        except (RemoteError, InvalidRequestError):
+            return False
+
+    # -- what is here: read from the data folder, as the service reads it ------------------
+    @property
+    def hardware(self) -> HardwareProfile:
+        return self._local.hardware
+
+    def list_models(self) -> list[InstalledModel]:
+        return self.store.list()
+
+    @staticmethod
+    def is_remote(name: str) -> bool:
+        return Runtime.is_remote(name)
+
+    def remote_models(self) -> tuple[list[RemoteModel], dict[str, str]]:
+        return self._local.remote_models()
+
+    def check_model(self, name: str) -> None:
+        self._local.check_model(name)
+
+    def thinking_support(self, name: str) -> ThinkingSupport:
+        return self._local.thinking_support(name)
+
+    def choose(self, model: InstalledModel, requested: str | None = None) -> BackendChoice:
+        return self._local.choose(model, requested)
+
+    def serving(self, name: str | InstalledModel, backend: str | None = None,
+                context: int | None = None) -> Serving:
+        """As the service would serve it: its loaded worker's backend and context, else the
+        choice and plan made here (the same machine, data folder and rules)."""
+        ref = name.ref if isinstance(name, InstalledModel) else self.store.get(name).ref
+        for lm in self.loaded():
+            if lm.model.ref == ref and backend in (None, lm.backend) and (
+                    context in (None, lm.plan.context)):
+                planned = self._local.serving(name, lm.backend, lm.plan.context)
+                return Serving(lm.backend, planned.capabilities, lm.plan.context, True,
+                               planned.projector)
+        return self._local.serving(name, backend, context)
+
+    # -- loading: the service's ------------------------------------------------------------
+    def loaded(self) -> list[LoadedModel]:
+        """The service's loaded models; none when it does not answer (said in the log)."""
+        try:
+            body = self._call("GET", "/api/ps", "listing its loaded models")
+        except (RemoteError, InvalidRequestError) as e:
+            log.warning("%s", e)
+            return []
+        found = []
+        for m in body.get("models", []):
+            try:
+                model = self.store.get(m["name"])
+            except Exception:  # a model the service has that this data folder lost: skip
+                continue
+            plan = LoadPlan(context=int(m.get("context_length") or 0), threads=0,
+                            gpu_layers=int(m.get("gpu_layers") or 0),
+                            reason="loaded by the Ember service",
+                            memory_bytes=int(m.get("size") or 0),
+                            gpu_memory_bytes=int(m.get("size_vram") or 0))
+            found.append(LoadedModel(model, plan, str(m.get("backend") or ""), None))
+        return found
+
+    def loading(self) -> list[str]:
+        try:
+            return list(self._call("GET", "/health", "checking it").get("loading", []))
+        except (RemoteError, InvalidRequestError):
+            return []
+
+    def load(self, name: str | InstalledModel, context: int | None = None,
+             backend: str | None = None, gpu_layers: int | None = None,
+             quant: str | None = None, kv_cache: str | None = None) -> LoadedModel:
+        """Load in the service (Ollama's empty generate, with the context as num_ctx). The
+        service plans the rest itself; settings it cannot be sent this way are logged."""
+        if isinstance(name, str) and self.is_remote(name):
+            raise InvalidRequestError(f"{name} is a remote model: its server loads it")
+        model = name if isinstance(name, InstalledModel) else self.store.get(name)
+        ignored = {k: v for k, v in (("backend", backend), ("GPU layers", gpu_layers),
+                                     ("quant", quant), ("KV cache", kv_cache)) if v is not None}
+        if ignored:
+            log.warning("the Ember service loads %s by its own plan; not sent: %s", model.ref,
+                        ", ".join(f"{k} {v}" for k, v in ignored.items()))
+        body: dict = {"model": model.ref, "prompt": ""}
+        if context is not None:
+            body["options"] = {"num_ctx": context}
+        self._call("POST", "/api/generate", f"loading {model.ref}", json=body)
+        for lm in self.loaded():
+            if lm.model.ref == model.ref:
+                return lm
+        raise RemoteError(f"the Ember service at {self.url} said it loaded {model.ref}, but "
+                          "does not list it as loaded")
+
+    def unload(self, name: str) -> bool:
+        if self.is_remote(name):
+            return False
+        ref = self.store.get(name).ref
+        was = any(lm.model.ref == ref for lm in self.loaded())
+        self._call("POST", "/api/generate", f"unloading {ref}",
+                   json={"model": ref, "prompt": "", "keep_alive": 0})
+        return was
+
+    def keep_alive(self, name: str, seconds: float | None) -> None:
+        """The service keeps its own keep-alives."""
+
+    def unload_idle(self) -> list[str]:
+        return []  # the service unloads its idle models itself
+
+    # -- generation ------------------------------------------------------------------------
+    def submit(self, name: str, request: GenerationRequest, sink: EventSink | None = None,
+               backend: str | None = None, context: int | None = None,
+               keep_alive_s: float | None = None, check: Any = None) -> Generation:
+        """One request, streamed from the service (which loads the model if need be and
+        applies its context policy). `context` and `keep_alive_s` are the service's."""
+        request.validate()
+        if check is not None and not self.is_remote(name):
+            check(self.serving(name, backend, context))
+        return self.generate(name, request, sink, backend)
+
+    def generate(self, name: str, request: GenerationRequest, sink: EventSink | None = None,
+                 backend: str | None = None) -> Generation:
+        request.validate()
+        client = self._clients.get(backend)
+        if client is None:
+            client = self._clients[backend] = ServiceBackend(self._endpoint, backend)
+        return Generation(RemoteStreams(client, name), request, sink)
+
+    def count_prompt_tokens(self, name: str, request: GenerationRequest,
+                            backend: str | None = None) -> int:
+        """The prompt's tokens as the service's model counts them: a one-token answer's
+        usage (the service renders the template with the request's tools and thinking)."""
+        from dataclasses import replace
+        probe = replace(request, sampling=replace(request.sampling, max_tokens=1))
+        _, stats = self.generate(name, probe, backend=backend).result()
+        return stats.prompt_tokens
+
+    def tokenize(self, name: str, text: str) -> list[int]:
+        body = self._call("POST", "/tokenize", f"tokenizing for {name}",
+                          json={"model": name, "content": text})
+        return [int(t) for t in body["tokens"]]
+
+    def embed(self, name: str, texts: list[str]) -> tuple[list[list[float]], int]:
+        if not texts:
+            raise InvalidRequestError("no input to embed")
+        body = self._call("POST", "/v1/embeddings", f"embedding with {name}",
+                          json={"model": name, "input": texts})
+        vectors = [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])]
+        return vectors, int(body.get("usage", {}).get("prompt_tokens", 0))
+
+    def shutdown(self) -> None:
+        """Close the connections; the service and its models stay."""
+        self._http.close()
+        for client in self._clients.values():
+            client.close()
+        self._local.shutdown()
+
+    def __enter__(self) -> ServiceRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def wait_until_answers(runtime: ServiceRuntime, timeout_s: float) -> bool:
+    """Whether the service answers within `timeout_s` (a service that is restarting)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if runtime.answers():
+            return True
+        time.sleep(0.2)
+    return False

@@ -1,0 +1,1 @@
+"""Ember as a per-user service: where a running one says it listens, and its key."""
