@@ -39,7 +39,7 @@ def service_runtime(paths: Paths, store: Store | None = None,
 
 
 def choose_runtime(paths: Paths, store: Store | None = None,
-                   hardware: HardwareProfile | None = None) -> Runtime | ServiceRuntime:
+                   hardware: HardwareProfile | None = None) -> Runtime:
     """The service's Runtime when one answers, else a Runtime of this process's own."""
     from app.runtime.runtime import Runtime
 
@@ -48,7 +48,10 @@ def choose_runtime(paths: Paths, store: Store | None = None,
     return joined if joined is not None else Runtime(store=store, hardware=hardware)
 
 
-def describe(runtime: object) -> str:
+def describe(runtime: Runtime) -> str:
     """What the Server page and the CLI say about where models run."""
-    text = getattr(runtime, "describe", None)
-    return text if isinstance(text, str) else "Models run in this process"
+    from app.runtime.service_runtime import ServiceRuntime
+
+    if isinstance(runtime, ServiceRuntime):
+        return runtime.describe
+    return "Models run in this process (no Ember service is running)"

@@ -6,8 +6,8 @@ The window, `ember run`/`ember chat` and the chat session use a subset of `Runti
 `is_remote`, `count_prompt_tokens`, `tokenize`, `embed`, `serving`, `choose`, `hardware`,
 `thinking_support`, `remote_models`. Here the ones that load or run a model go over HTTP to the
 service's own API; the rest (what is installed, what a backend can do, what the fit model
-plans, a template's thinking support) read the same data folder the service reads, through an
-idle in-process Runtime that never starts a worker.
+plans, a template's thinking support) are the Runtime's own (ServiceRuntime is a Runtime that
+starts no worker), reading the same data folder the service reads.
 
 Generation streams `/v1/chat/completions` (`/v1/completions` for a raw prompt) through the
 remote backend's client, which already maps every Ember event onto that wire and back: text,
@@ -28,16 +28,14 @@ from typing import Any
 import httpx
 
 from app.hardware import HardwareProfile
-from app.runtime.backend_choice import BackendChoice
 from app.runtime.generation import Generation
 from app.runtime.remote_streams import RemoteStreams
 from app.runtime.runtime import LoadedModel, Runtime, Serving
-from app.runtime.thinking import ThinkingSupport
-from app.runtime.worker_handle import EventSink
+from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
 from backends.errors import InvalidRequestError, RemoteError
-from backends.remote import Endpoint, RemoteBackend, RemoteModel
+from backends.remote import Endpoint, RemoteBackend
 
 CONNECT_TIMEOUT_S = 2.0  # a local service answers at once, or it is not there
 LOAD_TIMEOUT_S = 600.0  # a load over HTTP waits as long as the load takes (minutes at most)
@@ -64,15 +62,18 @@ class ServiceBackend(RemoteBackend):
         return body
 
 
-class ServiceRuntime:
-    """A Runtime whose models run in the Ember service at `url` (authenticated with `key`)."""
+class ServiceRuntime(Runtime):
+    """A Runtime whose models run in the Ember service at `url` (authenticated with `key`).
+
+    A subclass so that every front end takes it where it takes a Runtime: the queries that
+    read the data folder are the Runtime's own; everything that would start a worker here
+    goes to the service instead, and `_worker` refuses, so no path loads a model twice."""
     is_service = True
 
     def __init__(self, url: str, key: str, store: Store | None = None,
                  hardware: HardwareProfile | None = None) -> None:
+        super().__init__(store=store, hardware=hardware)
         self.url = url.rstrip("/")
-        self.store = store or Store()
-        self._local = Runtime(store=self.store, hardware=hardware)  # never loads a model
         self._endpoint = Endpoint("Ember service", self.url, key)
         self._clients: dict[str | None, ServiceBackend] = {}  # by the backend asked for
         self._http = httpx.Client(base_url=self.url,
@@ -115,29 +116,6 @@ class ServiceRuntime:
             return False
 
     # -- what is here: read from the data folder, as the service reads it ------------------
-    @property
-    def hardware(self) -> HardwareProfile:
-        return self._local.hardware
-
-    def list_models(self) -> list[InstalledModel]:
-        return self.store.list()
-
-    @staticmethod
-    def is_remote(name: str) -> bool:
-        return Runtime.is_remote(name)
-
-    def remote_models(self) -> tuple[list[RemoteModel], dict[str, str]]:
-        return self._local.remote_models()
-
-    def check_model(self, name: str) -> None:
-        self._local.check_model(name)
-
-    def thinking_support(self, name: str) -> ThinkingSupport:
-        return self._local.thinking_support(name)
-
-    def choose(self, model: InstalledModel, requested: str | None = None) -> BackendChoice:
-        return self._local.choose(model, requested)
-
     def serving(self, name: str | InstalledModel, backend: str | None = None,
                 context: int | None = None) -> Serving:
         """As the service would serve it: its loaded worker's backend and context, else the
@@ -146,10 +124,10 @@ class ServiceRuntime:
         for lm in self.loaded():
             if lm.model.ref == ref and backend in (None, lm.backend) and (
                     context in (None, lm.plan.context)):
-                planned = self._local.serving(name, lm.backend, lm.plan.context)
+                planned = super().serving(name, lm.backend, lm.plan.context)
                 return Serving(lm.backend, planned.capabilities, lm.plan.context, True,
                                planned.projector)
-        return self._local.serving(name, backend, context)
+        return super().serving(name, backend, context)
 
     # -- loading: the service's ------------------------------------------------------------
     def loaded(self) -> list[LoadedModel]:
@@ -245,6 +223,23 @@ class ServiceRuntime:
         _, stats = self.generate(name, probe, backend=backend).result()
         return stats.prompt_tokens
 
+    def fit_context(self, name: str, request: GenerationRequest, backend: str | None = None,
+                    context: int | None = None) -> int:
+        """The service applies its context policy to each request it runs: here the count."""
+        return self.count_prompt_tokens(name, request, backend)
+
+    def _worker(self, name: str | InstalledModel, backend: str | None = None) -> Worker:
+        raise InvalidRequestError(f"{getattr(name, 'ref', name)} runs in the Ember service at "
+                                  f"{self.url}: this process starts no worker of its own")
+
+    def _worker_with_context(self, model: InstalledModel, backend: str | None,
+                             context: int | None) -> Worker:
+        return self._worker(model, backend)
+
+    def detokenize(self, name: str, sequences: list[list[int]]) -> list[str]:
+        return [self._call("POST", "/detokenize", f"detokenizing for {name}",
+                           json={"model": name, "tokens": s})["content"] for s in sequences]
+
     def tokenize(self, name: str, text: str) -> list[int]:
         body = self._call("POST", "/tokenize", f"tokenizing for {name}",
                           json={"model": name, "content": text})
@@ -263,13 +258,7 @@ class ServiceRuntime:
         self._http.close()
         for client in self._clients.values():
             client.close()
-        self._local.shutdown()
-
-    def __enter__(self) -> ServiceRuntime:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        super().shutdown()
 
 
 def wait_until_answers(runtime: ServiceRuntime, timeout_s: float) -> bool:

@@ -1,8 +1,8 @@
 """A front end joins a running Ember service (issue 43): the chat session on ServiceRuntime
 against a live `ember serve` with an API key (the real Qwen2.5-Coder-0.5B-Instruct), the
-service found through the endpoint and key files of the data folder. The chat and an OpenAI
-client share the service's one worker, and the chat survives the service restarting on its
-port. Greedy and short."""
+service found through the endpoint and key files of the data folder. The chat, an OpenAI
+client and `ember run` share the service's one worker, and the chat survives the service
+restarting on its port. Greedy and short."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from app.runtime.service_runtime import ServiceRuntime
 from app.service.endpoint import write_endpoint, write_key
 from app.store import InstalledModel, Store
 from backends.base import SamplingParams
+from tests.support.cli import ember
 from tests.support.live_server import free_port, live_server
 from tests.support.models import TEST_HOME
 
@@ -69,6 +70,10 @@ def test_a_chat_on_the_service_shares_its_worker_and_survives_a_restart(
             model=qwen.ref, messages=[{"role": "user", "content": "Say hi."}],
             max_tokens=4, temperature=0)
         assert reply.choices[0].message.content
+        r = ember("run", qwen.ref, "What is 2+2? Answer with the number.", "--temperature",
+                  "0", "--max-tokens", "8", env={"EMBER_HOME": str(paths.home)})
+        assert r.returncode == 0, r.stderr
+        assert f"[Using the Ember service at {url}]" in r.stderr and "4" in r.stdout
         loaded = served.loaded()
         assert len(loaded) == 1 and loaded[0].model.ref == qwen.ref  # one worker, one load
         served.shutdown()
