@@ -38,6 +38,7 @@ from backends.errors import InvalidRequestError, RemoteError
 from backends.remote import Endpoint, RemoteBackend
 
 CONNECT_TIMEOUT_S = 2.0  # a local service answers at once, or it is not there
+ANSWER_TIMEOUT_S = 3.0  # whether it is up: asked from the window's thread, so short
 LOAD_TIMEOUT_S = 600.0  # a load over HTTP waits as long as the load takes (minutes at most)
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class ServiceRuntime(Runtime):
     def answers(self) -> bool:
         """Whether the service is up and takes the key (health, then an authenticated list)."""
         try:
-            self._call("GET", "/api/ps", "checking it")
+            self._call("GET", "/api/ps", "checking it", timeout=ANSWER_TIMEOUT_S)
             return True
         except (RemoteError, InvalidRequestError):
             return False
@@ -128,6 +129,11 @@ class ServiceRuntime(Runtime):
                 return Serving(lm.backend, planned.capabilities, lm.plan.context, True,
                                planned.projector)
         return super().serving(name, backend, context)
+
+    def in_process(self) -> Runtime:
+        """A Runtime of this process's own on the same store and machine: where a front end
+        goes when the service is gone for good."""
+        return Runtime(store=self.store, hardware=self._hardware)
 
     # -- loading: the service's ------------------------------------------------------------
     def loaded(self) -> list[LoadedModel]:
