@@ -12,8 +12,8 @@ starts no worker), reading the same data folder the service reads.
 Generation streams `/v1/chat/completions` (`/v1/completions` for a raw prompt) through the
 remote backend's client, which already maps every Ember event onto that wire and back: text,
 thinking, tool calls, and Stats from `usage` (prompt, cached and completion tokens), with time
-to first token timed as it arrives. Loads and unloads are Ollama's (`/api/generate` with an
-empty prompt loads, `keep_alive: 0` unloads); the loaded models are `/api/ps`.
+to first token timed as it arrives. Loads, unloads and the loaded list are Ember's own routes
+(app.server.ember.models: every load setting, and each worker's pid).
 
 A service that restarts is no failure of the front end: a request while it is down ends with
 an error naming the service, and the next one connects afresh (httpx opens a new connection).
@@ -34,7 +34,7 @@ from app.runtime.runtime import LoadedModel, Runtime, Serving
 from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
 from backends.base import GenerationRequest, LoadPlan
-from backends.errors import InvalidRequestError, RemoteError
+from backends.errors import EmberError, InvalidRequestError, RemoteError
 from backends.remote import Endpoint, RemoteBackend
 
 CONNECT_TIMEOUT_S = 2.0  # a local service answers at once, or it is not there
@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 
 class ServiceBackend(RemoteBackend):
     """The remote backend's client, speaking to Ember's own API: it names the service in its
-    errors and sends Ember's extension field `backend` (SamplingFields.backend) when a
-    backend is asked for."""
+    errors and sends Ember's extension fields: `backend` (SamplingFields.backend) when a
+    backend is asked for, `truncate` for a front end's request that may drop old turns."""
 
     def __init__(self, endpoint: Endpoint, backend: str | None = None) -> None:
         super().__init__(endpoint)
@@ -60,6 +60,8 @@ class ServiceBackend(RemoteBackend):
         body = super().body(model, request, stream)
         if self.backend is not None:
             body["backend"] = self.backend
+        if request.truncate and request.messages is not None:
+            body["truncate"] = True  # the front end's context policy, run by the service
         return body
 
 
@@ -111,7 +113,7 @@ class ServiceRuntime(Runtime):
     def answers(self) -> bool:
         """Whether the service is up and takes the key (health, then an authenticated list)."""
         try:
-            self._call("GET", "/api/ps", "checking it", timeout=ANSWER_TIMEOUT_S)
+            self._call("GET", "/ember/loaded", "checking it", timeout=ANSWER_TIMEOUT_S)
             return True
         except (RemoteError, InvalidRequestError):
             return False
@@ -135,26 +137,31 @@ class ServiceRuntime(Runtime):
         goes when the service is gone for good."""
         return Runtime(store=self.store, hardware=self._hardware)
 
-    # -- loading: the service's ------------------------------------------------------------
+    # -- loading: the service's (app.server.ember.models) --------------------------------
+    def _loaded_model(self, m: dict) -> LoadedModel:
+        plan = LoadPlan(context=int(m["context"]), threads=int(m["threads"]),
+                        gpu_layers=int(m["gpu_layers"]), reason=str(m["reason"]),
+                        memory_bytes=int(m["memory_bytes"]),
+                        gpu_memory_bytes=int(m["gpu_memory_bytes"]), quant=m.get("quant"),
+                        kv_cache=str(m["kv_cache"]))
+        pid = m.get("pid")
+        return LoadedModel(self.store.get(m["model"]), plan, str(m["backend"]),
+                           int(pid) if pid is not None else None)
+
     def loaded(self) -> list[LoadedModel]:
-        """The service's loaded models; none when it does not answer (said in the log)."""
+        """The service's loaded models, with their workers' pids (the same machine: the
+        window shows their memory); none when it does not answer (said in the log)."""
         try:
-            body = self._call("GET", "/api/ps", "listing its loaded models")
+            body = self._call("GET", "/ember/loaded", "listing its loaded models")
         except (RemoteError, InvalidRequestError) as e:
             log.warning("%s", e)
             return []
         found = []
         for m in body.get("models", []):
             try:
-                model = self.store.get(m["name"])
-            except Exception:  # a model the service has that this data folder lost: skip
+                found.append(self._loaded_model(m))
+            except EmberError:  # a model the service has that this data folder lost
                 continue
-            plan = LoadPlan(context=int(m.get("context_length") or 0), threads=0,
-                            gpu_layers=int(m.get("gpu_layers") or 0),
-                            reason="loaded by the Ember service",
-                            memory_bytes=int(m.get("size") or 0),
-                            gpu_memory_bytes=int(m.get("size_vram") or 0))
-            found.append(LoadedModel(model, plan, str(m.get("backend") or ""), None))
         return found
 
     def loading(self) -> list[str]:
@@ -166,34 +173,22 @@ class ServiceRuntime(Runtime):
     def load(self, name: str | InstalledModel, context: int | None = None,
              backend: str | None = None, gpu_layers: int | None = None,
              quant: str | None = None, kv_cache: str | None = None) -> LoadedModel:
-        """Load in the service (Ollama's empty generate, with the context as num_ctx). The
-        service plans the rest itself; settings it cannot be sent this way are logged."""
+        """Load in the service, with every setting a local load takes."""
         if isinstance(name, str) and self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: its server loads it")
         model = name if isinstance(name, InstalledModel) else self.store.get(name)
-        ignored = {k: v for k, v in (("backend", backend), ("GPU layers", gpu_layers),
-                                     ("quant", quant), ("KV cache", kv_cache)) if v is not None}
-        if ignored:
-            log.warning("the Ember service loads %s by its own plan; not sent: %s", model.ref,
-                        ", ".join(f"{k} {v}" for k, v in ignored.items()))
-        body: dict = {"model": model.ref, "prompt": ""}
-        if context is not None:
-            body["options"] = {"num_ctx": context}
-        self._call("POST", "/api/generate", f"loading {model.ref}", json=body)
-        for lm in self.loaded():
-            if lm.model.ref == model.ref:
-                return lm
-        raise RemoteError(f"the Ember service at {self.url} said it loaded {model.ref}, but "
-                          "does not list it as loaded")
+        body = {"model": model.ref, "context": context, "backend": backend,
+                "gpu_layers": gpu_layers, "quant": quant, "kv_cache": kv_cache}
+        answer = self._call("POST", "/ember/load", f"loading {model.ref}",
+                            json={k: v for k, v in body.items() if v is not None})
+        return self._loaded_model(answer)
 
     def unload(self, name: str) -> bool:
         if self.is_remote(name):
             return False
         ref = self.store.get(name).ref
-        was = any(lm.model.ref == ref for lm in self.loaded())
-        self._call("POST", "/api/generate", f"unloading {ref}",
-                   json={"model": ref, "prompt": "", "keep_alive": 0})
-        return was
+        answer = self._call("POST", "/ember/unload", f"unloading {ref}", json={"model": ref})
+        return bool(answer["unloaded"])
 
     def keep_alive(self, name: str, seconds: float | None) -> None:
         """The service keeps its own keep-alives."""

@@ -76,6 +76,8 @@ def test_a_chat_on_the_service_shares_its_worker_and_survives_a_restart(
         assert f"[Using the Ember service at {url}]" in r.stderr and "4" in r.stdout
         loaded = served.loaded()
         assert len(loaded) == 1 and loaded[0].model.ref == qwen.ref  # one worker, one load
+        assert [lm.pid for lm in rt.loaded()] == [loaded[0].pid]  # the window shows its memory
+        assert rt.unload(qwen.ref) and served.loaded() == []
         served.shutdown()
 
     failed = [e for e in answer(session, "And 3+3?") if isinstance(e, ChatError)]

@@ -156,6 +156,9 @@ class ChatCompletionRequest(SamplingFields):
     reasoning: ReasoningOptions | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # enable_thinking, reasoning_effort
     reasoning_field: ReasoningField | None = None  # Ember's extension: the server's default
+    # Ember's extension: drop the oldest turns to fit the context, as the window and `ember
+    # chat` do in-process (app.chat.policy), instead of the 400 of a prompt too long
+    truncate: bool = False
     logprobs: bool = False  # each answer token's log-probability
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # needs logprobs
 
