@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -33,7 +34,14 @@ from app.runtime.remote_streams import RemoteStreams
 from app.runtime.runtime import LoadedModel, Runtime, Serving
 from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
-from backends.base import GenerationRequest, LoadPlan
+from backends.base import (
+    CancelFlag,
+    ErrorEvent,
+    Event,
+    GenerationRequest,
+    LoadPlan,
+    request_media,
+)
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 from backends.remote import Endpoint, RemoteBackend
 
@@ -55,6 +63,18 @@ class ServiceBackend(RemoteBackend):
     @property
     def where(self) -> str:
         return f"the Ember service at {self.endpoint.url}"
+
+    def generate(self, model: str, request: GenerationRequest,
+                 cancelled: CancelFlag | None = None, stream: bool = True) -> Iterator[Event]:
+        if request.media or request_media(request.messages):
+            # the remote wire sends text only; a service model that sees would need the
+            # images encoded as image_url parts (a later step of issue 43)
+            yield ErrorEvent(f"{model} runs in the Ember service at {self.endpoint.url}, and "
+                             "this window does not send it images or audio yet: stop the "
+                             "service (`ember service stop`) to ask about them here",
+                             "invalid")
+            return
+        yield from super().generate(model, request, cancelled, stream)
 
     def body(self, model: str, request: GenerationRequest, stream: bool) -> dict:
         body = super().body(model, request, stream)
@@ -100,9 +120,11 @@ class ServiceRuntime(Runtime):
             said = response.text.strip()[:200] or "(empty body)"
             try:
                 body = response.json()
-                said = str(body.get("error", body)) if isinstance(body, dict) else said
             except ValueError:
-                pass
+                body = None
+            if isinstance(body, dict):  # Ember's {"error": {"message": ...}}
+                err = body.get("error", body)
+                said = str(err.get("message", err) if isinstance(err, dict) else err)
             error = RemoteError(f"the Ember service at {self.url} refused {doing} (HTTP "
                                 f"{response.status_code}): {said}", status=response.status_code)
             if response.status_code in (400, 404):
@@ -111,7 +133,8 @@ class ServiceRuntime(Runtime):
         return response.json()
 
     def answers(self) -> bool:
-        """Whether the service is up and takes the key (health, then an authenticated list)."""
+        """Whether the service is up and takes the key (an authenticated call, answered at
+        once even while it loads a model: the loaded list takes no lock)."""
         try:
             self._call("GET", "/ember/loaded", "checking it", timeout=ANSWER_TIMEOUT_S)
             return True
@@ -199,7 +222,8 @@ class ServiceRuntime(Runtime):
     # -- generation ------------------------------------------------------------------------
     def submit(self, name: str, request: GenerationRequest, sink: EventSink | None = None,
                backend: str | None = None, context: int | None = None,
-               keep_alive_s: float | None = None, check: Any = None) -> Generation:
+               keep_alive_s: float | None = None,
+               check: Callable[[Serving], None] | None = None) -> Generation:
         """One request, streamed from the service (which loads the model if need be and
         applies its context policy). `context` and `keep_alive_s` are the service's."""
         request.validate()

@@ -122,3 +122,17 @@ def test_the_load_routes_take_every_setting_and_list_worker_pids():
         assert bad.status_code == 400
         remote = http.post("/ember/load", json={"model": "lab/x"})
         assert remote.status_code == 400 and "remote model" in remote.text
+
+
+def test_a_question_with_an_image_is_refused_clearly_not_sent_without_it():
+    from backends.base import ErrorEvent
+    from backends.media import Media
+
+    client = ServiceBackend(Endpoint("Ember service", "http://127.0.0.1:1", "k"))
+    image = Media("image", bytes(3), 1, 1)
+    asked = GenerationRequest(messages=(Message("user", "what is this?", media=(image,)),),
+                              sampling=SamplingParams())
+    events = list(client.generate("m", asked))
+    assert len(events) == 1 and isinstance(events[0], ErrorEvent)
+    assert "runs in the Ember service at http://127.0.0.1:1" in events[0].message
+    client.close()
