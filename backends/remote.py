@@ -562,7 +562,8 @@ class Received:
         stats = request_stats(
             prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=completion,
             started=self.started, first_at=self.first, last_at=self.last,
-            end=time.monotonic(), finish_reason=finish, truncated=False,
+            end=time.monotonic(), finish_reason=finish,
+            truncated=usage.get("truncated") is True,  # Ember's extension (a served window's)
             cached_tokens=int(details.get("cached_tokens") or 0)
             if isinstance(details, dict) else 0,
             reasoning_tokens=int(out_details.get("reasoning_tokens") or 0)

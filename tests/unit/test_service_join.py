@@ -136,3 +136,23 @@ def test_a_question_with_an_image_is_refused_clearly_not_sent_without_it():
     assert len(events) == 1 and isinstance(events[0], ErrorEvent)
     assert "runs in the Ember service at http://127.0.0.1:1" in events[0].message
     client.close()
+
+
+def test_dropped_turns_come_back_through_the_usage_extension():
+    import time
+
+    from app.server.openai.wire import usage
+    from backends.base import Stats
+    from backends.remote import Received
+
+    def stats(truncated: bool) -> Stats:
+        return Stats(prompt_tokens=9, completion_tokens=2, ttft_s=0.1, decode_tokens_per_s=9.0,
+                     finish_reason="stop", total_s=0.3, truncated=truncated)
+
+    sent = usage(stats(True)).model_dump()
+    assert sent["truncated"] is True
+    assert usage(stats(False)).truncated is None
+    for said, seen in ((sent, True), ({**sent, "truncated": None}, False)):
+        received = Received(time.monotonic())
+        received.usage, received.finish = said, "stop"
+        assert received.done().stats.truncated is seen

@@ -225,6 +225,9 @@ class Usage(BaseModel):
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
     completion_tokens_details: CompletionTokensDetails | None = None
+    # Ember's extension: earlier turns were dropped to fit the context (a request sent with
+    # `truncate`, as the front ends that join the service send theirs); null otherwise
+    truncated: bool | None = None
 
 
 class ToolCallOut(BaseModel):
