@@ -1,8 +1,8 @@
 """A front end joins a running Ember service (issue 43): the chat session on ServiceRuntime
 against a live `ember serve` with an API key (the real Qwen2.5-Coder-0.5B-Instruct), the
 service found through the endpoint and key files of the data folder. The chat, an OpenAI
-client and `ember run` share the service's one worker, and the chat survives the service
-restarting on its port. Greedy and short."""
+client, `ember run` and `ember chat` share the service's one worker, and the chat survives
+the service restarting on its port. Greedy and short."""
 
 from __future__ import annotations
 
@@ -74,6 +74,11 @@ def test_a_chat_on_the_service_shares_its_worker_and_survives_a_restart(
                   "0", "--max-tokens", "8", env={"EMBER_HOME": str(paths.home)})
         assert r.returncode == 0, r.stderr
         assert f"[Using the Ember service at {url}]" in r.stderr and "4" in r.stdout
+        r = ember("chat", qwen.ref, "--temperature", "0", "--max-tokens", "8",
+                  stdin="What is 5+5? Answer with the number.\n/bye\n",
+                  env={"EMBER_HOME": str(paths.home)})
+        assert r.returncode == 0, r.stderr
+        assert f"Using the Ember service at {url}" in r.stderr and "10" in r.stdout
         loaded = served.loaded()
         assert len(loaded) == 1 and loaded[0].model.ref == qwen.ref  # one worker, one load
         assert [lm.pid for lm in rt.loaded()] == [loaded[0].pid]  # the window shows its memory
