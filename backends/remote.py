@@ -286,6 +286,11 @@ class RemoteBackend:
         return capabilities, template or None
 
     # -- generation ------------------------------------------------------------------------
+    def body(self, model: str, request: GenerationRequest, stream: bool) -> dict:
+        """The JSON sent for `request` (a server that takes more, such as Ember's own, adds
+        its fields in a subclass)."""
+        return request_body(model, request, stream)
+
     def generate(self, model: str, request: GenerationRequest,
                  cancelled: CancelFlag | None = None, stream: bool = True) -> Iterator[Event]:
         """The events of one request; never raises for a server's or the network's failure:
@@ -311,7 +316,7 @@ class RemoteBackend:
 
     def _whole(self, path: str, model: str, request: GenerationRequest,
                run: Received) -> Iterator[Event]:
-        response = self._client.post(path, json=request_body(model, request, stream=False))
+        response = self._client.post(path, json=self.body(model, request, stream=False))
         if response.status_code != 200:
             raise self._status_error(response, model)
         try:
@@ -335,7 +340,7 @@ class RemoteBackend:
 
     def _stream(self, path: str, model: str, request: GenerationRequest,
                 cancelled: CancelFlag | None, run: Received) -> Iterator[Event]:
-        body = request_body(model, request, stream=True)
+        body = self.body(model, request, stream=True)
         # Leaving the `with` closes the response: that is how a cancel reaches the server
         # (Ember's own server, vLLM and llama-server stop generating when the client leaves).
         with self._client.stream("POST", path, json=body) as response:
@@ -557,7 +562,8 @@ class Received:
         stats = request_stats(
             prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=completion,
             started=self.started, first_at=self.first, last_at=self.last,
-            end=time.monotonic(), finish_reason=finish, truncated=False,
+            end=time.monotonic(), finish_reason=finish,
+            truncated=usage.get("truncated") is True,  # Ember's extension (a served window's)
             cached_tokens=int(details.get("cached_tokens") or 0)
             if isinstance(details, dict) else 0,
             reasoning_tokens=int(out_details.get("reasoning_tokens") or 0)

@@ -185,7 +185,8 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
     A reasoning model's thinking is shown dimmed before the answer (on stderr when stdout
     is not a terminal). `--image FILE` asks about a picture."""
     from app.chat.attachments import attachment_from_file
-    from app.runtime import Runtime
+    from app.config import paths
+    from app.runtime.choose import choose_runtime, describe
 
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -197,7 +198,9 @@ def run(model: str, prompt: str, system: str | None, raw: bool, as_json: bool,
     sampling.validate()
     speculative = speculative_from(draft_model, lookup, max_draft, no_speculation)
     thinking = thinking_from(think, think_effort)
-    with Runtime() as rt:
+    with choose_runtime(paths()) as rt:
+        if rt.is_service:
+            click.echo(f"[{describe(rt)}]", err=True)
         if media:
             check_sees(rt, model)
         target = open_target(rt, model, kw["context"], backend, quant)
@@ -275,12 +278,15 @@ def chat(model: str, system: str | None, backend: str | None, quant: str | None,
     versions. Ctrl+C stops an answer; Ctrl+D or /bye leaves."""
     from app.chat.request import TurnOptions
     from app.cli.chat_terminal import CHAT_HELP, chat_loop
-    from app.runtime import Runtime
+    from app.config import paths
+    from app.runtime.choose import choose_runtime, describe
 
     sampling = sampling_from(kw)
     sampling.validate()
     thinking = thinking_from(think, think_effort)
-    with Runtime() as rt:
+    with choose_runtime(paths()) as rt:
+        if rt.is_service:
+            click.echo(describe(rt), err=True)
         target = open_target(rt, model, kw["context"], backend, quant)
         if not target.chat:
             raise EmberError(f"{target.ref} has no chat template (a base model); "

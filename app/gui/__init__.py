@@ -17,13 +17,14 @@ START_FAILED = 1  # the exit status when the window could not be started
 
 
 def build_window(home: Paths | None = None, runtime=None, hardware=None):
-    """The main window on EMBER_HOME (or `home`), with its Runtime, history and settings."""
+    """The main window on EMBER_HOME (or `home`), with its Runtime (the running Ember
+    service's when one answers, app.runtime.choose), history and settings."""
     from app.documents.library import DocumentLibrary
     from app.errors import ConfigError
     from app.gui.main_window import MainWindow
     from app.history import History
     from app.preferences import Settings, load_settings
-    from app.runtime import Runtime
+    from app.runtime.choose import choose_runtime
     from app.store import Store
 
     p = home or paths()
@@ -31,8 +32,8 @@ def build_window(home: Paths | None = None, runtime=None, hardware=None):
         settings, error = load_settings(p), ""
     except ConfigError as e:
         settings, error = Settings(), str(e)
-    if runtime is None:
-        runtime = Runtime(store=Store(p), hardware=hardware)
+    if runtime is None:  # a running Ember service's, when one answers; else our own
+        runtime = choose_runtime(p, Store(p), hardware)
     history = History(p.history_db)
     # beside the history: the documents attached to its conversations
     library = DocumentLibrary(p.documents_db)

@@ -53,6 +53,7 @@ from app.history import History
 from app.preferences import Settings, save_settings
 from app.presets import load_options
 from app.runtime import Runtime
+from app.runtime.choose import describe
 from app.store import InstalledModel
 from backends.errors import EmberError
 
@@ -156,6 +157,7 @@ class MainWindow(QMainWindow):
         self.remote_failures: dict[str, str] = {}
         self.quick_ref: str | None = None  # the first-run download, to open a chat on
         self._server_state("stopped")
+        self.server_page.show_where(describe(runtime), runtime.is_service)
         self.refresh_models()
         self.refresh_remote_models()
         self._build_machine_page()
@@ -358,7 +360,30 @@ class MainWindow(QMainWindow):
 
     # conversations
 
+    def use_runtime(self, runtime: Runtime) -> None:
+        """Models run on `runtime` from now on (everything that asks one is told)."""
+        self.runtime = runtime
+        self.controller.runtime = self.controller.choices.runtime = runtime
+        self.status_line.runtime = runtime
+        self.server_page.show_where(describe(runtime), runtime.is_service)
+
+    def leave_a_gone_service(self) -> bool:
+        """At a new chat: when the service this window joined no longer answers, run models
+        in this process from now on, and say so. (A request while it restarts fails with
+        its message and the next one reconnects: only a new chat gives up on it.)"""
+        from app.runtime.service_runtime import ServiceRuntime
+
+        rt = self.runtime
+        if not isinstance(rt, ServiceRuntime) or rt.answers():
+            return False
+        self.use_runtime(rt.in_process())
+        rt.shutdown()
+        self.statusBar().showMessage(f"The Ember service at {rt.url} does not answer: models "
+                                     "now run in this window.", 30000)
+        return True
+
     def new_chat(self) -> None:
+        self.leave_a_gone_service()
         conv_id = self.controller.new_conversation()
         self.conversations.refresh(select=conv_id)
         self.show_chat()
@@ -487,6 +512,8 @@ class MainWindow(QMainWindow):
             self.refresh_models()  # the picker's badge: the fit with the model's new settings
 
     def toggle_server(self) -> None:
+        if self.server is None and self.runtime.is_service:
+            return  # the service serves the API already, with the models this window uses
         if self.server is not None:
             self.server.stop()
             self.server = None

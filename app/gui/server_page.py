@@ -81,6 +81,12 @@ class ServerPage(QWidget):
                        "127.0.0.1 only, and a new key is made each time it starts.")
         intro.setWordWrap(True)
         layout.addWidget(intro)
+        # where this window's models run: in this process, or in the Ember service it joined
+        self.where = QLabel()
+        self.where.setObjectName("server-where")
+        self.where.setWordWrap(True)
+        self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.where)
         row = QHBoxLayout()
         self.state = QLabel()
         self.state.setObjectName("server-state")
@@ -115,6 +121,7 @@ class ServerPage(QWidget):
         layout.addWidget(self.example)
         layout.addStretch(1)
         self.model = "MODEL"
+        self.joined = False
         self.url_now = self.key_now = ""
         self.state.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.show_state("stopped", running=False)
@@ -130,6 +137,16 @@ class ServerPage(QWidget):
         self.ollama.set_value(f"{url}/api" if url else "")
         self.key.set_value(key)
         self._show_example()
+
+    def show_where(self, text: str, joined: bool) -> None:
+        """`text`: "Using the Ember service at URL" or in-process (app.runtime.choose). A
+        window that joined the service has no server of its own to start: the service's
+        API is the one to use, and its models are this window's."""
+        self.joined = joined
+        self.where.setText(text + (": its API serves other programs too, with the models "
+                                   "this window uses (`ember service status` shows it)."
+                                   if joined else "."))
+        self.button.setEnabled(not joined)
 
     def set_model(self, ref: str | None) -> None:
         """The model the example asks for: the one picked in the window."""

@@ -36,8 +36,10 @@ class StatusProbeTask(ThreadTask):
         self.runtime = runtime
 
     def _run(self) -> None:
+        # a model the Ember service runs has no worker here: its load plan's memory
         self.probed.emit([LoadedNow(lm.model.ref, lm.backend, lm.plan.context,
-                                    resident_bytes(lm.pid)) for lm in self.runtime.loaded()])
+                                    resident_bytes(lm.pid) or lm.plan.memory_bytes)
+                          for lm in self.runtime.loaded()])
 
 
 def memory_text(n: int) -> str:

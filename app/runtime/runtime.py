@@ -74,6 +74,8 @@ class Serving:
 
 
 class Runtime:
+    is_service = False  # ServiceRuntime's models run in a running Ember service instead
+
     def __init__(self, store: Store | None = None, hardware: HardwareProfile | None = None,
                  backend: str | None = None, idle_ttl_s: float | None = None,
                  parallel: int = 1) -> None:

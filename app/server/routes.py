@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.server.anthropic.routes import router as anthropic
+from app.server.ember.models import router as ember_models
 from app.server.ember.status import router as status
 from app.server.ember.tokens import router as tokens
 from app.server.ollama.routes import root_router as ollama_root
@@ -17,5 +18,5 @@ from app.server.ollama.routes import router as ollama
 from app.server.openai.routes import router as openai
 from app.server.responses.routes import router as responses
 
-ROUTERS: tuple[APIRouter, ...] = (openai, responses, ollama, tokens, ollama_root, anthropic,
-                                  status)
+ROUTERS: tuple[APIRouter, ...] = (openai, responses, ollama, tokens, ember_models, ollama_root,
+                                  anthropic, status)

@@ -58,10 +58,15 @@ def ensure_service_key(paths: Paths) -> str:
     return key
 
 
+def write_key(paths: Paths, key: str) -> None:
+    """The service's key, one line, 0600 (a test's or an install's own key)."""
+    write_private(key_file(paths), key.strip() + "\n")
+
+
 def write_endpoint(paths: Paths, url: str, pid: int | None = None,
                    started_at: float | None = None) -> Endpoint:
     """Announce a listening service; a reader never sees half a file (written, then renamed)."""
-    endpoint = Endpoint(url=url, pid=os.getpid() if pid is None else pid,
+    endpoint = Endpoint(url=url.rstrip("/"), pid=os.getpid() if pid is None else pid,
                         started_at=time.time() if started_at is None else started_at)
     write_private(endpoint_file(paths), json.dumps(
         {"url": endpoint.url, "pid": endpoint.pid, "started_at": endpoint.started_at}) + "\n")
@@ -96,7 +101,7 @@ def pid_alive(pid: int) -> bool:
 def _read(paths: Paths) -> Endpoint | None:
     try:
         raw = json.loads(endpoint_file(paths).read_text(encoding="utf-8"))
-        return Endpoint(url=str(raw["url"]), pid=int(raw["pid"]),
+        return Endpoint(url=str(raw["url"]).rstrip("/"), pid=int(raw["pid"]),
                         started_at=float(raw["started_at"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None

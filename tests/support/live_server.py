@@ -25,18 +25,20 @@ def free_port() -> int:
 
 @contextmanager
 def live_server(store: Store, hardware: HardwareProfile | None = None,
-                **kw: object) -> Iterator[tuple[str, Runtime]]:
-    """`hardware`: the machine the fit model plans for (a simulated one: app.hardware's)."""
+                port: int | None = None, **kw: object) -> Iterator[tuple[str, Runtime]]:
+    """`hardware`: the machine the fit model plans for (a simulated one: app.hardware's);
+    `port`: the one to listen on (a free one if None; the same again restarts "a service")."""
     runtime = Runtime(store=store, hardware=hardware)
-    with serve_app(runtime, ServerSettings(**kw)) as url:  # type: ignore[arg-type]
+    with serve_app(runtime, ServerSettings(**kw), port) as url:  # type: ignore[arg-type]
         yield url, runtime
 
 
 @contextmanager
-def serve_app(runtime: Runtime, settings: ServerSettings) -> Iterator[str]:
-    """`runtime` served with `settings` on a free loopback port (the settings' own is
-    replaced); yields its URL."""
-    port = free_port()
+def serve_app(runtime: Runtime, settings: ServerSettings,
+              port: int | None = None) -> Iterator[str]:
+    """`runtime` served with `settings` on loopback, on `port` or a free one (the
+    settings' own is replaced); yields its URL."""
+    port = port or free_port()
     app = create_app(runtime, dataclasses.replace(settings, host="127.0.0.1", port=port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)

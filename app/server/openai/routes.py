@@ -9,6 +9,7 @@ import time
 import uuid
 from array import array
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -109,6 +110,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         thinking=openai_thinking(body),
         logprobs=top_logprobs(body.logprobs, body.top_logprobs),
         cache_key=body.prompt_cache_key), body.speculative)
+    if body.truncate:
+        gen_request = replace(gen_request, truncate=True)
     events = await open_events(request.app.state, model, gen_request, "chat",
                                backend=body.backend)
     field = body.reasoning_field or request.app.state.settings.reasoning_field

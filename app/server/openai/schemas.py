@@ -156,6 +156,9 @@ class ChatCompletionRequest(SamplingFields):
     reasoning: ReasoningOptions | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # enable_thinking, reasoning_effort
     reasoning_field: ReasoningField | None = None  # Ember's extension: the server's default
+    # Ember's extension: drop the oldest turns to fit the context, as the window and `ember
+    # chat` do in-process (app.chat.policy), instead of the 400 of a prompt too long
+    truncate: bool = False
     logprobs: bool = False  # each answer token's log-probability
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # needs logprobs
 
@@ -222,6 +225,9 @@ class Usage(BaseModel):
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
     completion_tokens_details: CompletionTokensDetails | None = None
+    # Ember's extension: earlier turns were dropped to fit the context (a request sent with
+    # `truncate`, as the front ends that join the service send theirs); null otherwise
+    truncated: bool | None = None
 
 
 class ToolCallOut(BaseModel):

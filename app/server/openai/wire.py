@@ -50,7 +50,8 @@ def usage(stats: Stats) -> Usage:
     cached = PromptTokensDetails(cached_tokens=min(stats.cached_tokens, stats.prompt_tokens))
     return Usage(prompt_tokens=stats.prompt_tokens, completion_tokens=stats.completion_tokens,
                  total_tokens=stats.prompt_tokens + stats.completion_tokens,
-                 prompt_tokens_details=cached, completion_tokens_details=details)
+                 prompt_tokens_details=cached, completion_tokens_details=details,
+                 truncated=True if stats.truncated else None)
 
 
 def new_call_id() -> str:
