@@ -1,4 +1,3 @@
-<<<<<<< HEAD
 """`ember service`: Ember's server as a per-user background service (issue 43).
 
 One description of the service (app.service.spec) is written out as whatever the platform
@@ -8,6 +7,3 @@ supervisor of Ember's own keeps `ember serve` up instead (app.service.supervisor
 server announces itself in the data folder (app.service.endpoint), where the window and
 `ember service status` find it.
 """
-=======
-"""Ember as a per-user service: where a running one says it listens, and its key."""
->>>>>>> join
