@@ -183,3 +183,36 @@ def image_tokens_note(media: tuple[Media, ...]) -> str:
     if audio:
         parts.append(f"{audio} audio clip{'s' if audio != 1 else ''}")
     return " and ".join(parts)
+
+
+def encoded(item: Media) -> tuple[str, bytes]:
+    """`item` as a file a server reads: an image as PNG (its pixels, losslessly), a clip as
+    the bytes it came as; with its format name ("png", "wav", "mp3", "flac")."""
+    if item.kind == "audio":
+        return item.source_format or "wav", item.data
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.frombytes("RGB", (item.width, item.height), item.data).save(out, "PNG")
+    return "png", out.getvalue()
+
+
+def openai_parts(content: str, media: tuple[Media, ...]) -> list[dict]:
+    """A message's content with its media as OpenAI chat content parts, in order: text
+    parts, `image_url` parts with PNG data URLs, `input_audio` parts (what llama-server,
+    vLLM, LM Studio and Ember's own server read)."""
+    pieces = content.split(MEDIA_MARKER)
+    parts: list[dict] = []
+    for i, text in enumerate(pieces):
+        if text:
+            parts.append({"type": "text", "text": text})
+        if i < len(media):
+            fmt, raw = encoded(media[i])
+            data = base64.b64encode(raw).decode("ascii")
+            if media[i].kind == "image":
+                parts.append({"type": "image_url",
+                              "image_url": {"url": f"data:image/{fmt};base64,{data}"}})
+            else:
+                parts.append({"type": "input_audio",
+                              "input_audio": {"data": data, "format": fmt}})
+    return parts

@@ -38,9 +38,9 @@ from backends.base import (
     TokenEvent,
     ToolCall,
     ToolCallEvent,
-    request_media,
 )
 from backends.errors import RemoteError
+from backends.media import openai_parts
 from backends.stats import request_stats
 
 CONNECT_TIMEOUT_S = 5.0
@@ -117,7 +117,8 @@ def wire_message(m: Message) -> dict:
     """One turn in the OpenAI shape: an assistant's calls with their arguments as JSON text
     (content null when it said nothing else), its thinking as `reasoning_content` (the name
     llama-server, vLLM and LM Studio read back), a tool result with its call's id."""
-    d: dict = {"role": m.role, "content": m.content}
+    d: dict = {"role": m.role,
+               "content": openai_parts(m.content, m.media) if m.media else m.content}
     if m.tool_calls:
         d["tool_calls"] = [{"id": c.id, "type": "function",
                             "function": {"name": c.name, "arguments": c.arguments or "{}"}}
@@ -295,9 +296,9 @@ class RemoteBackend:
                  cancelled: CancelFlag | None = None, stream: bool = True) -> Iterator[Event]:
         """The events of one request; never raises for a server's or the network's failure:
         that is the final ErrorEvent, after the text already received."""
-        if request.media or request_media(request.messages):
-            yield ErrorEvent(f"{model} is a remote model: Ember does not send images or audio "
-                             "to remote servers yet", "invalid")
+        if request.media:  # a raw prompt's: /completions takes text only
+            yield ErrorEvent(f"{model} is a remote model: a raw prompt cannot carry images or "
+                             "audio to it; send them in a chat's messages", "invalid")
             return
         path = "/chat/completions" if request.messages is not None else "/completions"
         run = Received(time.monotonic(), stops=request.sampling.stop)

@@ -82,7 +82,7 @@ def model_sees(store: Store, model: str) -> bool | None:
 
 def cannot_see_text(model: str, seeing: list[str], remote: bool = False) -> str:
     """What the front end says when an image is for a model that cannot take it."""
-    why = (f"{model} is a remote model: Ember does not send it images yet." if remote
+    why = (f"{model} is a remote model whose server does not list vision for it." if remote
            else f"{model} cannot see images (it has no vision projector).")
     if seeing:
         return f"{why} Installed models that can: {', '.join(seeing)}."

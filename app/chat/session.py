@@ -145,9 +145,10 @@ class ChatSession:
     def sees(self) -> bool:
         """Whether the chat's model takes images: a local model with a projector beside it
         (a model not installed here is let through: loading it says what is wrong); a
-        remote one not yet (backends.remote sends text only)."""
+        remote one unless its server lists capabilities without vision (one that lists none,
+        vLLM's or OpenAI's, gets the images as content parts and says if it cannot see)."""
         if self.runtime.is_remote(self.model):
-            return False
+            return self.runtime.remote_sees(self.model) is not False
         return model_sees(self.runtime.store, self.model) is not False
 
     def ask(self, text: str, edit_of: StoredMessage | None = None,

@@ -159,6 +159,21 @@ class Remotes:
     def thinking_support(self, ref: str) -> ThinkingSupport:
         """What the upstream says of the model (network; remembered once it has said
         something), or that it streamed thinking."""
+        described = self._describe(ref)
+        with self._lock:
+            seen = ref in self._seen_thinking
+        return remote_support(*described, seen_thinking=seen)
+
+    def sees(self, ref: str) -> bool | None:
+        """Whether the upstream lists `vision` for the model (Ollama's and Ember's
+        /api/show); None when it lists no capabilities (vLLM, OpenAI): its server decides
+        when an image comes."""
+        capabilities, _ = self._describe(ref)
+        return None if capabilities is None else "vision" in capabilities
+
+    def _describe(self, ref: str) -> tuple[list[str] | None, str | None]:
+        """The upstream's capabilities and template for `ref` (network; remembered once it
+        has said something)."""
         endpoint, model = endpoints.resolve(ref, self.paths)
         with self._lock:
             described = self._described.get(ref)
@@ -167,9 +182,7 @@ class Remotes:
             if described != (None, None):  # nothing said may be a server down: ask again
                 with self._lock:
                     self._described[ref] = described
-        with self._lock:
-            seen = ref in self._seen_thinking
-        return remote_support(*described, seen_thinking=seen)
+        return described
 
     def close(self) -> None:
         with self._lock:

@@ -117,6 +117,11 @@ class Runtime:
             return
         self.remotes.check(name)
 
+    def remote_sees(self, name: str) -> bool | None:
+        """Whether the remote model `name`'s server lists vision for it (None: it lists no
+        capabilities, and says when an image comes). Asks a server: off the UI thread."""
+        return self.remotes.sees(name)
+
     def thinking_support(self, name: str) -> ThinkingSupport:
         """What the Think control of model `name` offers (from its chat template, or for a
         remote model what its server says). Reads a file or asks a server: call it off the UI

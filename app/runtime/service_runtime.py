@@ -36,11 +36,9 @@ from app.runtime.worker_handle import EventSink, Worker
 from app.store import InstalledModel, Store
 from backends.base import (
     CancelFlag,
-    ErrorEvent,
     Event,
     GenerationRequest,
     LoadPlan,
-    request_media,
 )
 from backends.errors import EmberError, InvalidRequestError, RemoteError
 from backends.remote import Endpoint, RemoteBackend
@@ -66,14 +64,6 @@ class ServiceBackend(RemoteBackend):
 
     def generate(self, model: str, request: GenerationRequest,
                  cancelled: CancelFlag | None = None, stream: bool = True) -> Iterator[Event]:
-        if request.media or request_media(request.messages):
-            # the remote wire sends text only; a service model that sees would need the
-            # images encoded as image_url parts (a later step of issue 43)
-            yield ErrorEvent(f"{model} runs in the Ember service at {self.endpoint.url}, and "
-                             "this window does not send it images or audio yet: stop the "
-                             "service (`ember service stop`) to ask about them here",
-                             "invalid")
-            return
         yield from super().generate(model, request, cancelled, stream)
 
     def body(self, model: str, request: GenerationRequest, stream: bool) -> dict:

@@ -214,9 +214,11 @@ async def embed(request: Request, model: str, texts: list[str]) -> tuple[list[li
 
 
 def check_remote_media(runtime: Runtime, model: str, request: GenerationRequest) -> None:
-    if media_of(request) and runtime.is_remote(model):
-        raise InvalidRequestError(f"{model} is a remote model, to which Ember does not pass "
-                                  "images or audio on yet: ask a local model that sees")
+    """A remote model gets a chat's images and audio as OpenAI content parts (whether it
+    sees is its server's to say); a raw prompt's cannot go to one."""
+    if request.media and runtime.is_remote(model):
+        raise InvalidRequestError(f"{model} is a remote model: a raw prompt cannot carry "
+                                  "images or audio to it; send them in a chat's messages")
 
 
 async def count_prompt_tokens(state: State, model: str, request: GenerationRequest,

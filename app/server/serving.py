@@ -45,9 +45,9 @@ def check_media(request: GenerationRequest, serving: Serving, model: str) -> Non
     what = image_tokens_note(media)
     if not serving.projector:
         raise InvalidRequestError(
-            f"model {model} reads text only: it has no vision or audio projector (mmproj), so "
-            f"it cannot take the request's {what}; send text, or use a model that sees or "
-            "hears")
+            f"model {model} reads text only: it has no vision projector (mmproj), so it cannot "
+            f"take the request's {what}; send text, or use a model that sees (or hears, for "
+            "audio)")
     if not serving.capabilities.media:
         raise InvalidRequestError(
             f"the {serving.backend} backend that runs {model} does not take images or audio "

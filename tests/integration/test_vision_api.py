@@ -154,3 +154,30 @@ def test_a_jpeg_and_a_webp_read_like_the_png(vision, oai, tmp_path: Path):
     out = io.BytesIO()
     img.save(out, "JPEG", quality=95)
     assert chat_image(oai, model.ref, out.getvalue()).usage.prompt_tokens > 0
+
+
+def test_ember_as_a_remote_endpoint_gets_the_images_as_content_parts(vision):
+    """A remote model (or the Ember service a window joins) is sent a chat's images as
+    OpenAI content parts (backends/remote.py): Ember's own server reads them, and the
+    answer follows the image as it does locally."""
+    from backends.base import DoneEvent, GenerationRequest, Message, SamplingParams
+    from backends.media import MEDIA_MARKER, decode_image
+    from backends.remote import Endpoint, RemoteBackend
+
+    url, model, tiny = vision
+    client = RemoteBackend(Endpoint("ember", url + "/v1", None))
+    try:
+        def ask(seed: int) -> DoneEvent:
+            request = GenerationRequest(
+                messages=(Message("user", MEDIA_MARKER + "What is this?",
+                                  media=(decode_image(png(seed)),)),),
+                sampling=SamplingParams(temperature=0.0, max_tokens=4))
+            *_, done = client.generate(model.ref, request)
+            assert isinstance(done, DoneEvent), done
+            return done
+        a1, a2 = ask(11), ask(11)
+        assert a1.stats.prompt_tokens > tiny.image_tokens
+        assert a1.text == a2.text
+        assert a2.stats.cached_tokens >= tiny.image_tokens
+    finally:
+        client.close()

@@ -2,6 +2,7 @@
 
 The model a request names picks the misbehaviour:
   ok       streams "Hello world" properly (without usage: the client counts chunks)
+  sees     answers as ok does, and /api/show lists vision for it
   slow     waits `slow_s` before answering at all
   stall    sends one chunk, then nothing for `slow_s`
   drop     sends three chunks, then closes the connection in the middle of the chunked body
@@ -47,6 +48,8 @@ CALLS = (  # (id, name, argument pieces) of the tool model's two parallel calls
 )
 CAPABILITIES = {"think": ["completion", "thinking"], "reason": ["completion", "thinking"],
                 "tool": ["completion", "tools", "thinking"], "agent": ["completion", "tools"]}
+# what /api/show says of models that answer as `ok` does: `sees` lists vision
+SHOWN = {"sees": ["completion", "vision"]}
 AGENT_SAYS = "The tool said: "
 
 
@@ -152,7 +155,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/api/show":  # Ollama's, which Ember's server answers too
             name = request.get("model") or request.get("name")
             return self._send(200, json.dumps({"template": "", "capabilities": CAPABILITIES.get(
-                name, ["completion"])}).encode())
+                name) or SHOWN.get(name, ["completion"])}).encode())
         self.requests.append(request)
         if model in CAPABILITIES:
             return self._scripted(model, request)

@@ -5,6 +5,7 @@ Runtime, Store and history.db in tmp_path; a scripted remote model for an answer
 
 from __future__ import annotations
 
+import base64
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from app.runtime import Runtime, endpoints
 from app.runtime.thinking import ThinkingSupport
 from app.store import Store
 from backends.base import SamplingParams
-from backends.media import MEDIA_MARKER
+from backends.media import MEDIA_MARKER, decode_image
 from tests.support.fake_openai import fake_server
 from tests.support.tiny_gguf import write_tiny_gguf
 from tests.support.tiny_vision import write_tiny_gemma3_vision
@@ -177,7 +178,7 @@ def test_a_chat_with_images_answered_by_a_model_that_cannot_see_is_told_in_words
     other = lab.session("lab/ok", session.conversation_id)
     other.send("Are you sure?", lab.events.append)
     [refused] = lab.of(MediaRefused)
-    assert "lab/ok is a remote model: Ember does not send it images yet." in refused.text
+    assert "lab/ok is a remote model whose server does not list vision" in refused.text
     assert refused.seeing == (lab.vision_model,)
     sent = lab.requests[-1]["messages"]
     assert sent[0]["content"] == "[1 attachment not shown]\nWhat is it?"
@@ -186,6 +187,27 @@ def test_a_chat_with_images_answered_by_a_model_that_cannot_see_is_told_in_words
     other.retry(lab.events.append)
     assert lab.requests[-1]["messages"][0] == sent[0]
     assert lab.history.messages(session.conversation_id)[0].media[0].kind == "image"
+
+
+def test_a_remote_model_that_sees_gets_the_images_as_content_parts(lab):
+    """A remote server that lists vision gets the question's image as an image_url part (a
+    PNG of the same pixels), its text beside it (backends/media.openai_parts)."""
+    session = lab.session(lab.vision_model)
+    red = session.attach(RED, lab.events.append)
+    assert red is not None
+    session.ask("What is it?", attachments=(red,))
+    lab.history.add_message(session.conversation_id, "assistant", "A red square.")
+    other = lab.session("lab/sees", session.conversation_id)
+    other.send("Are you sure?", lab.events.append)
+    assert not lab.of(MediaRefused)
+    parts = lab.requests[-1]["messages"][0]["content"]
+    assert [p["type"] for p in parts] == ["image_url", "text"]
+    assert parts[1]["text"].strip() == "What is it?"
+    url = parts[0]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    sent = decode_image(base64.b64decode(url.split(",", 1)[1]))
+    assert sent.digest == decode_image(RED).digest
+    assert lab.history.messages(session.conversation_id)[-1].content == "Hello world"
 
 
 # the terminal: `ember run --image` and `/image` in `ember chat`

@@ -315,11 +315,13 @@ def test_a_model_with_a_projector_on_a_backend_without_media_is_refused_by_backe
         "images or audio" in r.json()["error"]["message"]
 
 
-def test_an_image_for_a_remote_model_is_refused():
-    r = post(ScriptedRuntime(sees=True), "/v1/chat/completions", {**CHAT, "model": "lab/big"})
+def test_a_raw_prompt_with_an_image_for_a_remote_model_is_refused():
+    """A chat's images go to a remote model as content parts (its server says whether it
+    sees); a raw prompt's have no wire to go on (/completions takes text)."""
+    r = post(ScriptedRuntime(sees=True), "/api/generate",
+             {**OLLAMA_GENERATE, "model": "lab/big", "raw": True, "images": [b64(RED)]})
     assert r.status_code == 400
-    assert r.json()["error"]["message"].startswith(
-        "lab/big is a remote model, to which Ember does not pass images or audio on yet")
+    assert "a raw prompt cannot carry images or audio" in r.json()["error"]
 
 
 def test_anthropic_count_tokens_refuses_an_image_for_a_text_model():

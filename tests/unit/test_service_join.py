@@ -125,17 +125,17 @@ def test_the_load_routes_take_every_setting_and_list_worker_pids():
         assert remote.status_code == 400 and "remote model" in remote.text
 
 
-def test_a_question_with_an_image_is_refused_clearly_not_sent_without_it():
-    from backends.base import ErrorEvent
-    from backends.media import Media
+def test_a_question_with_an_image_goes_to_the_service_as_content_parts():
+    from backends.media import MEDIA_MARKER, Media
 
     client = ServiceBackend(Endpoint("Ember service", "http://127.0.0.1:1", "k"))
     image = Media("image", bytes(3), 1, 1)
-    asked = GenerationRequest(messages=(Message("user", "what is this?", media=(image,)),),
-                              sampling=SamplingParams())
-    events = list(client.generate("m", asked))
-    assert len(events) == 1 and isinstance(events[0], ErrorEvent)
-    assert "runs in the Ember service at http://127.0.0.1:1" in events[0].message
+    asked = GenerationRequest(
+        messages=(Message("user", MEDIA_MARKER + "what is this?", media=(image,)),),
+        sampling=SamplingParams())
+    parts = client.body("m", asked, True)["messages"][0]["content"]
+    assert [p["type"] for p in parts] == ["image_url", "text"]
+    assert parts[0]["image_url"]["url"].startswith("data:image/png;base64,")
     client.close()
 
 
