@@ -55,7 +55,10 @@ def identify(app) -> None:
     app.setWindowIcon(QIcon(str(ICON_SVG)))  # Qt's svg icon engine renders each size asked
 
 
-def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
+def main(argv: list[str] | None = None, home: Paths | None = None,
+         in_tray: bool = False) -> int:
+    """The window's event loop; `in_tray` (`ember gui --tray`, the login entry's): start
+    with the window hidden behind its tray icon, where the desktop has a tray."""
     from PySide6.QtWidgets import QApplication
 
     from app import logs
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
         app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
         try:
             identify(app)
-            window = start(app, p)
+            window = start(app, p, in_tray)
         except Exception as e:
             return start_failed(e, p)
         try:
@@ -98,7 +101,7 @@ def watch_threads(home: Paths):
     return guard
 
 
-def start(app, home: Paths):
+def start(app, home: Paths, in_tray: bool = False):
     from PySide6.QtWidgets import QMessageBox
 
     from app.gui.first_start import hardware_behind_splash
@@ -111,7 +114,11 @@ def start(app, home: Paths):
     if window.settings_error:
         QMessageBox.warning(window, "Ember", f"{window.settings_error}\n\nEmber runs with "
                             "default settings and will not overwrite the file.")
-    window.show()
+    # with a tray icon, Ember ends by Quit or by closing the window (MainWindow.closeEvent),
+    # not when its last window closes: that would be any dialog closed while it is hidden
+    app.setQuitOnLastWindowClosed(window.tray is None)
+    if not (in_tray and window.tray is not None):
+        window.show()
     return window
 
 
