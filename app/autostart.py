@@ -21,6 +21,7 @@ import plistlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,18 +41,30 @@ class LoginEntry:
     value_name: str = ""
 
 
-def launch_command() -> list[str]:
-    """How to start Ember's window from a login session: the bundle's own binary when frozen
-    (PyInstaller), else the `ember` script of this environment, else this Python on app.cli."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable, "gui", TRAY_FLAG]
-    script = Path(sys.executable).with_name("ember.exe" if os.name == "nt" else "ember")
+def launch_command(executable: str | None = None, frozen: bool | None = None,
+                   environ: Mapping[str, str] | None = None) -> list[str]:
+    """How to start Ember's window from a login session: the AppImage file itself (the
+    bundle inside is mounted afresh at each run, under a new path), the bundle's window
+    binary when frozen (PyInstaller; on Windows Ember.exe, not its console twin ember-cli.exe,
+    which would open a console at login), else the `ember` script of this environment, else
+    this Python on app.cli."""
+    executable = executable or sys.executable
+    frozen = getattr(sys, "frozen", False) if frozen is None else frozen
+    environ = os.environ if environ is None else environ
+    if frozen and environ.get("APPIMAGE"):
+        return [environ["APPIMAGE"], "gui", TRAY_FLAG]
+    if frozen:
+        window = Path(executable).with_name("Ember.exe")
+        if Path(executable).name.lower() == "ember-cli.exe" and window.is_file():
+            executable = str(window)
+        return [executable, "gui", TRAY_FLAG]
+    script = Path(executable).with_name("ember.exe" if os.name == "nt" else "ember")
     if script.is_file():
         return [str(script), "gui", TRAY_FLAG]
     found = shutil.which("ember")
     if found:
         return [found, "gui", TRAY_FLAG]
-    return [sys.executable, "-m", "app.cli", "gui", TRAY_FLAG]
+    return [executable, "-m", "app.cli", "gui", TRAY_FLAG]
 
 
 def desktop_exec(argv: list[str]) -> str:

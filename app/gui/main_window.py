@@ -8,6 +8,7 @@ everything as it was), which a page that is always open could not offer."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -60,6 +61,8 @@ from app.runtime import Runtime
 from app.runtime.choose import describe
 from app.store import InstalledModel
 from backends.errors import EmberError
+
+log = logging.getLogger(__name__)
 
 
 class MainWindow(QMainWindow):
@@ -167,6 +170,8 @@ class MainWindow(QMainWindow):
         if QSystemTrayIcon.isSystemTrayAvailable():
             self.tray = self.make_tray()
             self.tray.show()
+        if settings.start_at_login:
+            self._renew_login_entry()
         self._server_state("stopped")
         self.server_page.show_where(describe(runtime), runtime.is_service)
         self.refresh_models()
@@ -570,6 +575,14 @@ class MainWindow(QMainWindow):
         self.status_line.loaded_seen.connect(
             lambda loaded: tray.models_seen(sorted(m.ref for m in loaded)))
         return tray
+
+    def _renew_login_entry(self) -> None:
+        """Write the login entry again: it names this install's path, which an update or a
+        move changes (an AppImage's file, a venv)."""
+        try:
+            set_start_at_login(True)
+        except OSError as e:
+            log.warning("the login entry could not be renewed: %s", e)
 
     def open_from_tray(self) -> None:
         self.showNormal()

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
+from app.autostart import desktop_exec, launch_command
 from app.config import Paths
 from app.gui import build_window
 from app.gui.main_window import MainWindow
@@ -132,6 +133,11 @@ def test_settings_offer_tray_and_login_off_by_default_and_save_writes_the_entry(
     assert entry.is_file() and "--tray" in entry.read_text(encoding="utf-8")
     saved = load_settings(window.home)
     assert saved.keep_in_tray and saved.start_at_login
+    entry.write_text("[Desktop Entry]\nExec=/moved/away/ember gui --tray\n")
+    again = build_window(home=window.home, runtime=window.runtime)  # the next start
+    qtbot.addWidget(again)
+    assert f"Exec={desktop_exec(launch_command())}" in entry.read_text(encoding="utf-8")
+    again.close()
     dialog.start_at_login.setChecked(False)
     window.apply_settings(dialog.result_settings(), "")
     assert not entry.exists() and not load_settings(window.home).start_at_login

@@ -67,6 +67,21 @@ def test_launch_command_is_this_environments_ember_with_the_tray_flag() -> None:
     assert gui.make_context("gui", command[-1:]).params == {"in_tray": True}
 
 
+def test_an_appimage_starts_itself_not_the_mount_it_runs_from(tmp_path: Path) -> None:
+    mounted = "/tmp/.mount_EmberXYZ/usr/lib/ember/ember"  # a new path at every run
+    assert launch_command(mounted, frozen=True, environ={"APPIMAGE": "/home/u/Ember.AppImage"}
+                          ) == ["/home/u/Ember.AppImage", "gui", "--tray"]
+    assert launch_command(mounted, frozen=True, environ={}) == [mounted, "gui", "--tray"]
+
+
+def test_windows_bundle_starts_its_window_binary_not_the_console_twin(tmp_path: Path) -> None:
+    for name in ("Ember.exe", "ember-cli.exe"):
+        (tmp_path / name).write_bytes(b"")
+    expected = [str(tmp_path / "Ember.exe"), "gui", "--tray"]
+    assert launch_command(str(tmp_path / "ember-cli.exe"), frozen=True, environ={}) == expected
+    assert launch_command(str(tmp_path / "Ember.exe"), frozen=True, environ={}) == expected
+
+
 def test_macos_launch_agent_runs_the_command_at_load(tmp_path: Path) -> None:
     entry = set_start_at_login(True, system="darwin", command=SPACED, home=tmp_path)
     assert entry.path == tmp_path / "Library" / "LaunchAgents" / f"{APP_ID}.plist"
