@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from app.config import Paths, paths
 
 log = logging.getLogger(__name__)
 START_FAILED = 1  # the exit status when the window could not be started
+# how long `ember gui --tray` waits for a tray before it shows the window instead: at login
+# some desktops start the panel (the tray) after the autostart entries
+TRAY_WAIT_S = 30.0
 
 
 def build_window(home: Paths | None = None, runtime=None, hardware=None):
@@ -117,9 +121,36 @@ def start(app, home: Paths, in_tray: bool = False):
     # with a tray icon, Ember ends by Quit or by closing the window (MainWindow.closeEvent),
     # not when its last window closes: that would be any dialog closed while it is hidden
     app.setQuitOnLastWindowClosed(window.tray is None)
-    if not (in_tray and window.tray is not None):
+    if not in_tray:
         window.show()
+    elif window.tray is None:
+        wait_for_tray(app, window)
     return window
+
+
+def wait_for_tray(app, window, wait_s: float | None = None) -> None:
+    """Hidden until a tray comes up, then behind its icon; after `wait_s` (TRAY_WAIT_S)
+    without one, the window shows (Ember never runs with nothing on screen)."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QSystemTrayIcon
+
+    wait_s = TRAY_WAIT_S if wait_s is None else wait_s
+    started = time.monotonic()
+    timer = QTimer(window, interval=250)
+
+    def look() -> None:
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            timer.stop()
+            window.add_tray()
+            app.setQuitOnLastWindowClosed(False)
+            log.info("the tray came up %.1f s after the window", time.monotonic() - started)
+        elif time.monotonic() - started >= wait_s:
+            timer.stop()
+            log.info("no tray after %.0f s: showing the window", wait_s)
+            window.show()
+
+    timer.timeout.connect(look)
+    timer.start()
 
 
 def start_failed(error: Exception, home: Paths) -> int:

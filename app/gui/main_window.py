@@ -168,8 +168,7 @@ class MainWindow(QMainWindow):
         self.quitting = False  # Quit asked for: a close then ends Ember, tray or not
         self.told_in_tray = False
         if QSystemTrayIcon.isSystemTrayAvailable():
-            self.tray = self.make_tray()
-            self.tray.show()
+            self.add_tray()
         if settings.start_at_login:
             self._renew_login_entry()
         self._server_state("stopped")
@@ -575,6 +574,14 @@ class MainWindow(QMainWindow):
         self.status_line.loaded_seen.connect(
             lambda loaded: tray.models_seen(sorted(m.ref for m in loaded)))
         return tray
+
+    def add_tray(self) -> TrayIcon:
+        """Show the tray icon (made by __init__ where there is a tray, or later by
+        app.gui.start when the tray comes up after Ember)."""
+        self.tray = self.make_tray()
+        self.tray.show()
+        self._server_state(self.server_text)
+        return self.tray
 
     def _renew_login_entry(self) -> None:
         """Write the login entry again: it names this install's path, which an update or a

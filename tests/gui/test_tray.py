@@ -50,10 +50,7 @@ def action(menu: QMenu, text: str):
 
 
 def with_tray(w: MainWindow) -> TrayIcon:
-    w.tray = w.make_tray()
-    w.tray.show()
-    w._server_state("stopped")
-    return w.tray
+    return w.add_tray()
 
 
 def test_offscreen_has_no_tray_so_the_window_makes_none_and_close_closes(

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from app.store import InstalledModel
 from tests.support import REPO
 from tests.support.desktop import desktop_env, home_with_model, xvfb
@@ -48,28 +50,81 @@ def panel_shown(env: dict[str, str]) -> bool:
     return '"panel": ("panel" "trayer")' in tree
 
 
-def test_icon_shows_in_a_real_tray_its_menu_lists_the_model_and_unloads_it(
-        qwen: InstalledModel, models_home: Path, tmp_path: Path) -> None:
+def start_in_tray(home: Path, display: str, ref: str,
+                  wait_s: float) -> tuple[subprocess.Popen, dict]:
+    """`ember gui --tray` under the probe; returns it and what it saw once started."""
+    env = desktop_env(display, home)
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)  # the XEmbed tray, not a D-Bus one
+    probe = subprocess.Popen([sys.executable, "-m", "tests.support.tray_probe", ref,
+                              str(wait_s)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    assert probe.stdout is not None
+    printed = []
+    for line in probe.stdout:
+        printed.append(line)
+        if line.startswith('{"phase": "started"'):
+            return probe, json.loads(line)
+    probe.wait(10)
+    raise AssertionError(f"the probe exited ({probe.returncode}): {''.join(printed)[-4000:]}")
+
+
+def finished(probe: subprocess.Popen) -> dict:
+    out, _ = probe.communicate(timeout=180)
+    lines = [line for line in out.splitlines() if line.startswith('{"phase": "end"')]
+    assert probe.returncode == 0 and lines, out[-4000:]
+    seen = json.loads(lines[-1])
+    assert "timed_out_at_step" not in seen, (seen, out[-3000:])
+    return seen
+
+
+@pytest.fixture
+def home(qwen: InstalledModel, models_home: Path, tmp_path: Path) -> Path:
     home = home_with_model(tmp_path / "home", qwen)
     shutil.copy2(models_home / "hardware.json", home / "hardware.json")  # no first-start probe
-    with xvfb() as display, trayer(display):
-        env = desktop_env(display, home)
-        env.pop("DBUS_SESSION_BUS_ADDRESS", None)  # the XEmbed tray, not a D-Bus one
-        run = subprocess.run([sys.executable, "-m", "tests.support.tray_probe", qwen.ref],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
-    assert run.returncode == 0 and lines, run.stdout[-3000:] + run.stderr[-3000:]
-    seen = json.loads(lines[-1])
-    print(seen)
-    assert seen["platform"] == "xcb" and seen["available"] and seen["tray"]
-    assert "timed_out_at_step" not in seen, seen
-    assert not seen["window_visible_at_start"]  # --tray: the window waits behind the icon
+    return home
+
+
+def check_menu_and_unload(seen: dict, ref: str) -> None:
+    assert seen["done"] == ["icon_placed", "menu_opened", "unloaded"]
     x, y, width, height = seen["icon"]
-    assert seen["icon_visible"] and width > 0 and height > 0 and y < 24  # in trayer's panel
-    line = next(t for t in seen["menu"] if t.startswith(qwen.ref))
+    assert seen["icon_visible"] and x > 0 and y < 24 and width > 0 and height > 0  # in the panel
+    assert not seen["window_visible_with_tray"]  # --tray: the window waits behind the icon
+    line = next(t for t in seen["menu"] if t.startswith(ref))
     assert seen["menu"] == ["Server: stopped", line, "Open Ember", "Start server", "Quit"]
     assert " MB, llamacpp)" in line and seen["model_menu"] == ["Unload"]
     assert line in seen["tooltip"]
-    assert seen["loaded_after_unload"] == []
     assert "No model loaded" in seen["menu_after_unload"]
-    assert seen["exit"] == 0
+    assert seen["exit"] == 0  # Quit ended the event loop
+
+
+def test_icon_shows_in_a_real_tray_its_menu_lists_the_model_and_unloads_it(
+        qwen: InstalledModel, home: Path) -> None:
+    with xvfb() as display, trayer(display):
+        probe, at_start = start_in_tray(home, display, qwen.ref, 30)
+        seen = finished(probe)
+    assert at_start["platform"] == "xcb" and at_start["available"] and at_start["tray"]
+    assert not at_start["window_visible"]
+    check_menu_and_unload(seen, qwen.ref)
+
+
+def test_a_tray_that_comes_up_after_ember_gets_the_icon_and_the_window_stays_hidden(
+        qwen: InstalledModel, home: Path) -> None:
+    """At login the panel may start after Ember's autostart entry."""
+    with xvfb() as display:
+        probe, at_start = start_in_tray(home, display, qwen.ref, 30)
+        assert not at_start["available"] and not at_start["tray"]
+        assert not at_start["window_visible"]
+        time.sleep(1)
+        with trayer(display):
+            seen = finished(probe)
+    assert seen["hidden_while_waiting"]
+    check_menu_and_unload(seen, qwen.ref)
+
+
+def test_without_a_tray_the_window_shows_after_the_wait(
+        qwen: InstalledModel, home: Path) -> None:
+    with xvfb() as display:
+        probe, at_start = start_in_tray(home, display, qwen.ref, 1.5)
+        seen = finished(probe)
+    assert not at_start["tray"] and not at_start["window_visible"]
+    assert seen["shown_without_tray"] and seen["exit"] == 0
