@@ -636,6 +636,8 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
         if self.tray is not None:
             self.tray.hide()
-            # with a tray the app does not quit when its last window closes (app.gui.main):
-            # a dialog closed while the window is hidden would end it
-            QApplication.quit()
+        app = QApplication.instance()
+        if isinstance(app, QApplication) and not app.quitOnLastWindowClosed():
+            # set so by app.gui.start where there is a tray (a dialog closed while the
+            # window is hidden would end Ember): closing the window for good quits
+            app.quit()
