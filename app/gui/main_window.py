@@ -566,7 +566,7 @@ class MainWindow(QMainWindow):
 
     def make_tray(self) -> TrayIcon:
         """The tray icon, wired to the window (made by __init__ where there is a tray)."""
-        tray = TrayIcon(self.runtime, QIcon(str(ICON_SVG)), self)
+        tray = TrayIcon(lambda: self.runtime, QIcon(str(ICON_SVG)), self)
         tray.open_requested.connect(self.open_from_tray)
         tray.server_toggle_requested.connect(self.toggle_server)
         tray.unload_requested.connect(self.unload_model)

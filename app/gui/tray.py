@@ -13,6 +13,7 @@ signal.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -54,7 +55,10 @@ class TrayIcon(QSystemTrayIcon):
     unload_requested = Signal(str)  # a model's ref
     quit_requested = Signal()
 
-    def __init__(self, runtime: Runtime, icon: QIcon, parent: QObject | None = None) -> None:
+    def __init__(self, runtime: Callable[[], Runtime], icon: QIcon,
+                 parent: QObject | None = None) -> None:
+        """`runtime`: the window's Runtime now (it changes when the window joins or leaves
+        a running Ember service)."""
         super().__init__(icon, parent)
         self.runtime = runtime
         self.server = ServerState()
@@ -76,7 +80,7 @@ class TrayIcon(QSystemTrayIcon):
             self.refresh()
 
     def refresh(self) -> None:
-        loaded = sorted(self.runtime.loaded(), key=lambda lm: lm.model.ref)
+        loaded = sorted(self.runtime().loaded(), key=lambda lm: lm.model.ref)
         self.shown_refs = tuple(lm.model.ref for lm in loaded)
         self.setToolTip(tooltip(self.server, loaded))
         menu = self.menu
