@@ -566,13 +566,13 @@ class MainWindow(QMainWindow):
 
     def make_tray(self) -> TrayIcon:
         """The tray icon, wired to the window (made by __init__ where there is a tray)."""
-        tray = TrayIcon(lambda: self.runtime, QIcon(str(ICON_SVG)), self)
+        tray = TrayIcon(QIcon(str(ICON_SVG)), self)
         tray.open_requested.connect(self.open_from_tray)
         tray.server_toggle_requested.connect(self.toggle_server)
         tray.unload_requested.connect(self.unload_model)
         tray.quit_requested.connect(self.quit_app)
-        self.status_line.loaded_seen.connect(
-            lambda loaded: tray.models_seen(sorted(m.ref for m in loaded)))
+        self.status_line.loaded_seen.connect(tray.models_seen)
+        tray.menu.aboutToShow.connect(self.status_line.refresh)  # fresh, in a moment
         return tray
 
     def add_tray(self) -> TrayIcon:
@@ -581,6 +581,7 @@ class MainWindow(QMainWindow):
         self.tray = self.make_tray()
         self.tray.show()
         self._server_state(self.server_text)
+        self.status_line.refresh()  # its models, at once
         return self.tray
 
     def _renew_login_entry(self) -> None:
@@ -602,9 +603,7 @@ class MainWindow(QMainWindow):
             self.controller.stop(wait=True)
         if self.runtime.unload(ref):
             self.statusBar().showMessage(f"Unloaded {ref}", 5000)
-        self.status_line.refresh()
-        if self.tray is not None:
-            self.tray.refresh()
+        self.status_line.refresh()  # the tray follows its probe
 
     def quit_app(self) -> None:
         """Quit from the tray: the window closes for good, and the app with it."""

@@ -3,27 +3,24 @@ the loaded models, each with its memory and an Unload; Open Ember, Start or Stop
 Quit. Made by the window only where the desktop has a tray
 (`QSystemTrayIcon.isSystemTrayAvailable()`); without one, nothing changes.
 
-The menu is rebuilt as it opens (aboutToShow) and when the models loaded change: the window
-passes on what its status line sees every two seconds (app.gui.status_line), so a model that
-the API server loads appears too. `Runtime.loaded()` takes no lock, so asking it here never
-waits on a load. What an action does is the window's to decide: the icon only asks, by
-signal.
+The loaded models are what the window's status line finds every two seconds
+(app.gui.status_line), off the UI thread: a model the API server loads appears too, and a
+Runtime that is a running Ember service (an HTTP call) never holds up the menu. The menu is
+rebuilt when they change and as it opens (aboutToShow). What an action does is the
+window's to decide: the icon only asks, by signal.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-from app.gui.status_line import memory_text
+from app.gui.status_line import LoadedNow, memory_text
 from app.identity import APP_NAME
-from app.runtime import Runtime
-from app.runtime.runtime import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -38,13 +35,13 @@ class ServerState:
         return f"Server: running at {self.url}" if self.url else f"Server: {self.text}"
 
 
-def model_line(lm: LoadedModel) -> str:
+def model_line(lm: LoadedNow) -> str:
     """A loaded model and the memory its load plan holds (the fit model's LoadPlan.memory_bytes,
     the number the Runtime budgets memory with)."""
-    return f"{lm.model.ref} ({memory_text(lm.plan.memory_bytes)}, {lm.backend})"
+    return f"{lm.ref} ({memory_text(lm.planned_bytes)}, {lm.backend})"
 
 
-def tooltip(server: ServerState, loaded: list[LoadedModel]) -> str:
+def tooltip(server: ServerState, loaded: list[LoadedNow]) -> str:
     models = "\n".join(model_line(lm) for lm in loaded) or "No model loaded"
     return f"{APP_NAME}\n{server.line()}\n{models}"
 
@@ -55,14 +52,10 @@ class TrayIcon(QSystemTrayIcon):
     unload_requested = Signal(str)  # a model's ref
     quit_requested = Signal()
 
-    def __init__(self, runtime: Callable[[], Runtime], icon: QIcon,
-                 parent: QObject | None = None) -> None:
-        """`runtime`: the window's Runtime now (it changes when the window joins or leaves
-        a running Ember service)."""
+    def __init__(self, icon: QIcon, parent: QObject | None = None) -> None:
         super().__init__(icon, parent)
-        self.runtime = runtime
         self.server = ServerState()
-        self.shown_refs: tuple[str, ...] = ()
+        self.loaded: list[LoadedNow] = []
         self.model_menus: list[QMenu] = []
         self.menu = QMenu()  # no parent: a context menu must outlive no window of ours
         self.menu.aboutToShow.connect(self.refresh)
@@ -74,14 +67,16 @@ class TrayIcon(QSystemTrayIcon):
         self.server = state
         self.refresh()
 
-    def models_seen(self, refs: list[str]) -> None:
+    def models_seen(self, loaded: list[LoadedNow]) -> None:
         """What the status line's last probe found loaded: rebuild when it changed."""
-        if tuple(refs) != self.shown_refs:
+        loaded = sorted(loaded, key=lambda lm: lm.ref)
+        shown = [(lm.ref, lm.backend, lm.planned_bytes) for lm in self.loaded]
+        if [(lm.ref, lm.backend, lm.planned_bytes) for lm in loaded] != shown:
+            self.loaded = loaded
             self.refresh()
 
     def refresh(self) -> None:
-        loaded = sorted(self.runtime().loaded(), key=lambda lm: lm.model.ref)
-        self.shown_refs = tuple(lm.model.ref for lm in loaded)
+        loaded = self.loaded
         self.setToolTip(tooltip(self.server, loaded))
         menu = self.menu
         menu.clear()  # deletes the actions; the submenus are QObjects of their own
@@ -96,7 +91,7 @@ class TrayIcon(QSystemTrayIcon):
             models = menu.addMenu(model_line(lm))
             self.model_menus.append(models)
             unload = models.addAction("Unload")
-            unload.triggered.connect(lambda _=False, ref=lm.model.ref: self._unload(ref))
+            unload.triggered.connect(lambda _=False, ref=lm.ref: self._unload(ref))
         menu.addSeparator()
         menu.addAction(f"Open {APP_NAME}").triggered.connect(self.open_requested)
         toggle = menu.addAction("Stop server" if self.server.running else "Start server")

@@ -138,3 +138,16 @@ def test_settings_offer_tray_and_login_off_by_default_and_save_writes_the_entry(
     dialog.start_at_login.setChecked(False)
     window.apply_settings(dialog.result_settings(), "")
     assert not entry.exists() and not load_settings(window.home).start_at_login
+
+
+def test_the_menu_follows_the_window_onto_another_runtime(
+        qtbot, window: MainWindow, store: Store, qwen: InstalledModel) -> None:
+    """Joining (or leaving) a running Ember service swaps the window's Runtime
+    (MainWindow.use_runtime): the tray then lists that one's models."""
+    tray = with_tray(window)
+    with Runtime(store=store) as other:
+        other.load(qwen.ref, context=2048)
+        assert "No model loaded" in texts(tray.menu)
+        window.use_runtime(other)
+        qtbot.waitUntil(lambda: any(t.startswith(qwen.ref) for t in texts(tray.menu)),
+                        timeout=WAIT_MS)

@@ -1,8 +1,8 @@
 """Ember started in the tray on a real X server (`python -m tests.support.tray_probe MODEL
 WAIT_S`, with DISPLAY and EMBER_HOME set): the window's own start path (app.gui.start with
 in_tray, as `ember gui --tray` runs it, waiting WAIT_S for a tray), then, once the tray host
-has the icon, the model loaded, the icon right-clicked with xdotool where the tray put it,
-its menu read, the model unloaded from it, and Quit. Prints a JSON line once started
+has the icon, the model loaded and listed, the icon right-clicked with xdotool where the tray
+put it, its menu read, the model unloaded from it, and Quit. Prints a JSON line once started
 (`"phase": "started"`) and one of all it saw at the end; tests/gui/test_tray_xcb.py asserts
 on them. Without a tray it reports the window shown instead.
 
@@ -68,6 +68,13 @@ def main(ref: str, wait_s: float) -> int:
             return False
         seen["window_visible_with_tray"] = window.isVisible()
         window.runtime.load(ref, context=2048)  # as a chat or the API server would
+        return True
+
+    def model_listed() -> bool:  # the status line's next probe finds it
+        tray = window.tray
+        assert tray is not None
+        if ref not in tray.toolTip():
+            return False
         g = tray.geometry()
         seen["icon"] = [g.x(), g.y(), g.width(), g.height()]
         seen["icon_visible"] = tray.isVisible()
@@ -98,7 +105,7 @@ def main(ref: str, wait_s: float) -> int:
         next(a for a in window.tray.menu.actions() if a.text() == "Quit").trigger()
         return True
 
-    steps += [icon_placed, menu_opened, unloaded]
+    steps += [icon_placed, model_listed, menu_opened, unloaded]
     timer = QTimer(interval=50)
     timer.timeout.connect(tick)
     timer.start()
