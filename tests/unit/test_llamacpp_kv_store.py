@@ -94,3 +94,18 @@ def test_the_folder_stays_under_its_limit_least_recently_used_out_first(tmp_path
     d = store.save([4] * 300, PAYLOAD)
     assert {e.path for e in store.entries()} == {a.path, c.path, d.path}
     assert not b.path.exists()
+
+
+def test_tokens_restored_from_disk_show_in_openai_usage_and_the_metrics():
+    from app.server.metrics import Metrics
+    from app.server.openai.wire import usage
+    from backends.base import Stats
+
+    stats = Stats(prompt_tokens=2100, completion_tokens=8, ttft_s=0.2,
+                  decode_tokens_per_s=30.0, finish_reason="stop", truncated=False,
+                  total_s=0.5, cached_tokens=2000, disk_tokens=1990)
+    details = usage(stats).prompt_tokens_details
+    assert details is not None and (details.cached_tokens, details.disk_tokens) == (2000, 1990)
+    metrics = Metrics()
+    metrics.record("chat", "m", stats, 0.5)
+    assert "ember_disk_prompt_tokens_total 1990" in metrics.render(0, 0, [])
