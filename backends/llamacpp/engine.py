@@ -528,6 +528,7 @@ class BatchEngine:
         choices = [s for s in free if s.seq_id not in self._copying]
         if entry is None or shared < here + MIN_TOKENS or not choices:
             return
+        started = time.perf_counter()
         payload = store.load(entry)
         if payload is None:
             return
@@ -546,8 +547,9 @@ class BatchEngine:
             return
         slot.tokens, slot.disk = list(entry.tokens), len(entry.tokens)
         slot.last_used, slot.cache_key = time.monotonic(), job.request.cache_key
-        log.info("restored %d cached tokens from %s into slot %d", len(entry.tokens),
-                 entry.path.name, slot.seq_id)
+        log.info("restored %d cached tokens from %s into slot %d in %.3f s",
+                 len(entry.tokens), entry.path.name, slot.seq_id,
+                 time.perf_counter() - started)
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
         """End every request with an error (after a failed decode) and clear the caches."""
