@@ -88,16 +88,24 @@ def saved_short(qwen, tmp_path_factory) -> tuple[Path, tuple[Message, ...]]:
 @pytest.mark.parametrize("context, kv_cache", [(4096, "f16"), (2048, "q8_0")])
 def test_another_context_or_kv_type_restores_nothing(qwen, saved_short, tmp_path: Path,
                                                      context, kv_cache):
+    """The engine asks its store for the prompt's best saved cache before placing it
+    (BatchEngine._from_disk): under other settings the store offers none, and leaves the
+    other settings' file alone. (Evaluating the turn would only add a prefill.)"""
     folder, second = saved_short
     shutil.copytree(folder, tmp_path / "kv")
     saved = next((tmp_path / "kv").glob("*.kv"))
-    backend = loaded(qwen, tmp_path / "kv", context=context, kv_cache=kv_cache)
+    same = loaded(qwen, tmp_path / "kv", context=2048)
+    other = loaded(qwen, tmp_path / "kv", context=context, kv_cache=kv_cache)
     try:
-        after = ask(backend, second)
+        prompt, _, _ = other.prompt_tokens(GenerationRequest(messages=second))
+        assert same.engine is not None and same.engine.kv_store is not None
+        assert same.engine.kv_store.best(prompt)[1] > MIN_TOKENS  # the file serves it...
+        assert other.engine is not None and other.engine.kv_store is not None
+        assert other.engine.kv_store.best(prompt) == (None, 0)  # ...but not these settings
     finally:
-        backend.unload()
-    assert after.stats.cached_tokens == 0 and after.stats.disk_tokens == 0
-    assert saved.exists()  # another setting's file: not this load's to drop
+        same.unload()
+        other.unload()
+    assert saved.exists()
 
 
 def test_a_truncated_saved_cache_is_dropped_logged_and_the_turn_still_answers(
