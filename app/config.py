@@ -1,8 +1,9 @@
 """Where Ember keeps its files, and the settings that can come from the environment.
 
 Data dir: `EMBER_HOME` if set, else the platform's user data dir (platformdirs). It holds
-`models/`, `history.db`, `config.toml`, `logs/` (app.logs) and the window's MCP
-servers, `mcp.json` (app.mcp).
+`models/`, `history.db`, `config.toml`, `logs/` (app.logs), the window's MCP
+servers, `mcp.json` (app.mcp), and `kv-cache/`, conversations' saved KV caches, at most
+EMBER_KV_CACHE_GB gigabytes (4 unless set; 0 saves none).
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ class Paths:
     def mcp_file(self) -> Path:
         """The window's MCP servers, in the mcpServers form Cursor and Claude Desktop use."""
         return self.home / "mcp.json"
+
+    @property
+    def kv_cache(self) -> Path:
+        """Conversations' KV caches saved when a model unloads, for after a restart
+        (backends/llamacpp/kv_store.py)."""
+        return self.home / "kv-cache"
 
     @property
     def mcp_approvals(self) -> Path:
@@ -123,3 +130,10 @@ def env_int(name: str, default: int | None = None) -> int | None:
         return int(raw)
     except ValueError as e:
         raise ConfigError(f"{name}={raw!r} is not an integer") from e
+
+
+def kv_cache_bytes() -> int:
+    """The size limit of the saved KV caches (`Paths.kv_cache`): EMBER_KV_CACHE_GB, 4 GB unless
+    set."""
+    gb = env_int("EMBER_KV_CACHE_GB", 4)
+    return max(0, gb or 0) << 30

@@ -339,6 +339,9 @@ class Stats:
     truncated: bool  # earlier turns (or the prompt's start) were dropped to fit the context
     total_s: float
     cached_tokens: int = 0  # prompt tokens reused from the KV cache instead of recomputed
+    # of cached_tokens, those whose cells were restored from a cache saved on disk (a
+    # conversation from before a restart: backends/llamacpp/kv_store.py)
+    disk_tokens: int = 0
     draft_tokens: int = 0  # tokens proposed by speculative decoding
     accepted_tokens: int = 0  # of those, the ones the model accepted
     reasoning_tokens: int = 0  # completion tokens spent thinking (part of completion_tokens)
@@ -487,6 +490,11 @@ class LoadPlan:
     # mlx on the CPU with OpenBLAS: quantized weights unpacked to float32 at load, which
     # OpenBLAS multiplies about 20x faster than mlx's quantized matmul (backends.mlx_blas)
     unpack_weights: bool = False
+    # a folder for saved KV caches (the data folder's kv-cache/, set by the Runtime), where the
+    # llama.cpp backend keeps conversations across restarts, and its size limit in bytes for
+    # all models together; None saves nothing
+    kv_store: str | None = None
+    kv_store_bytes: int = 4 << 30
 
 
 class ModelFiles(Protocol):
@@ -508,6 +516,9 @@ class ModelFiles(Protocol):
     # The model's multimodal projector (`mmproj*.gguf`: images, audio), or None: a model with
     # none reads text only. Read with getattr(model, "projector", None): older stand-ins
     # lack it.
+    # The file's sha256 (`app.store.InstalledModel.sha256`), the key of its saved KV caches
+    # (backends/llamacpp/kv_store.py): read with getattr(model, "sha256", None); a model
+    # without one keeps no caches on disk.
 
 
 class Backend(Protocol):

@@ -101,7 +101,8 @@ class BaseJob:
 
     def finish(self, reason: FinishReason, *, prompt_tokens: int, completion_tokens: int,
                cached_tokens: int, draft_tokens: int = 0,
-               accepted_tokens: int = 0, media_tokens: int = 0) -> list[tuple[str, Event]]:
+               accepted_tokens: int = 0, media_tokens: int = 0,
+               disk_tokens: int = 0) -> list[tuple[str, Event]]:
         """The request's last events: the text held back, then DoneEvent with its Stats.
         An answer that ended by calling tools finishes with "tool_calls"; a call cut off by
         max_tokens is left out (the reason stays "length")."""
@@ -120,7 +121,7 @@ class BaseJob:
             cached_tokens=cached_tokens, draft_tokens=draft_tokens,
             accepted_tokens=accepted_tokens, reasoning_tokens=self.reasoning_tokens,
             speculation_off=self.speculation_off, stop_sequence=self.text.matched,
-            media_tokens=media_tokens)
+            media_tokens=media_tokens, disk_tokens=disk_tokens)
         events.append((self.stream_id, DoneEvent(
             stats, "".join(self.answer.content), reasoning="".join(self.answer.reasoning),
             tool_calls=calls, logprobs=tuple(self.logprobs))))

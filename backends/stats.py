@@ -12,7 +12,8 @@ def request_stats(*, prompt_tokens: int, completion_tokens: int, started: float,
                   finish_reason: FinishReason, truncated: bool, cached_tokens: int = 0,
                   draft_tokens: int = 0, accepted_tokens: int = 0,
                   reasoning_tokens: int = 0, speculation_off: str = "",
-                  stop_sequence: str | None = None, media_tokens: int = 0) -> Stats:
+                  stop_sequence: str | None = None, media_tokens: int = 0,
+                  disk_tokens: int = 0) -> Stats:
     """`started`, `first_at` (first token), `last_at` (last token) and `end` on one clock.
     Decode speed counts the tokens after the first over the time they took, so the prompt's
     evaluation (or a prompt cache hit) does not count."""
@@ -26,4 +27,4 @@ def request_stats(*, prompt_tokens: int, completion_tokens: int, started: float,
         cached_tokens=cached_tokens, draft_tokens=draft_tokens,
         accepted_tokens=accepted_tokens, reasoning_tokens=reasoning_tokens,
         speculation_off=speculation_off, stop_sequence=stop_sequence,
-        media_tokens=media_tokens)
+        media_tokens=media_tokens, disk_tokens=disk_tokens)

@@ -112,14 +112,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def models_home() -> Iterator[Path]:
-    """EMBER_HOME for tests that use real models (kept between runs: 750 MB of downloads)."""
-    old = os.environ.get("EMBER_HOME")
+    """EMBER_HOME for tests that use real models (kept between runs: 750 MB of downloads).
+    Its workers save no KV caches (EMBER_KV_CACHE_GB=0): a conversation one test saved would
+    be restored into another test's, or the next run's, and change its cached_tokens
+    (tests/integration/test_llamacpp_kv_store.py gives its backends folders of their own)."""
+    old = {name: os.environ.get(name) for name in ("EMBER_HOME", "EMBER_KV_CACHE_GB")}
     os.environ["EMBER_HOME"] = str(TEST_HOME)
+    os.environ["EMBER_KV_CACHE_GB"] = "0"
     yield TEST_HOME
-    if old is None:
-        os.environ.pop("EMBER_HOME", None)
-    else:
-        os.environ["EMBER_HOME"] = old
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

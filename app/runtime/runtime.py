@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from app.config import kv_cache_bytes
 from app.errors import ModelBusyError
 from app.fit import plan_for
 from app.fit.plan import with_gpu_layers
@@ -308,7 +309,10 @@ class Runtime:
     def _plan(self, model: InstalledModel, context: int | None,
               backend: str = "llamacpp", quant: str | None = None,
               kv_cache: str | None = None) -> LoadPlan:
-        return plan_for(model, backend, self.hardware, context, self.parallel, quant, kv_cache)
+        plan = plan_for(model, backend, self.hardware, context, self.parallel, quant, kv_cache)
+        limit = kv_cache_bytes()  # conversations kept across restarts, where the backend can
+        return replace(plan, kv_store=str(self.store.paths.kv_cache) if limit else None,
+                       kv_store_bytes=limit)
 
     def _in_use(self, pools: Pools) -> Use:
         return total([pools.use(w.plan, sum(w.drafts.values()))

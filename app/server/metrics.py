@@ -17,6 +17,7 @@ class Metrics:
         self.requests: Counter[tuple[str, str]] = Counter()  # (endpoint, outcome)
         self.prompt_tokens = 0
         self.cached_tokens = 0  # prompt tokens the prefix cache supplied
+        self.disk_tokens = 0  # of those, the ones restored from a cache saved on disk
         self.completion_tokens = 0
         self.ttft_buckets = [0] * len(TTFT_BUCKETS)
         self.ttft_sum = 0.0
@@ -27,6 +28,7 @@ class Metrics:
             self.requests[(endpoint, stats.finish_reason)] += 1
             self.prompt_tokens += stats.prompt_tokens
             self.cached_tokens += stats.cached_tokens
+            self.disk_tokens += stats.disk_tokens
             self.completion_tokens += stats.completion_tokens
             if stats.completion_tokens:
                 self.ttft_sum += stats.ttft_s
@@ -52,6 +54,10 @@ class Metrics:
                       "supplied (not evaluated again).",
                       "# TYPE ember_cached_prompt_tokens_total counter",
                       f"ember_cached_prompt_tokens_total {self.cached_tokens}",
+                      "# HELP ember_disk_prompt_tokens_total Of the cached prompt tokens, "
+                      "those restored from a KV cache saved on disk (before a restart).",
+                      "# TYPE ember_disk_prompt_tokens_total counter",
+                      f"ember_disk_prompt_tokens_total {self.disk_tokens}",
                       "# TYPE ember_completion_tokens_total counter",
                       f"ember_completion_tokens_total {self.completion_tokens}",
                       "# HELP ember_ttft_seconds Time to first token.",

@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import llama_cpp
 import numpy as np
@@ -39,6 +40,7 @@ from backends.errors import BackendError, InvalidRequestError, ModelFileError
 from backends.grammar import Constraint, GrammarVocab, request_constraint, vocab_from_llama
 from backends.llamacpp import ggml_backends
 from backends.llamacpp.engine import BatchEngine, Job, reusable
+from backends.llamacpp.kv_store import KvStore, StoreKey
 from backends.llamacpp.llama_log import llama_errors, load_failure
 from backends.llamacpp.speculative import DraftModel, logits_row
 from backends.llamacpp.vision import MediaPrompt, Projector, find_projector
@@ -83,6 +85,17 @@ def context_params(plan: LoadPlan) -> llama_cpp.llama_context_params:
         cparams.type_k = cparams.type_v = llama_cpp.GGML_TYPE_Q8_0
         cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
     return cparams
+
+
+def kv_store(model: ModelFiles, plan: LoadPlan) -> KvStore | None:
+    """The saved KV caches of `model` under `plan`'s settings, if the plan names a folder
+    and the model its file's hash (kv_store.py has what a key holds and why)."""
+    sha256 = getattr(model, "sha256", None)
+    if not plan.kv_store or not sha256:
+        return None
+    key = StoreKey(model_sha256=sha256, context=plan.context, kv_cache=plan.kv_cache,
+                   gpu_layers=plan.gpu_layers, llama_version=llama_cpp.__version__)
+    return KvStore(Path(plan.kv_store), key, plan.kv_store_bytes)
 
 
 def fewer_gpu_layers(n_gpu_layers: int, n_layer: int) -> list[int]:
@@ -225,6 +238,7 @@ class LlamaCppBackend:
         self.engine = BatchEngine(self._ctx, used.parallel, used.context, used.batch,
                                   self._piece, self._is_eog, self._token_bytes,
                                   projector=self.projector)
+        self.engine.kv_store = None if self._sliding_window else kv_store(model, used)
         return used if used != plan else None
 
     def _open(self, model: ModelFiles, plan: LoadPlan,
@@ -260,6 +274,11 @@ class LlamaCppBackend:
 
     def unload(self) -> None:
         if self.engine is not None:
+            try:
+                self.engine.save_states()  # conversations that survive a restart
+            except Exception:  # a cache not saved must not keep the model loaded
+                log.exception("saving the KV caches of %s failed",
+                              self._installed.ref if self._installed else "the model")
             self.engine.close()
             self.engine = None
         for draft in self._drafts.values():

@@ -12,6 +12,7 @@ measurements behind them: docs/notes/llamacpp-engine.md.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import time
 from collections import deque
@@ -26,6 +27,7 @@ import numpy as np
 from backends.base import ErrorEvent, Event, FinishReason, TokenLogprob
 from backends.grammar import Constraint
 from backends.job import BaseJob
+from backends.llamacpp.kv_store import MIN_TOKENS, KvStore
 from backends.llamacpp.speculative import DraftModel, common_prefix, logits_row
 from backends.llamacpp.vision import MediaSpan, Projector
 from backends.logprobs import token_logprob
@@ -37,6 +39,12 @@ from backends.speculation.policy import Speculation
 # takes, and a near-tie could go the other way (measured: docs/notes/llamacpp-engine.md).
 # EMBER_NEAR_TIE sets another margin, for measuring (0 turns the re-check off).
 NEAR_TIE = float(os.environ.get("EMBER_NEAR_TIE", "1.0"))
+
+log = logging.getLogger(__name__)
+
+# How long saving the caches at unload may take: the worker's parent kills a worker that has
+# not stopped 5 s after it was asked to (app/runtime/worker_handle.py).
+SAVE_BUDGET_S = 3.0
 
 
 # A conversation keeps its cache when a new request shares only its prefix (a system prompt)
@@ -236,6 +244,7 @@ class Job(BaseJob):
     max_new: int
     pos: int = 0  # prompt tokens already in the KV cache
     reused: int = 0
+    disk: int = 0  # of `reused`, the tokens whose cells were restored from disk (kv_store)
     next_token: int | None = None  # sampled, not yet in the KV cache
     n_out: int = 0
     spec: Speculation | None = None  # speculative decoding (backends.speculation)
@@ -281,6 +290,7 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0
     cache_key: str | None = None  # the cache_key of the request that last ran here
+    disk: int = 0  # the first tokens' cells, restored from disk, that no request used yet
     # (end index, positions short of tokens) of each media span in `tokens` whose KV
     # positions advance by fewer than its tokens (M-RoPE images): what follows sits that much
     # lower in the cache than its index
@@ -296,6 +306,7 @@ class Slot:
         caller)."""
         self.tokens = self.tokens[:keep]
         self.shifts = [(end, d) for end, d in self.shifts if end <= keep]
+        self.disk = min(self.disk, keep)
 
     @property
     def running(self) -> Job:
@@ -327,6 +338,9 @@ class BatchEngine:
         self._copying: set[int] = set()  # seq ids in a stream copy until the next decode
         self.times = StepTimes()  # decode time by batch rows, for speculation's choices
         self.projector = projector  # the model's images and audio (vision.py), if any
+        # saved caches on disk (kv_store.py), if the load plan names a folder for them;
+        # not for sliding-window caches, which cannot drop a restored cache's tail
+        self.kv_store: KvStore | None = None
 
     def close(self) -> None:
         self.batch.close()
@@ -369,6 +383,7 @@ class BatchEngine:
                 self._share_prefix(flight, slot, shared)
                 self._start(slot, job, shared)
                 continue
+            self._from_disk(job, free, wanted, covered)
             placement = place(free, job.prompt, can_share=not self._sliding, busy=busy,
                               wanted=wanted, covered=covered, cache_key=job.request.cache_key)
             slot, keep = placement.slot, placement.keep
@@ -405,6 +420,7 @@ class BatchEngine:
         slot.job = job
         slot.cache_key = job.request.cache_key
         job.pos = job.reused = keep
+        job.disk, slot.disk = min(slot.disk, keep), 0
         job.max_new = min(job.max_new, self.n_ctx_seq - len(job.prompt))
 
     def _share_prefix(self, donor: Slot, spare: Slot, keep: int) -> None:
@@ -419,6 +435,7 @@ class BatchEngine:
         self._copying |= {donor.seq_id, spare.seq_id}
         spare.tokens = donor.tokens[:keep]
         spare.shifts = [(end, d) for end, d in donor.shifts if end <= keep]
+        spare.disk = min(donor.disk, keep)
         spare.logits, spare.logits_at = ((donor.logits, donor.logits_at)
                                          if 0 < donor.logits_at <= keep else (None, 0))
 
@@ -446,7 +463,7 @@ class BatchEngine:
             if llama_cpp.llama_state_seq_set_data(ctx, data, size, slot.seq_id) != size:
                 for s in (a, b):
                     llama_cpp.llama_memory_seq_rm(self._memory, s.seq_id, -1, -1)
-                    s.tokens, s.logits, s.logits_at, s.shifts = [], None, 0, []
+                    s.tokens, s.logits, s.logits_at, s.shifts, s.disk = [], None, 0, [], 0
                 return True  # nothing is cached in either now: no copy to make
         a.tokens, b.tokens = b.tokens, a.tokens
         a.shifts, b.shifts = b.shifts, a.shifts
@@ -454,14 +471,92 @@ class BatchEngine:
         a.logits_at, b.logits_at = b.logits_at, a.logits_at
         a.last_used, b.last_used = b.last_used, a.last_used
         a.cache_key, b.cache_key = b.cache_key, a.cache_key
+        a.disk, b.disk = b.disk, a.disk
         return True
+
+    # -- saved caches (kv_store.py) ---------------------------------------------------------
+    def save_states(self, budget_s: float = SAVE_BUDGET_S) -> int:
+        """Write the slots' caches to the kv_store, most recently used first, while
+        `budget_s` lasts; return how many were written. Skipped: caches under MIN_TOKENS,
+        those with images (M-RoPE shifts, pseudo-tokens), those another slot holds more of
+        (an old copy), those in a stream copy llama.cpp has not made yet, and those saved
+        already (a restored conversation that did not move on)."""
+        store = self.kv_store
+        if store is None:
+            return 0
+        started, written = time.monotonic(), 0
+        for slot in sorted(self.slots, key=lambda s: -s.last_used):
+            tokens = slot.tokens
+            if len(tokens) < MIN_TOKENS or slot.shifts or min(tokens) < 0 or \
+                    slot.seq_id in self._copying or any(
+                        len(o.tokens) > len(tokens) and o.tokens[:len(tokens)] == tokens
+                        for o in self.slots):
+                continue
+            if store.holds(tokens) is not None:
+                continue
+            if time.monotonic() - started > budget_s:
+                log.warning("saving KV caches took over %.1f s: the rest are not saved",
+                            budget_s)
+                break
+            ctx = self.ctx.ctx
+            size = llama_cpp.llama_state_seq_get_size(ctx, slot.seq_id)
+            data = (ctypes.c_uint8 * size)()
+            if size == 0 or llama_cpp.llama_state_seq_get_data(ctx, data, size,
+                                                               slot.seq_id) != size:
+                continue
+            try:
+                store.save(tokens, data)
+            except OSError as e:
+                log.warning("could not save a KV cache to %s: %s", store.folder, e)
+                break
+            written += 1
+        return written
+
+    def _from_disk(self, job: Job, free: list[Slot], wanted: frozenset[int],
+                   covered: frozenset[int]) -> None:
+        """Restore the saved cache (kv_store.py) sharing the longest prefix with `job`'s
+        prompt, when it serves MIN_TOKENS more of it than any slot's cache does, into the
+        free slot a prompt that reuses nothing would overwrite: `place` then picks that slot,
+        which serves the most. The file's key, tokens and checksum are checked first, and the
+        cells llama.cpp holds afterwards; a file that fails any check is dropped, never
+        used, and the request goes on as it would have without it."""
+        store = self.kv_store
+        if store is None:
+            return
+        entry, shared = store.best(job.prompt)
+        here = max(reusable(s, job.prompt) for s in self.slots)
+        choices = [s for s in free if s.seq_id not in self._copying]
+        if entry is None or shared < here + MIN_TOKENS or not choices:
+            return
+        started = time.perf_counter()
+        payload = store.load(entry)
+        if payload is None:
+            return
+        slot = min(choices, key=lambda s: overwrite_order(s, wanted, covered,
+                                                          job.request.cache_key))
+        ctx, size = self.ctx.ctx, len(payload)
+        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+        slot.tokens, slot.shifts, slot.logits, slot.logits_at, slot.disk = [], [], None, 0, 0
+        read = llama_cpp.llama_state_seq_set_data(
+            ctx, (ctypes.c_uint8 * size).from_buffer(payload), size, slot.seq_id)
+        cells = llama_cpp.llama_memory_seq_pos_max(self._memory, slot.seq_id) + 1
+        if read != size or cells != len(entry.tokens):
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            store.drop(entry, f"llama.cpp took {read} of {size} bytes, {cells} cells for "
+                              f"{len(entry.tokens)} tokens")
+            return
+        slot.tokens, slot.disk = list(entry.tokens), len(entry.tokens)
+        slot.last_used, slot.cache_key = time.monotonic(), job.request.cache_key
+        log.info("restored %d cached tokens from %s into slot %d in %.3f s",
+                 len(entry.tokens), entry.path.name, slot.seq_id,
+                 time.perf_counter() - started)
 
     def fail_all(self, message: str) -> list[tuple[str, Event]]:
         """End every request with an error (after a failed decode) and clear the caches."""
         jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
         self.waiting.clear()
         for slot in self.slots:
-            slot.job, slot.tokens, slot.shifts = None, [], []
+            slot.job, slot.tokens, slot.shifts, slot.disk = None, [], [], 0
             slot.logits, slot.logits_at = None, 0
         llama_cpp.llama_memory_clear(self._memory, True)
         for job in jobs:
@@ -772,7 +867,7 @@ class BatchEngine:
         if job.release is not None:
             job.release()
         return job.finish(reason, prompt_tokens=len(job.prompt), completion_tokens=job.n_out,
-                          cached_tokens=job.reused, media_tokens=sum(
+                          cached_tokens=job.reused, disk_tokens=job.disk, media_tokens=sum(
                               s.n_tokens for s in job.spans),
                           draft_tokens=job.spec.proposed if job.spec else 0,
                           accepted_tokens=job.spec.accepted if job.spec else 0)

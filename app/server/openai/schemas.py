@@ -215,8 +215,11 @@ class CompletionTokensDetails(BaseModel):
 
 class PromptTokensDetails(BaseModel):
     """Prompt tokens served from the KV cache (a conversation's earlier turns, a shared
-    system prompt): OpenAI's automatic prompt caching, as llama-server also reports it."""
+    system prompt): OpenAI's automatic prompt caching, as llama-server also reports it.
+    `disk_tokens`, Ember's own, is the part of them restored from a cache saved on disk
+    before a restart (backends/llamacpp/kv_store.py); clients that do not know it ignore it."""
     cached_tokens: int = 0
+    disk_tokens: int = 0
 
 
 class Usage(BaseModel):

@@ -47,7 +47,8 @@ def usage(stats: Stats) -> Usage:
     if stats.draft_tokens:  # speculative decoding's proposals, as OpenAI counts predictions
         details.accepted_prediction_tokens = stats.accepted_tokens
         details.rejected_prediction_tokens = stats.draft_tokens - stats.accepted_tokens
-    cached = PromptTokensDetails(cached_tokens=min(stats.cached_tokens, stats.prompt_tokens))
+    cached = PromptTokensDetails(cached_tokens=min(stats.cached_tokens, stats.prompt_tokens),
+                                 disk_tokens=min(stats.disk_tokens, stats.cached_tokens))
     return Usage(prompt_tokens=stats.prompt_tokens, completion_tokens=stats.completion_tokens,
                  total_tokens=stats.prompt_tokens + stats.completion_tokens,
                  prompt_tokens_details=cached, completion_tokens_details=details,
