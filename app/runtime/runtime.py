@@ -310,9 +310,11 @@ class Runtime:
               backend: str = "llamacpp", quant: str | None = None,
               kv_cache: str | None = None) -> LoadPlan:
         plan = plan_for(model, backend, self.hardware, context, self.parallel, quant, kv_cache)
-        limit = kv_cache_bytes()  # conversations kept across restarts, where the backend can
-        return replace(plan, kv_store=str(self.store.paths.kv_cache) if limit else None,
-                       kv_store_bytes=limit)
+        # conversations kept across restarts: only the llama.cpp backend saves its caches
+        limit = kv_cache_bytes() if backend == "llamacpp" else 0
+        if not limit:
+            return plan
+        return replace(plan, kv_store=str(self.store.paths.kv_cache), kv_store_bytes=limit)
 
     def _in_use(self, pools: Pools) -> Use:
         return total([pools.use(w.plan, sum(w.drafts.values()))

@@ -111,21 +111,28 @@ def test_tokens_restored_from_disk_show_in_openai_usage_and_the_metrics():
     assert "ember_disk_prompt_tokens_total 1990" in metrics.render(0, 0, [])
 
 
-def test_the_runtime_names_the_data_folders_kv_cache_and_its_size_in_every_plan(
+def test_the_runtime_names_the_data_folders_kv_cache_and_its_size_in_llamacpp_plans(
         isolated_home, tmp_path: Path, monkeypatch):
+    """Only the llama.cpp backend saves its caches: its plans name the folder and the size;
+    another backend's plan is the fit model's own."""
     from app.hardware import HardwareProfile
     from app.runtime import Runtime
-    from app.store import InstalledModel, Store
+    from app.store import InstalledModel
+    from tests.support.vision_store import install_tiny_vision
     from tests.unit.test_mlx_store_fit import make_mlx_dir
 
-    model = InstalledModel("m", "4bit", "mlx", make_mlx_dir(tmp_path / "m"), 0, "", "qwen2",
-                           32768, True, "converted", 0.0)
+    monkeypatch.delenv("EMBER_KV_CACHE_GB", raising=False)
+    store, gguf_model, _ = install_tiny_vision(isolated_home.home)
+    mlx_model = InstalledModel("m", "4bit", "mlx", make_mlx_dir(tmp_path / "m"), 0, "",
+                               "qwen2", 32768, True, "converted", 0.0)
     cpu = HardwareProfile(os="Linux", machine="x86_64", cpu="x", physical_cores=2,
                           logical_cores=2, isa=("avx2",), ram_total=16 << 30,
                           ram_available=8 << 30, gpus=(), cpu_bandwidth_gbps=20)
-    runtime = Runtime(store=Store(isolated_home), hardware=cpu)
-    plan = runtime._plan(model, 2048, "mlx")
+    runtime = Runtime(store=store, hardware=cpu)
+    plan = runtime._plan(gguf_model, 2048, "llamacpp")
     assert plan.kv_store == str(isolated_home.home / "kv-cache")
     assert plan.kv_store_bytes == 4 << 30
+    assert runtime._plan(mlx_model, 2048, "mlx").kv_store is None
     monkeypatch.setenv("EMBER_KV_CACHE_GB", "0")  # saving off
-    assert runtime._plan(model, 2048, "mlx").kv_store is None
+    assert runtime._plan(gguf_model, 2048, "llamacpp").kv_store is None
+
