@@ -67,9 +67,7 @@ def gui_available() -> bool:
 
 
 @cli.command()
-@click.option("--tray", "in_tray", is_flag=True,
-              help="start in the tray, the window hidden (where the desktop has a tray)")
-def gui(in_tray: bool = False) -> None:
+def gui() -> None:
     """Open Ember's window."""
     try:
         import PySide6.QtWidgets  # noqa: F401  (Qt's own libraries load here)
@@ -85,7 +83,7 @@ def gui(in_tray: bool = False) -> None:
         except OSError:
             report = ""
         raise EmberError(needs_extra("the window", "gui", e.name) + report) from e
-    sys.exit(gui_main([sys.argv[0]], in_tray=in_tray))
+    sys.exit(gui_main([sys.argv[0]]))
 
 
 def main() -> None:
