@@ -25,9 +25,11 @@ GEMM tiling for larger batches).
   small launch (about 2 us, less inside a CUDA graph) at the cost of determinism.
 
 Launch configurations (block sizes, split, warps, stages) come from kernels.gemv_config: a
-fixed default on the CPU and under the interpreter, the tuning file's winner on a GPU, and a
-sweep of the small config space the first time a GPU meets a shape (`EMBER_GEMV_TUNE=0` turns
-that off; `python -m kernels.tune` runs it ahead for Llama-3-8B's shapes).
+fixed default on the CPU and under the interpreter; on a GPU the tuning file's winner, written
+by `python -m kernels.tune` (Llama-3-8B's shapes) or, with `EMBER_GEMV_TUNE=1`, by a sweep the
+first time the GPU meets a shape. The sweep is opt-in at run time because it compiles up to
+~60 configs per layout and row bucket: its cost has not been measured on a GPU yet, and a
+first start (or the GPU checks' 8 minutes) should not pay it unasked.
 """
 
 from __future__ import annotations
@@ -203,8 +205,8 @@ def tune_key(x: torch.Tensor, w: PackedWeight) -> TuneKey:
 
 def choose_config(x: torch.Tensor, w: PackedWeight) -> GemvConfig:
     """The default off a GPU or under the interpreter; on a GPU the tuning file's winner,
-    else a sweep whose winner goes to the file (not while a CUDA graph is being captured,
-    and not with EMBER_GEMV_TUNE=0: then the default)."""
+    else (EMBER_GEMV_TUNE=1, and not while a CUDA graph is being captured) a sweep whose
+    winner goes to the file, else the default."""
     n, k = w.shape
     default = default_config(layout_of(w), x.shape[0], n, k, w.group_size, num_sms(x.device))
     if not x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
@@ -213,7 +215,7 @@ def choose_config(x: torch.Tensor, w: PackedWeight) -> GemvConfig:
     found = _tuning_file().get(key)
     if found is not None:
         return found
-    if os.environ.get(TUNE_ENV) == "0" or torch.cuda.is_current_stream_capturing():
+    if os.environ.get(TUNE_ENV) != "1" or torch.cuda.is_current_stream_capturing():
         return default
     return tune(x, w, _tuning_file())[0]
 
