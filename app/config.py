@@ -67,6 +67,12 @@ class Paths:
         return self.home / "kv-cache"
 
     @property
+    def kernel_tuning(self) -> Path:
+        """The cuda engine's GEMV launch configs swept on each GPU (kernels.gemv_config, which
+        repeats this rule: kernels/ may not import app/)."""
+        return self.home / "cache" / "kernel-tuning.json"
+
+    @property
     def mcp_approvals(self) -> Path:
         """The MCP tools the user allowed always (app.mcp.approvals)."""
         return self.home / "mcp-approvals.json"

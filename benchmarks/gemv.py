@@ -1,101 +1,121 @@
-"""Weight-only GEMV at Llama-3-8B's shapes: achieved GB/s for bf16, int8 and int4 against the
-memory bandwidth limit (gpt-fast's habit: speed shown against the physical limit). Prints
-JSON.
+"""Weight-only GEMV at Llama-3-8B's shapes against the physical limit (gpt-fast's habit):
+per shape, bf16 `F.linear` (cuBLAS), and for int8 and int4 the 1-16 row GEMV
+(kernels.gemv_triton) and the old GEMM-shaped kernel (kernels.matmul_triton), each with its
+time, the bytes it must move (packed weight, scales, zeros, x and the output) and the
+percentage of the bandwidth a device-to-device copy reaches in the same run. Prints JSON.
 
-    .venv/bin/python benchmarks/gemv.py [--rows 1] [--peak-gbps 3350]
+    .venv/bin/python benchmarks/gemv.py [--rows 1,8,16]
+    .venv/bin/python benchmarks/gemv.py --cpu-rehearsal   # tiny shapes, interpreter, < 2 min
 
-On a CUDA device: bf16 is torch's F.linear (cuBLAS), int8/int4 the Triton kernels. Without
-one it runs the plain-torch reference at a quarter of each dimension (float32 standing in
-for bf16, which CPUs multiply slowly), which says how the reference path behaves here, not
-what the kernels do: the JSON says which ran. (Not named kernels.py: run as a script, a
-file of that name would shadow the `kernels` package.)
+The GEMV runs the config the engine would: the tuning file's winner (`python -m kernels.tune`
+writes it) or the default; it does not sweep here (EMBER_GEMV_TUNE unset), and the JSON says
+which config ran. The rehearsal checks the script end to end on a CPU in Triton's
+interpreter (float32 for bf16); its numbers say nothing about a GPU. (Not named kernels.py:
+run as a script, a file of that name would shadow the `kernels` package.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from app.hardware import detect
-from kernels.matmul import linear
-from kernels.quant import PackedWeight, quantize
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# (K inputs, N outputs): q/o projections, gate/up, down, and the output head
-LLAMA3_8B = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 128256)]
+from kernels.tune import LLAMA3_8B, REHEARSAL
+
+COPY_BYTES = 1 << 30  # 1 GiB each way: far past the L2, as weights are
 
 
-def timed(fn, device: torch.device, min_s: float) -> float:
-    """Median seconds per call (after a warm-up call)."""
-    fn()
-    if device.type == "cuda":
+def timer_for(cuda: bool) -> Callable[[Callable[[], object]], float]:
+    if cuda:
         from triton.testing import do_bench
 
-        return do_bench(fn, warmup=25, rep=max(100, int(min_s * 1000)),
-                        return_mode="median") / 1e3
-    times: list[float] = []
-    start = time.perf_counter()
-    while time.perf_counter() - start < min_s or len(times) < 3:
-        t = time.perf_counter()
+        # do_bench flushes the L2 before each call: decode reads its weights from HBM
+        return lambda fn: do_bench(fn, warmup=10, rep=50, return_mode="median") / 1e3
+
+    def wall(fn: Callable[[], object]) -> float:
         fn()
-        times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2]
+        times = []
+        for _ in range(2):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+    return wall
 
 
-def packed_bytes(w: PackedWeight | torch.Tensor) -> int:
-    if isinstance(w, torch.Tensor):
-        return w.numel() * w.element_size()
-    return w.nbytes()
+def copy_bandwidth_gbs(device: torch.device, timer, nbytes: int) -> float:
+    """A device-to-device copy of `nbytes`: read + write, as the vendors' bandwidth counts."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    seconds = timer(partial(dst.copy_, src))
+    del src, dst
+    return 2 * nbytes / seconds / 1e9
+
+
+def entry(seconds: float, nbytes: int, copy_gbs: float) -> dict:
+    gbps = nbytes / seconds / 1e9
+    return {"us": round(seconds * 1e6, 2), "bytes": nbytes, "gbps": round(gbps, 1),
+            "pct_of_copy": round(100 * gbps / copy_gbs, 1)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=1, help="rows of x (1: decode)")
-    ap.add_argument("--peak-gbps", type=float, default=None,
-                    help="the memory bandwidth limit (default: the hardware report's)")
-    ap.add_argument("--min-s", type=float, default=0.5, help="time per measurement")
+    ap.add_argument("--rows", default="1", help="rows of x, comma-separated (1-16)")
+    ap.add_argument("--cpu-rehearsal", action="store_true",
+                    help="tiny shapes in Triton's interpreter on the CPU")
     args = ap.parse_args()
-    cuda = torch.cuda.is_available()
+    cuda = torch.cuda.is_available() and not args.cpu_rehearsal
+    if not cuda:
+        if not args.cpu_rehearsal:
+            sys.exit("no CUDA device: run on a GPU, or pass --cpu-rehearsal")
+        os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are decorated
+    os.environ.pop("EMBER_GEMV_TUNE", None)
+    from kernels.gemv_triton import choose_config, gemv
+    from kernels.matmul_triton import matmul
+    from kernels.quant import quantize
+
     device = torch.device("cuda" if cuda else "cpu")
-    hw = detect()
-    if cuda:
-        gpu = next((g for g in hw.gpus if g.vendor == "nvidia"), None)
-        peak = args.peak_gbps or (gpu.bandwidth_gbps if gpu else 0.0) or 0.0
-        where, dtype, scale = torch.cuda.get_device_name(), torch.bfloat16, 1
-        path = "Triton kernels (int8, int4); torch F.linear (bf16)"
-    else:
-        torch.set_num_threads(max(1, hw.physical_cores))
-        peak = args.peak_gbps or hw.cpu_bandwidth_gbps
-        where = f"{hw.cpu} ({torch.get_num_threads()} threads)"
-        dtype, scale = torch.float32, 4
-        path = ("plain-torch reference on the CPU, every dimension / 4, float32 for bf16: "
-                "not the Triton kernels (no CUDA device)")
-    result: dict = {"device": where, "path": path, "rows": args.rows, "peak_gbps": peak,
-                    "peak_source": "--peak-gbps" if args.peak_gbps else hw.bandwidth_source,
-                    "shapes": []}
+    dtype = torch.bfloat16 if cuda else torch.float32
+    timer = timer_for(cuda)
+    copy_gbs = copy_bandwidth_gbs(device, timer, COPY_BYTES if cuda else 64 << 20)
+    result: dict = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)",
+        "rehearsal": not cuda, "dtype": str(dtype).removeprefix("torch."),
+        "copy_bandwidth_gbs": round(copy_gbs, 1), "shapes": []}
     gen = torch.Generator(device=device).manual_seed(0)
-    for k, n in LLAMA3_8B:
-        k, n = k // scale, n // scale
+    rows = [int(r) for r in args.rows.split(",")] if cuda else [1]
+    for name, k, n in (LLAMA3_8B if cuda else REHEARSAL):
         w = torch.randn(n, k, device=device, dtype=dtype, generator=gen) * 0.02
-        x = torch.randn(args.rows, k, device=device, dtype=dtype, generator=gen)
-        row: dict = {"k": k, "n": n}
-        for name in ("bf16", "int8", "int4"):
-            weight = w if name == "bf16" else quantize(w, name)
-            op = F.linear if name == "bf16" else linear
-            seconds = timed(partial(op, x, weight), device, args.min_s)
-            gbps = (packed_bytes(weight) + x.numel() * x.element_size()) / seconds / 1e9
-            row[name] = {"us": round(seconds * 1e6, 1), "gbps": round(gbps, 1),
-                         "pct_of_peak": round(100 * gbps / peak, 1) if peak else None}
-            del weight
-        result["shapes"].append(row)
-        del w
+        packed = {q: quantize(w, q) for q in ("int8", "int4")}
+        for m in rows:
+            x = torch.randn(m, k, device=device, dtype=dtype, generator=gen)
+            io = (x.numel() + m * n) * x.element_size()
+            row: dict = {"shape": name, "k": k, "n": n, "rows": m,
+                         "bf16": entry(timer(partial(F.linear, x, w)),
+                                       w.numel() * w.element_size() + io, copy_gbs)}
+            for q, pw in packed.items():
+                config = choose_config(x, pw)
+                nbytes = pw.nbytes() + io
+                row[q] = {"gemv": entry(timer(partial(gemv, x, pw, config)),
+                                        nbytes, copy_gbs),
+                          "gemv_config": vars(config),
+                          "old_gemm": entry(timer(partial(matmul, x, pw)),
+                                            nbytes, copy_gbs)}
+            result["shapes"].append(row)
+        del w, packed
         if cuda:
             torch.cuda.empty_cache()
-    print(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The one entry point for weight-only int8/int4 linear layers: `linear(x, w, bias)`.
 
-Triton (kernels.matmul_triton) on CUDA tensors; elsewhere the plain-torch reference below,
+Triton on CUDA tensors: kernels.gemv_triton for 1-16 rows (decode, verification),
+kernels.matmul_triton's GEMM tiling above; elsewhere the plain-torch reference below,
 which is also what the Triton kernel is tested against (kernels.dispatch says which).
 """
 
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.dispatch import choose_backend
+from kernels.gemv_config import MAX_ROWS as GEMV_MAX_ROWS
 from kernels.quant import Int8Weight, PackedWeight
 
 
@@ -27,9 +29,15 @@ def linear(x: torch.Tensor, w: PackedWeight, bias: torch.Tensor | None = None,
     if x.shape[-1] != w.shape[1]:
         raise ValueError(f"input has {x.shape[-1]} features, the weight expects {w.shape[1]}")
     if choose_backend(x, backend) == "triton":
-        from kernels.matmul_triton import matmul
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        if 1 <= rows.shape[0] <= GEMV_MAX_ROWS:
+            from kernels.gemv_triton import gemv
 
-        y = matmul(x.reshape(-1, x.shape[-1]).contiguous(), w).view(*x.shape[:-1], -1)
+            y = gemv(rows, w).view(*x.shape[:-1], -1)
+        else:
+            from kernels.matmul_triton import matmul
+
+            y = matmul(rows, w).view(*x.shape[:-1], -1)
     else:
         y = linear_reference(x, w)
     return y if bias is None else y + bias

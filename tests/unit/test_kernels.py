@@ -41,7 +41,8 @@ from kernels.quant import (
 )
 from tests.support.kernel_cases import close, paged_case, weights
 
-TRITON_MODULES = ("kernels.matmul_triton", "kernels.paged_attention_triton")
+TRITON_MODULES = ("kernels.matmul_triton", "kernels.gemv_triton",
+                  "kernels.paged_attention_triton")
 
 
 @pytest.fixture(scope="module", autouse=True)
