@@ -40,7 +40,7 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, qlens_ptr, ou
     GROUP: tl.constexpr = HEADS // KV_HEADS
     # int32 throughout: compiled Triton wants one type for `lo` on both sides of the `if`
     n_ctx = tl.load(lens_ptr + seq).to(tl.int32)
-    if ROWS == 1:
+    if ROWS == 1:  # noqa: SIM108 (a plain decode reads no query_lens)
         n_q = 1
     else:
         n_q = tl.load(qlens_ptr + seq).to(tl.int32)
@@ -120,8 +120,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         raise ValueError(f"block size {block_size} does not divide the partition {PARTITION}")
     q = q.contiguous()
     block_tables = block_tables.contiguous()
-    if query_lens is None:
-        query_lens = torch.full((seqs,), n_rows, dtype=torch.long, device=q.device)
+    if query_lens is None:  # one row: the kernel reads none (no fill launched per layer)
+        query_lens = context_lens if n_rows == 1 else \
+            torch.full((seqs,), n_rows, dtype=torch.long, device=q.device)
     n_parts = triton.cdiv(block_tables.shape[1] * block_size, PARTITION)
     out = torch.empty(seqs, n_rows, heads, n_parts, dim, device=q.device, dtype=torch.float32)
     lse = torch.empty(seqs, n_rows, heads, n_parts, device=q.device, dtype=torch.float32)
