@@ -23,6 +23,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
+from backends.base import SpeculativeParams
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import LINEAR, load_weights, pack_linears
 from backends.cuda.model_config import ModelConfig
@@ -276,6 +277,29 @@ def test_engine_decodes_the_same_tokens_through_triton_kernels_as_through_torch(
     reference = run()
     monkeypatch.setenv("EMBER_KERNELS", "triton")
     assert run() == reference
+
+
+def test_engine_verifies_draft_proposals_through_the_triton_multi_row_kernel(monkeypatch):
+    """Speculation on the engine with every kernel in Triton (interpreted): the verification
+    steps run the multi-row paged kernel, rows padded as a graph replays them, and the
+    greedy answer is the one plain decoding through the same kernels gives. The model is
+    its own draft, so every step verifies 4 proposals (and keeps them)."""
+    model = tiny_model("int8")
+    prompt = [5, 17, 99, 4, 250, 31, 8, 77, 120, 3]
+    monkeypatch.setenv("EMBER_KERNELS", "triton")
+
+    def run(spec: SpeculativeParams | None) -> tuple[list[int], Engine]:
+        engine = Engine(model, EngineConfig(context=64, max_seqs=2, max_tokens=64,
+                                            adaptive_speculation=False),
+                        torch.device("cpu"), torch.float32)
+        engine.use_draft(model, "self")
+        engine.runner.pad_rows = True
+        return engine.generate([prompt], 12, speculative=spec)[0], engine
+
+    plain, _ = run(None)
+    spec, engine = run(SpeculativeParams(method="draft", draft_model="self", max_draft=4))
+    assert spec == plain
+    assert engine.runner.paths["verify"] > 0 and engine.runner.paths["prefill"] == 1
 
 
 def tiny_llama_gguf(path: Path) -> tuple[Path, dict[str, np.ndarray]]:
