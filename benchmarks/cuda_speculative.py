@@ -18,7 +18,10 @@ prompts few and the answers short.
 shapes with random weights and the same vocabulary, and measures what speculation costs
 rather than what it gains (random models agree on nothing): the target's verification step
 of 1 + k rows for k = 1..8 proposed tokens, as a multiple of its plain decode step (with and
-without CUDA graphs), and the draft's proposing step. Medians over `--steps` steps.
+without CUDA graphs: `verify_k8_over_decode_step` with --max-draft 8), the draft's
+proposing step, and prompt lookup on edit prompts against plain greedy
+(`lookup_speedup_edit_prompts`, with whether the answers are identical). Medians over
+`--steps` steps. `--rehearse` runs all of it on a tiny shape (a CPU rehearsal, seconds).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from backends.base import (
     SpeculativeParams,
 )
 from backends.cuda import CudaBackend
+from backends.cuda.model_config import ModelConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.engine, run as a script
 
@@ -84,7 +88,65 @@ def step_times(engine, seq, steps: int) -> list[float]:
     return out
 
 
-def random_verification(shape: str, draft_shape: str, steps: int, max_k: int) -> dict:
+# A small llama shape for `--rehearse` on a CPU: the GPU run's code path end to end, in
+# seconds (the figures mean nothing there).
+REHEARSAL = ModelConfig("llama", 512, 128, 2, 4, 2, 32, 256, 1e-5, 500000.0, 2048)
+
+
+def edit_prompt(vocab: int, seed: int) -> list[int]:
+    """An edit prompt in token ids, for a model without a tokenizer: an instruction, then a
+    block of "code" the answer would repeat with a change (what prompt lookup matches)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    instruction = torch.randint(100, vocab - 100, (24,), generator=g).tolist()
+    code = torch.randint(100, vocab - 100, (160,), generator=g).tolist()
+    return instruction + code + instruction[:4]
+
+
+def lookup_on_edit_prompts(engine, vocab: int, tokens: int, prompts: int = 3) -> dict:
+    """Greedy decode tokens/s with prompt lookup (the cost model choosing) over plain, on
+    edit prompts, and whether every answer is the plain one."""
+    import torch
+
+    from backends.cuda.engine import GREEDY
+
+    spec = SpeculativeParams(method="lookup", max_draft=8)
+    sync = torch.cuda.synchronize if engine.runner.device.type == "cuda" else (lambda: None)
+    seconds = {"plain": 0.0, "lookup": 0.0}
+    identical, drafted, accepted = True, 0, 0
+    for i in range(prompts):
+        prompt = edit_prompt(vocab, seed=i)
+        outs = {}
+        for mode, params in (("plain", None), ("lookup", spec)):
+            engine.generate([prompt], 2, GREEDY, params)  # the prompt into the prefix cache
+            sync()
+            start = time.perf_counter()
+            seq = engine.generate_seqs([prompt], tokens, GREEDY, params)[0]
+            sync()
+            seconds[mode] += time.perf_counter() - start
+            outs[mode] = seq.output
+            if params is not None:
+                drafted, accepted = drafted + seq.num_drafted, accepted + seq.num_accepted
+        identical &= outs["plain"] == outs["lookup"]
+    return {"lookup_speedup_edit_prompts": round(seconds["plain"] / seconds["lookup"], 3),
+            "lookup_identical_edit_prompts": identical,
+            "lookup_acceptance_edit_prompts": round(accepted / drafted, 3) if drafted else None}
+
+
+def predicted_speedups(decode_ms: float, verify_ms: dict[int, float]) -> dict[str, float]:
+    """What speculation would give at these acceptances with the measured verification
+    costs (the best k): the cost side of the goal, separate from how well a random model's
+    answers copy its prompt (they do not)."""
+    from backends.speculation.cost import expected_tokens
+
+    return {f"{a:.1f}": round(max(expected_tokens(a, k) * decode_ms / t
+                                  for k, t in verify_ms.items()), 2)
+            for a in (0.5, 0.7, 0.9)}
+
+
+def random_verification(shape: str, draft_shape: str, steps: int, max_k: int,
+                        edit_tokens: int) -> dict:
     import torch
 
     from backends.cuda.backend import pick_device
@@ -93,7 +155,8 @@ def random_verification(shape: str, draft_shape: str, steps: int, max_k: int) ->
     from benchmarks.engine import SHAPES, random_model
 
     device, dtype = pick_device()
-    target_cfg, draft_cfg = SHAPES[shape], SHAPES[draft_shape]
+    shapes = SHAPES | {"rehearsal": REHEARSAL}
+    target_cfg, draft_cfg = shapes[shape], shapes[draft_shape]
     if target_cfg.vocab_size != draft_cfg.vocab_size:
         raise SystemExit(f"{shape} and {draft_shape} have different vocabularies")
     target = random_model(target_cfg, device, dtype)
@@ -102,9 +165,9 @@ def random_verification(shape: str, draft_shape: str, steps: int, max_k: int) ->
                            generator=torch.Generator().manual_seed(0)).tolist()
     budget = steps + 8
 
-    def engine(graphs: bool) -> Engine:
+    def engine(graphs: bool, adaptive: bool = False) -> Engine:
         e = Engine(target, EngineConfig(context=1024, max_seqs=1, max_tokens=512,
-                                        adaptive_speculation=False, cuda_graphs=graphs),
+                                        adaptive_speculation=adaptive, cuda_graphs=graphs),
                    device, dtype)
         e.use_draft(draft, Path(f"random-{draft_shape}"))
         return e
@@ -112,24 +175,41 @@ def random_verification(shape: str, draft_shape: str, steps: int, max_k: int) ->
     ms = lambda xs: round(1e3 * statistics.median(xs), 3)  # noqa: E731
     plain = ms(step_times(engine(True), Sequence(list(prompt), GREEDY, budget), steps))
     eager = ms(step_times(engine(False), Sequence(list(prompt), GREEDY, budget), steps))
-    spec_engine = engine(True)
-    rows: dict = {}
-    for k in range(1, max_k + 1):
-        spec = SpeculativeParams(method="draft", draft_model=draft_shape, max_draft=k,
-                                 adaptive=False)
-        t = ms(step_times(spec_engine, Sequence(list(prompt), GREEDY, budget * (k + 1),
-                                                speculative=spec), steps))
-        rows[str(k)] = {"verify_ms": t, "x_decode_step": round(t / plain, 2),
-                        "x_eager_decode_step": round(t / eager, 2)}
-    draft_s = spec_engine.speculator.draft.step_s
-    return {"target": f"random {shape}", "draft": f"random {draft_shape}",
-            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-            "dtype": str(dtype).removeprefix("torch."), "prompt_tokens": len(prompt),
-            "decode_step_ms": plain, "decode_step_ms_no_graphs": eager,
-            "draft_step_ms": round(1e3 * draft_s, 3) if draft_s else None,
-            "verification_by_k": rows,
-            "note": "random weights: the proposals are rejected, so every step verifies k "
-                    "tokens and keeps one; this measures the cost side only"}
+    spec_engines = {True: engine(True), False: engine(False)}
+    verify: dict[bool, dict[int, float]] = {True: {}, False: {}}
+    for graphs, spec_engine in spec_engines.items():
+        for k in range(1, max_k + 1):
+            spec = SpeculativeParams(method="draft", draft_model=draft_shape, max_draft=k,
+                                     adaptive=False)
+            verify[graphs][k] = ms(step_times(spec_engine, Sequence(
+                list(prompt), GREEDY, budget * (k + 1), speculative=spec), steps))
+    rows = {str(k): {"verify_ms": verify[True][k], "verify_ms_no_graphs": verify[False][k],
+                     "x_decode_step": round(verify[True][k] / plain, 2),
+                     "x_decode_step_no_graphs": round(verify[False][k] / eager, 2)}
+            for k in range(1, max_k + 1)}
+    paths = spec_engines[True].runner.paths
+    draft_s = spec_engines[True].speculator.draft.step_s
+    result = {"target": f"random {shape}", "draft": f"random {draft_shape}",
+              "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+              "dtype": str(dtype).removeprefix("torch."), "prompt_tokens": len(prompt),
+              "decode_step_ms": plain, "decode_step_ms_no_graphs": eager,
+              "draft_step_ms": round(1e3 * draft_s, 3) if draft_s else None,
+              "verification_by_k": rows,
+              f"verify_k{max_k}_over_decode_step": rows[str(max_k)]["x_decode_step"],
+              f"verify_k{max_k}_over_decode_step_no_graphs":
+                  rows[str(max_k)]["x_decode_step_no_graphs"],
+              "verify_steps_by_path": dict(paths),
+              "verify_graph_bytes": spec_engines[True].runner.verify_graph_bytes,
+              "predicted_speedup_by_acceptance": predicted_speedups(plain, verify[True]),
+              "note": "random weights: the proposals are rejected, so every step verifies k "
+                      "tokens and keeps one; this measures the cost side only"}
+    result |= lookup_on_edit_prompts(engine(True, adaptive=True), target_cfg.vocab_size,
+                                     edit_tokens)
+    result["lookup_note"] = ("lookup's acceptance on a random model is whatever its greedy "
+                             "answer repeats (it may loop, or copy nothing), not a real "
+                             "model's; predicted_speedup_by_acceptance is what the measured "
+                             "verification costs give at a real model's acceptance")
+    return result
 
 
 def main() -> None:
@@ -145,10 +225,17 @@ def main() -> None:
                     "(benchmarks/engine.py's SHAPES): the verification cost by k")
     ap.add_argument("--draft-shape", default="llama3.2-1b")
     ap.add_argument("--steps", type=int, default=20, help="with --random: steps per k")
+    ap.add_argument("--edit-tokens", type=int, default=64,
+                    help="with --random: greedy tokens per edit prompt, lookup against plain")
+    ap.add_argument("--rehearse", action="store_true", help="the --random run on a tiny "
+                    "shape, 3 steps per k: the GPU run's code path on a CPU, in seconds")
     args = ap.parse_args()
+    if args.rehearse:
+        args.random, args.draft_shape = "rehearsal", "rehearsal"
+        args.steps, args.edit_tokens = 3, 24
     if args.random:
         print(json.dumps(random_verification(args.random, args.draft_shape, args.steps,
-                                             args.max_draft), indent=2))
+                                             args.max_draft, args.edit_tokens), indent=2))
         return
     store = Store()
     target, draft = store.get(args.model), store.get(args.draft)

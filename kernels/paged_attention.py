@@ -6,8 +6,9 @@ offset; `block_tables` (seqs, max_blocks) padded with 0 past a sequence's blocks
 `context_lens` (seqs,) tokens in the cache, the newest being the query's own.
 
 `gather_blocks` and `attention_mask` are the engine's plain-torch attention (its prefill
-uses them too); `paged_decode_reference` is its decode, and what the Triton kernel
-(kernels.paged_attention_triton) is tested against.
+uses them too); `paged_decode_reference` is its decode, `paged_verify_reference` its
+multi-row decode (a speculative verification: several query rows per sequence, causal among
+themselves), and what the Triton kernel (kernels.paged_attention_triton) is tested against.
 """
 
 from __future__ import annotations
@@ -51,6 +52,43 @@ def paged_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     out = F.scaled_dot_product_attention(q[:, :, None, :], k.to(q.dtype), v.to(q.dtype),
                                          attn_mask=mask, scale=scale, enable_gqa=True)
     return out[:, :, 0, :]
+
+
+def paged_verify_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor,
+                           query_lens: torch.Tensor, scale: float, window: int = 0,
+                           block_size: int = BLOCK_SIZE) -> torch.Tensor:
+    """q (seqs, rows, heads, dim) -> (seqs, rows, heads, dim). Sequence i brings
+    query_lens[i] <= rows real rows, the newest tokens of its cache: row r sits at position
+    context_lens[i] - query_lens[i] + r and sees the keys up to it (its own proposals before
+    it, none after). Rows past query_lens[i] are padding (a captured graph's) and come out 0."""
+    seqs, rows = q.shape[:2]
+    k = gather_blocks(k_cache, block_tables, block_size)
+    v = gather_blocks(v_cache, block_tables, block_size)
+    r = torch.arange(rows, device=q.device)
+    real = r[None, :] < query_lens[:, None]  # (seqs, rows)
+    # a padded row takes the last real row's position, so its mask is never empty (no NaN)
+    q_pos = (context_lens - query_lens)[:, None] + torch.minimum(r[None, :],
+                                                                (query_lens - 1)[:, None])
+    mask = attention_mask(q_pos, k.shape[2], window)[:, None]  # (seqs, 1, rows, keys)
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.to(q.dtype), v.to(q.dtype),
+                                         attn_mask=mask, scale=scale, enable_gqa=True)
+    return out.transpose(1, 2) * real[:, :, None, None]
+
+
+def paged_verify(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 block_tables: torch.Tensor, context_lens: torch.Tensor,
+                 query_lens: torch.Tensor, scale: float, window: int = 0,
+                 block_size: int = BLOCK_SIZE, backend: str | None = None) -> torch.Tensor:
+    """Multi-row decode attention (see `paged_verify_reference`): one launch for every
+    sequence and row, Triton on CUDA, the reference elsewhere (kernels.dispatch)."""
+    if choose_backend(q, backend) == "triton":
+        from kernels.paged_attention_triton import paged_verify as triton_verify
+
+        return triton_verify(q, k_cache, v_cache, block_tables, context_lens, query_lens,
+                             scale, window, block_size)
+    return paged_verify_reference(q, k_cache, v_cache, block_tables, context_lens,
+                                  query_lens, scale, window, block_size)
 
 
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

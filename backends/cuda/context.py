@@ -26,6 +26,11 @@ class Context:
     # tables, padded with the pool's scratch block. None: they use the tables above.
     local_slot_mapping: torch.Tensor | None = None
     local_block_tables: torch.Tensor | None = None
+    # A multi-row decode step (speculative verification): every sequence brings `rows` flat
+    # rows in order, of which `query_rows[i]` (seqs,) are real (its last token and its
+    # proposals), the rest padding that writes the scratch slot. rows = 1: a plain decode.
+    rows: int = 1
+    query_rows: torch.Tensor | None = None
 
     @property
     def is_decode(self) -> bool:

@@ -17,7 +17,12 @@ import torch
 from backends.base import SamplingParams, SpeculativeParams
 from backends.cuda.block_manager import BlockManager
 from backends.cuda.draft import DraftModel, model_bytes
-from backends.cuda.kv_layout import blocks_per_context, blocks_per_seq, global_blocks
+from backends.cuda.kv_layout import (
+    VERIFY_ROWS,
+    blocks_per_context,
+    blocks_per_seq,
+    global_blocks,
+)
 from backends.cuda.model_config import ModelConfig
 from backends.cuda.model_runner import ModelRunner
 from backends.cuda.models.layers import CausalLM
@@ -44,6 +49,12 @@ class EngineConfig:
     # on a GPU, decode steps of up to 64 sequences replay captured CUDA graphs; False runs
     # them eagerly (to measure what the graphs save, and to check they change nothing)
     cuda_graphs: bool = True
+    # the speculation cost model's step times by rows (1 = a decode, 1 + k = a verification
+    # of k proposals): measured at start (None: on a GPU, where verification runs through its
+    # own graphs and costs what those replays cost), or configured as (rows, seconds) pairs;
+    # otherwise the cost model starts from its prior and measures as steps run
+    calibrate_speculation: bool | None = None
+    step_times: tuple[tuple[int, float], ...] = ()
 
 
 def window_pool_size(model: ModelConfig, config: EngineConfig, per_seq: int) -> tuple[int, int]:
@@ -83,6 +94,12 @@ class Engine:
         self.sampler = Sampler()
         self.speculator = Speculator(self.blocks, config.context, self.sampler,
                                      model_bytes(model), config.adaptive_speculation)
+        calibrate = config.calibrate_speculation
+        if config.step_times:
+            self.speculator.times.seed(dict(config.step_times))
+        elif calibrate or (calibrate is None and device.type == "cuda"):
+            self.speculator.times.seed(
+                self.runner.time_steps(list(range(1, VERIFY_ROWS[-1] + 1))))
 
     def use_draft(self, model: CausalLM | None, path: Path | str = "draft") -> None:
         """Propose with `model` (same tokenizer; None: no draft model). Its KV blocks match

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 BLOCK_SIZE = 16  # tokens per KV block (vLLM's default; small blocks waste little per sequence)
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # decode batches captured as CUDA graphs
+# Verification steps (a sequence's last token and 1..8 proposals) run as multi-row decodes of
+# up to VERIFY_ROWS[-1] rows per sequence; on a GPU they replay graphs captured per (batch,
+# rows) of these sizes, a step padded up to the next: 4 x 4 = 16 graphs beside the 7 above.
+VERIFY_ROWS = (2, 3, 5, 9)
+VERIFY_BATCH_SIZES = (1, 2, 4, 8)
 
 
 def blocks_per_context(context: int) -> int:

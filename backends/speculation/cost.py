@@ -46,6 +46,14 @@ class StepTimes:
     def measured(self) -> bool:
         return bool(self.rows)
 
+    def seed(self, seconds_by_rows: dict[int, float]) -> None:
+        """Start from these step times (measured at start, or configured) instead of the
+        prior; steps as they run then move them like any measurement."""
+        for n_rows, seconds in seconds_by_rows.items():
+            if n_rows < 1 or seconds <= 0:
+                raise ValueError(f"a step of {n_rows} rows cannot take {seconds} s")
+            self.rows[n_rows] = seconds
+
     def record(self, n_rows: int, seconds: float) -> None:
         old = self.rows.get(n_rows)
         self.rows[n_rows] = seconds if old is None else \

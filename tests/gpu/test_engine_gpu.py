@@ -121,8 +121,8 @@ def test_packed_weights_on_the_gpu_decode_the_cpu_references_tokens(small, quant
 
 def test_speculative_greedy_on_the_gpu_is_the_plain_greedy_answer():
     """The unit tier's tiny pair (tests/unit/test_cuda_speculative.py): a draft that mostly
-    agrees, and prompt lookup on a prompt whose answer repeats itself; verification rows run
-    the prefill attention, plain decodes the Triton kernel in a CUDA graph."""
+    agrees, and prompt lookup on a prompt whose answer repeats itself; verifications replay
+    the multi-row decode graphs, plain decodes the decode graphs."""
     target, draft = tiny_model(1), tiny_model(2, like=tiny_model(1), noise=0.08)
     plain = engine(target, CUDA, torch.float32, context=256).generate(SPEC_PROMPTS, 30)
     assert plain == engine(target, CPU, torch.float32, context=256).generate(SPEC_PROMPTS, 30)
@@ -140,6 +140,29 @@ def test_speculative_greedy_on_the_gpu_is_the_plain_greedy_answer():
     assert [s.output[:30] for s in seqs] == plain
     for seq in (seqs[0], seqs[1], seqs[3]):
         assert 0 < seq.num_accepted < seq.num_drafted  # some held, some were rolled back
+    assert spec_engine.runner.paths["verify_graph"] > 0, spec_engine.runner.paths
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_verification_graph_replays_equal_eager_verification(dtype):
+    """The same speculating batch with the verification graphs and without (eager
+    multi-row decodes): identical tokens, and each ran the path it claims."""
+    target, draft = tiny_model(1), tiny_model(2, like=tiny_model(1), noise=0.08)
+    outputs, runners = [], []
+    for graphs in (True, False):
+        e = engine(target, CUDA, dtype, context=256, cuda_graphs=graphs)
+        e.use_draft(model_on(draft, CUDA, dtype), "tiny-draft")
+        seqs = e.generate_seqs(SPEC_PROMPTS[:2], 30, speculative=DRAFT)
+        outputs.append([s.output for s in seqs])
+        runners.append(e.runner)
+    assert outputs[0] == outputs[1]
+    assert runners[0].paths["verify_graph"] > 0 and runners[0].verify_graph_bytes >= 0
+    assert runners[1].paths["verify"] > 0 and not runners[1].paths["verify_graph"]
+
+
+def test_calibration_on_the_gpu_measures_every_verification_size(small):
+    e = engine(small, CUDA, torch.bfloat16)
+    assert sorted(e.speculator.times.rows) == list(range(1, 10))
 
 
 def test_sliding_window_model_on_the_gpu_decodes_the_cpus_tokens():

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from kernels.matmul import linear, linear_reference
-from kernels.paged_attention import paged_decode_reference
+from kernels.paged_attention import paged_decode_reference, paged_verify_reference
 from kernels.quant import quantize
-from tests.support.kernel_cases import close, paged_case, weights
+from tests.support.kernel_cases import close, paged_case, verify_case, weights
 
 if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
     raise RuntimeError("tests/gpu needs a CUDA device and compiled Triton kernels "
@@ -27,7 +27,7 @@ if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
 from kernels.gemv_config import GemvConfig, TuningFile, config_space
 from kernels.gemv_triton import gemv, num_sms, tune, tune_key
 from kernels.matmul_triton import matmul
-from kernels.paged_attention_triton import paged_decode
+from kernels.paged_attention_triton import paged_decode, paged_verify
 
 CUDA = torch.device("cuda")
 KINDS = ["int8", "int8/32", "int4", "int4/32"]
@@ -185,3 +185,24 @@ def test_compiled_paged_decode_head_sizes(dim, dtype):
     args = paged_case([20, 47, 513], 8, 1, dim)
     out = paged_decode(*on_gpu(args, dtype), scale=dim ** -0.5)
     close(out, paged_decode_reference(*on_gpu(args), scale=dim ** -0.5), RTOL[dtype])
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(8, 8, 64), (32, 8, 128)])  # GQA 1; Llama-3-8B
+@pytest.mark.parametrize("rows", [1, 2, 5, 9])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_paged_verify_equals_reference(heads, kv_heads, dim, rows, dtype):
+    """Verification rows (causal within the proposals, padded rows 0), sequences of
+    different lengths and row counts in one launch, long enough to merge partitions."""
+    lens, n_rows = [3000, 17, 260, 48], [rows, 1, max(1, rows - 1), min(rows, 3)]
+    args = verify_case(lens, n_rows, rows, heads, kv_heads, dim, seed=rows + heads)
+    ref = paged_verify_reference(*on_gpu(args), scale=dim ** -0.5)
+    out = paged_verify(*on_gpu(args, dtype), scale=dim ** -0.5)
+    assert out.dtype == dtype
+    close(out, ref, RTOL[dtype])
+
+
+@pytest.mark.parametrize("window", [1, 40, 1024])
+def test_compiled_paged_verify_with_a_sliding_window(window):
+    args = on_gpu(verify_case([39, 300, 2000], [5, 9, 2], 9, 8, 2, 64, seed=window))
+    close(paged_verify(*args, scale=0.125, window=window),
+          paged_verify_reference(*args, scale=0.125, window=window), RTOL[torch.float32])

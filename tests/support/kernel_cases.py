@@ -40,3 +40,14 @@ def paged_case(lens: list[int], heads: int, kv_heads: int, dim: int, seed: int =
         used += blocks
     q = torch.randn(len(lens), heads, dim, generator=g).to(dtype)
     return q, k_cache, v_cache, tables, torch.tensor(lens)
+
+
+def verify_case(lens: list[int], n_rows: list[int], rows: int, heads: int, kv_heads: int,
+                dim: int, seed: int = 0, dtype: torch.dtype = torch.float32):
+    """As `paged_case`, with `rows` query rows per sequence of which `n_rows[i]` are real:
+    q (seqs, rows, heads, dim), k_cache, v_cache, block_tables, context_lens, query_lens."""
+    _, k_cache, v_cache, tables, context_lens = paged_case(lens, heads, kv_heads, dim, seed,
+                                                           dtype)
+    g = torch.Generator().manual_seed(seed + 1)
+    q = torch.randn(len(lens), rows, heads, dim, generator=g).to(dtype)
+    return q, k_cache, v_cache, tables, context_lens, torch.tensor(n_rows)

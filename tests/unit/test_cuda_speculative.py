@@ -341,3 +341,60 @@ def test_logprob_rows_are_the_targets_raw_rows_with_speculation_and_a_penalty(ti
         assert got.shape == scored.shape
         torch.testing.assert_close(got, scored, rtol=0, atol=1e-5)
     assert rows[id(seqs[2])] == []
+
+
+# -- verification as a multi-row decode (the path CUDA graphs capture on a GPU) -------------
+@pytest.mark.parametrize("spec", [LOOKUP, DRAFT,
+                                  SpeculativeParams(method="draft", draft_model="tiny-draft",
+                                                    max_draft=8)],
+                         ids=["lookup", "draft-4", "draft-8"])
+@pytest.mark.parametrize("padded", [False, True], ids=["exact-rows", "graph-rows"])
+def test_verification_runs_as_a_multi_row_decode_and_keeps_greedy_output(tiny, spec, padded):
+    """Every verification step goes through the paged multi-row decode (one attention call
+    for all rows), not the prefill path: the only prefill steps are the prompts'. With the
+    graphs' layout (rows padded up to VERIFY_ROWS, as a replay runs them) the same."""
+    target, draft = tiny
+    prompts = [PROMPTS[0], PROMPTS[1]]
+    plain = [tiny_engine(target, None).generate([p], 30)[0] for p in prompts]
+    for prompt, want in zip(prompts, plain, strict=True):
+        engine = tiny_engine(target, draft)
+        engine.runner.pad_rows = padded
+        seq = engine.generate_seqs([prompt], 30, speculative=spec)[0]
+        assert seq.output == want
+        assert seq.num_drafted > 0
+        paths = engine.runner.paths
+        assert paths["verify"] > 0 and paths["prefill"] == 1, paths
+
+
+def test_a_batch_of_decodes_and_verifications_pads_the_decodes_and_keeps_output(tiny):
+    target, draft = tiny
+    plain = tiny_engine(target, None).generate(PROMPTS, 30)
+    engine = tiny_engine(target, draft)
+    engine.runner.pad_rows = True
+    seqs = [Sequence(list(p), GREEDY, 30, speculative=s)
+            for p, s in zip(PROMPTS, [DRAFT, None, LOOKUP, None], strict=True)]
+    run_checked(engine, seqs)
+    assert [s.output for s in seqs] == plain
+    assert engine.runner.paths["verify"] > 0
+
+
+def test_more_proposals_than_the_multi_row_decode_takes_verify_as_a_prefill(tiny):
+    target, draft = tiny
+    spec = SpeculativeParams(method="draft", draft_model="tiny-draft", max_draft=10)
+    engine = tiny_engine(target, draft)
+    seq = engine.generate_seqs([PROMPTS[1]], 30, speculative=spec)[0]
+    assert seq.output == tiny_engine(target, None).generate([PROMPTS[1]], 30)[0]
+    assert engine.runner.paths["prefill"] > 1  # 11-row verifications
+
+
+def test_calibration_at_start_gives_the_cost_model_every_verification_size(tiny):
+    engine = tiny_engine(tiny[0], None, calibrate_speculation=True)
+    rows = engine.speculator.times.rows
+    assert sorted(rows) == list(range(1, 10)) and all(t > 0 for t in rows.values())
+    assert not engine.runner.paths  # calibration steps are not counted as the engine's
+    assert engine.blocks.num_free == len(engine.blocks.blocks)  # it used the scratch block
+    configured = tiny_engine(tiny[0], None, step_times=((1, 0.01), (9, 0.012)))
+    assert configured.speculator.times.rows == {1: 0.01, 9: 0.012}
+    assert configured.speculator.times.cost(5) == pytest.approx(0.011)
+    with pytest.raises(ValueError, match="0 rows"):
+        tiny_engine(tiny[0], None, step_times=((0, 0.01),))

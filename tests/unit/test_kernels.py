@@ -23,13 +23,19 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
+from backends.base import SpeculativeParams
 from backends.cuda.engine import Engine, EngineConfig
 from backends.cuda.loader import LINEAR, load_weights, pack_linears
 from backends.cuda.model_config import ModelConfig
 from backends.cuda.models import build_model
 from kernels.dispatch import choose_backend
 from kernels.matmul import linear, linear_reference
-from kernels.paged_attention import paged_decode, paged_decode_reference
+from kernels.paged_attention import (
+    paged_decode,
+    paged_decode_reference,
+    paged_verify,
+    paged_verify_reference,
+)
 from kernels.quant import (
     Int4Weight,
     Int8Weight,
@@ -39,7 +45,7 @@ from kernels.quant import (
     quantize_int8,
     unpack_int4,
 )
-from tests.support.kernel_cases import close, paged_case, weights
+from tests.support.kernel_cases import close, paged_case, verify_case, weights
 
 TRITON_MODULES = ("kernels.matmul_triton", "kernels.gemv_triton",
                   "kernels.paged_attention_triton")
@@ -199,6 +205,48 @@ def test_triton_paged_decode_head_sizes_and_float16(dim, dtype):
     close(out, ref, 1e-5 if dtype == torch.float32 else 3e-3)
 
 
+# -- the multi-row (verification) decode against the torch reference -----------------------
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (8, 2)])  # GQA ratios 1 and 4
+@pytest.mark.parametrize("rows", [1, 2, 5, 9])
+def test_triton_paged_verify_equals_reference(heads, kv_heads, rows):
+    # sequences of different lengths in one launch, ending mid-block and on a boundary;
+    # each brings 1..rows real rows (a decode beside verifications of several lengths)
+    lens, n_rows = [23, 48, 9, 300], [rows, 1, min(rows, 3), max(1, rows - 1)]
+    args = verify_case(lens, n_rows, rows, heads, kv_heads, 32, seed=rows)
+    out = paged_verify(*args, scale=32 ** -0.5, backend="triton")
+    ref = paged_verify_reference(*args, scale=32 ** -0.5)
+    close(out, ref, 1e-5)
+    for i, n in enumerate(n_rows):  # padded rows are zeros, real ones are not
+        assert (out[i, n:] == 0).all() and (out[i, :n].abs().amax(-1) > 0).all()
+
+
+def test_verify_rows_are_causal_and_each_equals_a_decode_at_its_position():
+    """Row r of a 5-row verification is exactly the one-row decode of a cache that ends at
+    its token: it sees its own proposals before it and none after."""
+    lens, rows = [37, 21], 5
+    q, k, v, tables, ctx, qlens = verify_case(lens, [5, 5], rows, 8, 2, 32, seed=3)
+    out = paged_verify(q, k, v, tables, ctx, qlens, scale=0.2, backend="triton")
+    for r in range(rows):
+        one = paged_decode_reference(q[:, r], k, v, tables, ctx - rows + 1 + r, scale=0.2)
+        close(out[:, r], one, 1e-5)
+
+
+@pytest.mark.parametrize("window", [1, 20])
+def test_triton_paged_verify_with_a_sliding_window(window):
+    args = verify_case([19, 40, 300], [4, 2, 4], 4, 8, 2, 32, seed=window)
+    out = paged_verify(*args, scale=0.125, window=window, backend="triton")
+    close(out, paged_verify_reference(*args, scale=0.125, window=window), 1e-5)
+
+
+def test_triton_paged_verify_in_float16():
+    args = verify_case([20, 47], [3, 2], 3, 8, 1, 64, dtype=torch.float16)
+    out = paged_verify(*args, scale=0.125, backend="triton")
+    assert out.dtype == torch.float16
+    ref = paged_verify_reference(*[a.float() if a.is_floating_point() else a for a in args],
+                                 scale=0.125)
+    close(out, ref, 3e-3)
+
+
 # -- the engine on packed weights ---------------------------------------------------------
 TINY = ModelConfig("qwen2", 300, 128, 2, 4, 2, 32, 256, 1e-6, 1e6, 512, qkv_bias=True)
 
@@ -230,6 +278,29 @@ def test_engine_decodes_the_same_tokens_through_triton_kernels_as_through_torch(
     reference = run()
     monkeypatch.setenv("EMBER_KERNELS", "triton")
     assert run() == reference
+
+
+def test_engine_verifies_draft_proposals_through_the_triton_multi_row_kernel(monkeypatch):
+    """Speculation on the engine with every kernel in Triton (interpreted): the verification
+    steps run the multi-row paged kernel, rows padded as a graph replays them, and the
+    greedy answer is the one plain decoding through the same kernels gives. The model is
+    its own draft, so every step verifies 4 proposals (and keeps them)."""
+    model = tiny_model("int8")
+    prompt = [5, 17, 99, 4, 250, 31, 8, 77, 120, 3]
+    monkeypatch.setenv("EMBER_KERNELS", "triton")
+
+    def run(spec: SpeculativeParams | None) -> tuple[list[int], Engine]:
+        engine = Engine(model, EngineConfig(context=64, max_seqs=2, max_tokens=64,
+                                            adaptive_speculation=False),
+                        torch.device("cpu"), torch.float32)
+        engine.use_draft(model, "self")
+        engine.runner.pad_rows = True
+        return engine.generate([prompt], 12, speculative=spec)[0], engine
+
+    plain, _ = run(None)
+    spec, engine = run(SpeculativeParams(method="draft", draft_model="self", max_draft=4))
+    assert spec == plain
+    assert engine.runner.paths["verify"] > 0 and engine.runner.paths["prefill"] == 1
 
 
 def tiny_llama_gguf(path: Path) -> tuple[Path, dict[str, np.ndarray]]:

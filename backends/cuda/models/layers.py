@@ -2,8 +2,8 @@
 
 Attention over the paged KV cache: prefill is plain torch (`scaled_dot_product_attention`
 with an explicit mask; on the GPU torch's fused SDPA paths); decode goes through
-`kernels.paged_attention.paged_decode`, the Triton kernel on CUDA and the same plain torch
-elsewhere.
+`kernels.paged_attention.paged_decode`, and a speculative verification (several rows per
+sequence) through `paged_verify`: the Triton kernel on CUDA, the same plain torch elsewhere.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import nn
 from backends.cuda.context import Context
 from backends.cuda.model_config import ModelConfig
 from kernels.matmul import linear
-from kernels.paged_attention import attention_mask, gather_blocks, paged_decode
+from kernels.paged_attention import attention_mask, gather_blocks, paged_decode, paged_verify
 from kernels.quant import Int4Weight, Int8Weight, PackedWeight
 
 
@@ -107,6 +107,13 @@ class PagedAttention(nn.Module):
         return self._prefill(q, tables, ctx)
 
     def _decode(self, q: torch.Tensor, tables: torch.Tensor, ctx: Context) -> torch.Tensor:
+        if ctx.rows > 1:  # a verification: one launch for every sequence's rows
+            assert ctx.query_rows is not None  # the runner sets both
+            n, heads, dim = q.shape
+            out = paged_verify(q.view(n // ctx.rows, ctx.rows, heads, dim), self.k_cache,
+                               self.v_cache, tables, ctx.context_lens, ctx.query_rows,
+                               self.scale, self.window, self.block_size)
+            return out.view(n, heads, dim)
         return paged_decode(q, self.k_cache, self.v_cache, tables, ctx.context_lens,
                             self.scale, self.window, self.block_size)
 

@@ -1,0 +1,61 @@
+"""The paged-attention kernel lowers to an sm_90 (H100/H200) binary on a machine without a
+GPU: Triton's compiler and the ptxas in its wheel need no device. The interpreter tier
+(test_kernels.py) checks what the kernel computes; this checks that the same source, with
+the multi-row verification shapes, is valid compiled Triton (no interpreter-only constructs).
+It compiles in a child process: tests/conftest.py sets TRITON_INTERPRET for this one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGNATURE = {"q_ptr": "*{dt}", "k_ptr": "*{dt}", "v_ptr": "*{dt}", "table_ptr": "*i64",
+             "lens_ptr": "*i64", "qlens_ptr": "*i64", "out_ptr": "*fp32", "lse_ptr": "*fp32",
+             "stride_table": "i32", "stride_slot": "i32", "n_parts": "i32", "scale": "fp32",
+             "window": "i32"}
+
+
+def compile_sm90(rows: int, group: int, dt: str, precision: str) -> dict:
+    """Compile the kernel (not interpreted) for sm_90: the binary's first bytes, its shared
+    memory."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernels.paged_attention_triton import _paged_decode_kernel
+
+    const = dict(HEADS=2 * group, KV_HEADS=2, HEAD_DIM=128, ROWS=rows, PAGE=16,
+                 PARTITION=256, BLOCK_M=max(16, triton.next_power_of_2(rows * group)),
+                 BLOCK_D=128, BLOCK_N=64, PRECISION=precision)
+    signature = {n: t.format(dt=dt) for n, t in SIGNATURE.items()} | \
+        {n: "constexpr" for n in const}
+    compiled = triton.compile(ASTSource(fn=_paged_decode_kernel, signature=signature,
+                                        constexprs=const),
+                              target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": 4, "num_stages": 2})
+    return {"magic": compiled.asm["cubin"][:4].hex(), "shared": compiled.metadata.shared}
+
+
+CASES = [
+    (1, 4, "bf16", "tf32"),  # a decode at Llama-3-8B's grouping
+    (9, 4, "bf16", "tf32"),  # the largest verification: 36 (row, head) pairs in a 64 tile
+    (9, 7, "fp32", "ieee"),  # Qwen2.5-0.5B's grouping (63 pairs), float32 as the CPU tests
+]
+
+
+def test_paged_attention_kernel_compiles_for_sm90_for_decode_and_verification():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from tests.unit.test_kernel_lowering import CASES, compile_sm90; "
+            "print(json.dumps([compile_sm90(*c) for c in CASES]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(results) == len(CASES)
+    for case, result in zip(CASES, results, strict=True):
+        assert result["magic"] == "7f454c46", case  # an ELF: a real sm_90 binary
+        assert result["shared"] <= 228 * 1024, case  # fits an H100/H200 SM's shared memory
