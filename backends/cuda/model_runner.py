@@ -34,10 +34,15 @@ class Batch:
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, max_blocks_per_seq: int,
                  device: torch.device, dtype: torch.dtype, window_blocks: int = 0,
-                 graphs: bool = True) -> None:
+                 graphs: bool = True, compile: bool = False) -> None:
         """`window_blocks`: size of the sliding-window layers' own pool (0: they share the
-        global cache; see window_blocks.py). `graphs`: capture CUDA graphs on a GPU."""
+        global cache; see window_blocks.py). `graphs`: capture CUDA graphs on a GPU.
+        `compile`: decode steps run the model through torch.compile (prefill stays eager:
+        its shapes change every step)."""
         self.model, self.device, self.dtype = model, device, dtype
+        # dynamic=None: the first batch size compiles static, a second one recompiles with
+        # that dimension symbolic (no recompile per block-table width on the CPU)
+        self.decode_model = torch.compile(model) if compile else model
         self.max_blocks_per_seq = max_blocks_per_seq
         self.threads = torch.get_num_threads()
         cfg = model.config
@@ -132,6 +137,8 @@ class ModelRunner:
             torch.set_num_threads(1 if small else self.threads)
         if batch.ctx.is_decode and self.graphs and n <= GRAPH_BATCH_SIZES[-1]:
             hidden = self._replay(batch)
+        elif batch.ctx.is_decode:
+            hidden = self.decode_model(batch.input_ids, batch.positions, batch.ctx)
         else:
             hidden = self.model(batch.input_ids, batch.positions, batch.ctx)
         return self.model.logits(hidden[batch.sample_rows])
@@ -159,12 +166,14 @@ class ModelRunner:
                 ctx.local_slot_mapping = static["local_slot_mapping"]
                 ctx.local_block_tables = static["local_block_tables"]
             with torch.inference_mode():
-                self.model(static["input_ids"], static["positions"], ctx)  # warm up
+                # warm up (and compile: inductor's kernels are captured, not traced)
+                self.decode_model(static["input_ids"], static["positions"], ctx)
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
                 pool = self.graphs[GRAPH_BATCH_SIZES[-1]][0].pool() if self.graphs else None
                 with torch.cuda.graph(graph, pool=pool):
-                    static["hidden"] = self.model(static["input_ids"], static["positions"], ctx)
+                    static["hidden"] = self.decode_model(static["input_ids"],
+                                                         static["positions"], ctx)
             self.graphs[bs] = (graph, static)
 
     def _replay(self, batch: Batch) -> torch.Tensor:

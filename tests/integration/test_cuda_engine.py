@@ -180,10 +180,9 @@ def score_with_llama_cpp_roundings(backend: CudaBackend, path: Path,
                                    tokens: list[int]) -> torch.Tensor:
     from gguf import GGUFReader
 
+    from backends.cuda.fuse import FUSED
     from backends.cuda.loader import gguf_name
     from backends.cuda.models.layers import GatedMLP
-
-    from backends.cuda.fuse import FUSED
 
     types = {gguf_name(t.name): t.tensor_type.name for t in GGUFReader(path).tensors}
     rounding = {**dict.fromkeys(Q8_K_BEFORE, q8_k_rounded),
