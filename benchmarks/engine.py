@@ -7,11 +7,14 @@ Prints JSON.
     .venv/bin/python benchmarks/engine.py --random llama3-8b   # random weights (GPU)
     .venv/bin/python benchmarks/engine.py --random llama3-8b --quant int4 --batches 1,8
     .venv/bin/python benchmarks/engine.py --random llama3-8b --graphs compare  # GPU
+    .venv/bin/python benchmarks/engine.py --random llama3-8b --quant fp8 --compile compare
 
 Decode: B sequences with 32-token prompts; once every prompt is in the cache, `--steps`
 decode steps are timed (B tokens each). Prefill: one 512-token prompt to its first token.
 `--graphs compare` also decodes every batch without CUDA graphs: the speedup they give, and
-whether both ways make the same tokens.
+whether both ways make the same tokens. `--compile compare` does the same for decode steps
+through torch.compile (EngineConfig.compile, on top of the graphs where they are on).
+q/k/v and gate/up are always fused (backends/cuda/fuse.py).
 """
 
 from __future__ import annotations
@@ -81,11 +84,13 @@ def sync(device: torch.device) -> None:
 
 
 def decode_rate(model: CausalLM, device, dtype, batch: int, steps: int, vocab: int,
-                graphs: bool = True) -> tuple[float, list[list[int]], float | None]:
+                graphs: bool = True, compile: bool = False
+                ) -> tuple[float, list[list[int]], float | None]:
     """Aggregate decode tokens/s, every sequence's greedy output, and on a GPU with graphs
     the milliseconds of the decode graph's replay alone."""
     engine = Engine(model, EngineConfig(context=PROMPT_LEN + steps + 16, max_seqs=batch,
-                                        max_tokens=max(512, batch), cuda_graphs=graphs),
+                                        max_tokens=max(512, batch), cuda_graphs=graphs,
+                                        compile=compile),
                     device, dtype)
     gen = torch.Generator().manual_seed(0)
     seqs = [Sequence(torch.randint(100, vocab - 100, (PROMPT_LEN,), generator=gen).tolist(),
@@ -188,8 +193,11 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--steps", type=int, default=None, help="timed decode steps per batch")
     ap.add_argument("--no-llama-cpp", action="store_true")
-    ap.add_argument("--quant", choices=["int8", "int4"], default=None,
-                    help="pack every Linear weight (the Triton kernels on a GPU)")
+    ap.add_argument("--quant", choices=["int8", "int4", "fp8"], default=None,
+                    help="pack every Linear weight (the Triton kernels, or cuBLASLt's FP8 "
+                         "GEMM, on a GPU)")
+    ap.add_argument("--compile", choices=["on", "off", "compare"], default="off",
+                    help="decode steps through torch.compile: on, off, or both ways")
     ap.add_argument("--graphs", choices=["on", "off", "compare"], default="on",
                     help="CUDA graphs for decode steps (GPU): on, off, or both ways")
     args = ap.parse_args()
@@ -227,13 +235,15 @@ def main() -> None:
         limit, where = hw.cpu_bandwidth_gbps, f"{hw.cpu} ({threads} threads)"
     result: dict = {"model": name, "device": where, "dtype": str(dtype).removeprefix("torch."),
                     "cuda_graphs": args.graphs if device.type == "cuda" else "none on a CPU",
+                    "compile": args.compile,
                     "weights": args.quant or str(dtype).removeprefix("torch."),
                     "bandwidth_limit_gbps": limit, "bandwidth_source": hw.bandwidth_source,
                     "weight_bytes_per_token": weight_bytes(model), "ember_cuda": {}}
     ours = result["ember_cuda"]
     for b in batches:
         rate, tokens, replay_ms = decode_rate(model, device, dtype, b, steps, cfg.vocab_size,
-                                              graphs=args.graphs != "off")
+                                              graphs=args.graphs != "off",
+                                              compile=args.compile == "on")
         ours[f"decode_tok_s_batch_{b}"] = round(rate, 2)
         if replay_ms is not None:
             ours[f"step_ms_batch_{b}"] = round(1e3 * b / rate, 3)
@@ -244,6 +254,15 @@ def main() -> None:
             ours[f"decode_tok_s_batch_{b}_no_graphs"] = round(eager, 2)
             ours[f"graphs_speedup_batch_{b}"] = round(rate / eager, 2)
             ours[f"graphs_same_tokens_batch_{b}"] = tokens == eager_tokens
+        if args.compile == "compare":
+            compiled, compiled_tokens, compiled_ms = decode_rate(
+                model, device, dtype, b, steps, cfg.vocab_size, graphs=args.graphs != "off",
+                compile=True)
+            ours[f"decode_tok_s_batch_{b}_compiled"] = round(compiled, 2)
+            ours[f"compile_speedup_batch_{b}"] = round(compiled / rate, 2)
+            ours[f"compile_same_tokens_batch_{b}"] = tokens == compiled_tokens
+            if compiled_ms is not None:
+                ours[f"graph_replay_ms_batch_{b}_compiled"] = round(compiled_ms, 3)
     ours["prefill_tok_s"] = round(prefill_rate(model, device, dtype, cfg.vocab_size), 1)
     if 1 in batches:
         gbps = ours["decode_tok_s_batch_1"] * result["weight_bytes_per_token"] / 1e9

@@ -1,4 +1,4 @@
-"""The one entry point for weight-only int8/int4 linear layers: `linear(x, w, bias)`.
+"""The one entry point for packed (int8/int4/fp8) linear layers: `linear(x, w, bias)`.
 
 Triton on CUDA tensors: kernels.gemv_triton for 1-16 rows (decode, verification),
 kernels.matmul_triton's GEMM tiling above; elsewhere the plain-torch reference below,
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from kernels.dispatch import choose_backend
 from kernels.gemv_config import MAX_ROWS as GEMV_MAX_ROWS
-from kernels.quant import Int8Weight, PackedWeight
+from kernels.quant import Fp8Weight, Int8Weight, PackedWeight
 
 
 def linear_reference(x: torch.Tensor, w: PackedWeight) -> torch.Tensor:
@@ -28,7 +28,11 @@ def linear(x: torch.Tensor, w: PackedWeight, bias: torch.Tensor | None = None,
     """y = x @ W^T (+ bias) for x (..., K); the dispatch point described above."""
     if x.shape[-1] != w.shape[1]:
         raise ValueError(f"input has {x.shape[-1]} features, the weight expects {w.shape[1]}")
-    if choose_backend(x, backend) == "triton":
+    if isinstance(w, Fp8Weight):  # cuBLASLt's FP8 GEMM or its reference (kernels.fp8)
+        from kernels.fp8 import fp8_linear
+
+        y = fp8_linear(x, w)
+    elif choose_backend(x, backend) == "triton":
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         if 1 <= rows.shape[0] <= GEMV_MAX_ROWS:
             from kernels.gemv_triton import gemv

@@ -99,8 +99,36 @@ class Int4Weight:
                        zeros=self.zeros.to(device))
 
 
-PackedWeight = Int8Weight | Int4Weight
-QUANT_TYPES = ("int8", "int4")
+@dataclass
+class Fp8Weight:
+    """FP8 (e4m3) per output channel: w = q * scale. `qweight` float8_e4m3fn (N, K), row-major
+    (its transpose is the column-major operand `torch._scaled_mm` wants); `scales` float32
+    (1, N), the layout of a per-channel Int8Weight, so the same references read both."""
+    qweight: torch.Tensor  # float8_e4m3fn (N, K)
+    scales: torch.Tensor  # float32 (1, N)
+    group_size: int  # K: one scale per output channel
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n, k = self.qweight.shape
+        return n, k
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return (self.qweight.float() * self.scales.float().t()).to(dtype)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"qweight": self.qweight, "scales": self.scales}
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+
+    def to(self, device: torch.device | str) -> Fp8Weight:
+        return replace(self, qweight=self.qweight.to(device), scales=self.scales.to(device))
+
+
+PackedWeight = Int8Weight | Int4Weight | Fp8Weight
+QUANT_TYPES = ("int8", "int4", "fp8")
+FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 
 
 # -- from float weights --------------------------------------------------------------------
@@ -147,15 +175,68 @@ def quantize_int4(w: torch.Tensor, group_size: int = INT4_GROUP,
                       zeros.t().contiguous(), group_size)
 
 
+def quantize_fp8(w: torch.Tensor) -> Fp8Weight:
+    """FP8 e4m3 per output channel: scale = absmax / 448 (float32), q = w / scale rounded by
+    the float8 cast (round to nearest even). A zero row keeps scale 0 and q 0."""
+    n, k = w.shape if w.dim() == 2 else (0, 0)
+    _check(w, k or 1)
+    g = w.float()
+    scales = g.abs().amax(-1) / FP8_MAX  # (N,)
+    q = torch.where(scales[:, None] > 0, g / scales.clamp_min(1e-30)[:, None], 0.0)
+    q = q.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return Fp8Weight(q.contiguous(), scales[None, :].contiguous(), k)
+
+
 def quantize(w: torch.Tensor, quant: str, group_size: int | None = None,
              scale_dtype: torch.dtype = torch.float16) -> PackedWeight:
-    """`quant` "int8" (group None: per channel) or "int4" (group None: 128)."""
+    """`quant` "int8" (group None: per channel), "int4" (group None: 128) or "fp8" (per
+    channel always: `group_size` must be None)."""
+    if quant == "fp8":
+        if group_size is not None:
+            raise ValueError(f"fp8 weights have one scale per output channel, not groups of "
+                             f"{group_size}")
+        return quantize_fp8(w)
     if quant == "int8":
         return quantize_int8(w, group_size, scale_dtype)
     if quant == "int4":
         return quantize_int4(w, group_size or INT4_GROUP, scale_dtype)
     raise ValueError(f"unknown weight quantization {quant!r}: use one of "
                      f"{', '.join(QUANT_TYPES)}")
+
+
+# -- fused projections ---------------------------------------------------------------------
+def _regroup(t: torch.Tensor, group: int, target: int) -> torch.Tensor:
+    """(K // group, N) scales or zeros as (K // target, N): each row repeated, exact."""
+    return t if group == target else t.repeat_interleave(group // target, dim=0)
+
+
+def concat_outputs(parts: list[PackedWeight]) -> PackedWeight:
+    """One weight whose outputs are `parts`' outputs in order (fused q/k/v, gate/up): the same
+    layout, concatenated along N, which is dim 0 of an (N, K) qweight and dim 1 of every
+    (groups, N) scale, zero and int4 (K // 8, N) word tensor. Parts with different group
+    sizes (a Q8_0 tensor beside a per-channel one) meet at the smallest group, whose scales
+    repeat the larger groups' exactly; groups that do not divide each other are an error."""
+    kinds = {type(p) for p in parts}
+    if len(kinds) != 1:
+        raise ValueError(f"cannot fuse weights of different layouts: "
+                         f"{sorted(k.__name__ for k in kinds)}")
+    ks = {p.shape[1] for p in parts}
+    if len(ks) != 1:
+        raise ValueError(f"cannot fuse weights with different input sizes {sorted(ks)}")
+    group = min(p.group_size for p in parts)
+    if any(p.group_size % group for p in parts):
+        raise ValueError(f"cannot fuse weights with group sizes "
+                         f"{sorted({p.group_size for p in parts})}: none divides the others")
+    first = parts[0]
+    scales = torch.cat([_regroup(p.scales, p.group_size, group) for p in parts], dim=1)
+    if isinstance(first, Int4Weight):
+        return Int4Weight(torch.cat([p.qweight for p in parts], dim=1), scales,
+                          torch.cat([_regroup(p.zeros, p.group_size, group)  # type: ignore[union-attr]
+                                     for p in parts], dim=1), group)
+    qweight = torch.cat([p.qweight for p in parts], dim=0)
+    if isinstance(first, Fp8Weight):
+        return Fp8Weight(qweight, scales, group)
+    return Int8Weight(qweight, scales, group)
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:

@@ -132,9 +132,10 @@ def thinking_from(think: bool | None, effort: str | None) -> Thinking:
 
 
 def backend_option(f: Callable) -> Callable:
-    f = click.option("--quantize", "quant", type=click.Choice(("int8", "int4")), default=None,
-                     help="cuda backend: pack the weights as int8 or int4 at load "
-                          "(Ember's Triton kernels)")(f)
+    f = click.option("--quantize", "quant", type=click.Choice(("int8", "int4", "fp8")),
+                     default=None,
+                     help="cuda backend: pack the weights as int8, int4 or fp8 (GPUs of "
+                          "compute capability 8.9+) at load (Ember's kernels)")(f)
     return click.option("--backend", type=click.Choice(BACKENDS), default=None,
                         help="run a local model on this backend (default: chosen for this "
                              "machine, see `ember hw`)")(f)

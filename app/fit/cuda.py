@@ -42,7 +42,8 @@ TORCH_PROCESS_BYTES = 218 << 20  # RSS after `import torch` (docs/notes/fit-mode
 ALLOCATOR_SLACK = 0.05  # torch's caching allocator: rounding and fragmentation on a GPU
 WEIGHT_BITS = {"float32": 32.0, "bfloat16": 16.0, "float16": 16.0,
                "int8": 8.0,  # one scale per output channel
-               "int4": 4.25}  # group 128 with a 16-bit scale and zero point
+               "int4": 4.25,  # group 128 with a 16-bit scale and zero point
+               "fp8": 8.0}  # e4m3, one float32 scale per output channel
 COMPUTE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Share of the bandwidth limit reached at batch-1 decode (assumptions, not yet measured)
 EFFICIENCY_CUDA = {"cpu": 0.5, "nvidia": 0.8}

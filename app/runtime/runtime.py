@@ -46,7 +46,7 @@ from backends.errors import EmberError, InvalidRequestError
 from backends.prompt import answer_room, prompt_limit
 from backends.remote import RemoteModel
 
-QUANTS = ("int8", "int4")  # weight formats the cuda backend packs at load (kernels/quant.py)
+QUANTS = ("int8", "int4", "fp8")  # weight formats the cuda backend packs at load (kernels/quant.py)
 LARGEST_CONTEXT = 1 << 30  # asks the fit model for the most it gives (the trained context caps it)
 MAX_DRAFTS = 2  # draft models one loaded model keeps beside it (each counts in the budget)
 RELOAD_WAIT_S = 120.0  # how long a reload waits for other requests' answers to end
@@ -192,7 +192,7 @@ class Runtime:
         """Load a local model (in the backend `backend`, or the one chosen for it).
         `gpu_layers` overrides the plan's GPU offload (the user's setting; -1: all);
         `kv_cache` ("f16", "q8_0") the KV cache type the plan would pick (llama.cpp's);
-        `quant` ("int8", "int4") packs the weights at load (the cuda backend's kernels)."""
+        `quant` ("int8", "int4", "fp8") packs the weights at load (the cuda backend's kernels)."""
         if isinstance(name, str) and self.is_remote(name):
             raise InvalidRequestError(f"{name} is a remote model: its server loads it")
         model = self._installed(name)

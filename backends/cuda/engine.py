@@ -55,6 +55,10 @@ class EngineConfig:
     # otherwise the cost model starts from its prior and measures as steps run
     calibrate_speculation: bool | None = None
     step_times: tuple[tuple[int, float], ...] = ()
+    # decode steps through torch.compile (inductor: fuses the elementwise work between the
+    # matmuls, e.g. SiLU * up and residual + RMSNorm), captured in the CUDA graphs on a GPU;
+    # off until the GPU measures that it pays (benchmarks/engine.py --compile compare)
+    compile: bool = False
 
 
 def window_pool_size(model: ModelConfig, config: EngineConfig, per_seq: int) -> tuple[int, int]:
@@ -90,7 +94,7 @@ class Engine:
         self.blocks = BlockManager(num_blocks, window, window_blocks)
         self.scheduler = Scheduler(self.blocks, config.max_seqs, config.max_tokens)
         self.runner = ModelRunner(model, num_blocks, per_seq, device, dtype, window_blocks,
-                                  graphs=config.cuda_graphs)
+                                  graphs=config.cuda_graphs, compile=config.compile)
         self.sampler = Sampler()
         self.speculator = Speculator(self.blocks, config.context, self.sampler,
                                      model_bytes(model), config.adaptive_speculation)

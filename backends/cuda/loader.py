@@ -13,9 +13,11 @@ Two traps, both from llama.cpp's converter (convert_hf_to_gguf.py):
 - Gemma's converter adds 1 to every RMSNorm weight (Gemma normalises with (1 + w)); for
   safetensors we add it ourselves, so the model applies a plain `x * w` for both.
 
-With `quant` ("int8", "int4") every Linear weight (attention, MLP, an untied output head)
-comes back packed for the weight-only kernels (kernels.quant): int8 per output channel,
-except GGUF Q8_0 tensors, kept exactly at their 32-weight blocks; int4 in groups of 128.
+With `quant` ("int8", "int4", "fp8") every Linear weight (attention, MLP, an untied output
+head) comes back packed for the kernels (kernels.quant): int8 per output channel, except GGUF
+Q8_0 tensors, kept exactly at their 32-weight blocks; int4 in groups of 128; fp8 (e4m3) per
+output channel, refused on a GPU without FP8 (kernels.fp8). Each tensor converts on its own;
+the model fuses q/k/v and gate/up afterwards (backends/cuda/fuse.py).
 Embeddings, norms and biases stay in `dtype`; a head tied to the embedding stays too.
 """
 
@@ -38,7 +40,9 @@ from backends.cuda.model_config import (
 from backends.errors import InvalidRequestError, ModelFileError
 from kernels.quant import QUANT_TYPES, PackedWeight, from_q4_k, from_q8_0, quantize
 
-LINEAR = re.compile(r"layers\.\d+\.(attn\.[qkvo]|mlp\.(gate|up|down))\.weight|output\.weight")
+# the Linear weights, as the loader names them and as a fused model's state dict does
+LINEAR = re.compile(r"layers\.\d+\.(attn\.([qkvo]|qkv)|mlp\.(gate|up|down|gate_up))\.weight"
+                    r"|output\.weight")
 
 
 @dataclass
@@ -54,6 +58,12 @@ def load_weights(path: Path, dtype: torch.dtype = torch.float32,
     if quant is not None and quant not in QUANT_TYPES:
         raise InvalidRequestError(f"unknown weight quantization {quant!r} for the cuda "
                                   f"backend: use one of {', '.join(QUANT_TYPES)}")
+    if quant == "fp8":
+        from kernels.fp8 import check_fp8_device
+        try:
+            check_fp8_device(device)
+        except ValueError as e:
+            raise InvalidRequestError(str(e)) from e
     if path.is_dir():
         return _load_safetensors(path, dtype, device, quant)
     if path.suffix.lower() == ".gguf":
@@ -142,7 +152,8 @@ def permute_qk(w: torch.Tensor, n_head: int) -> torch.Tensor:
 
 def pack_linears(tensors: dict[str, torch.Tensor], quant: str
                  ) -> dict[str, torch.Tensor | PackedWeight]:
-    """A float state dict with every Linear weight packed (int8 per channel, int4 group 128):
+    """A float state dict with every Linear weight packed (int8 and fp8 per channel, int4
+    group 128):
     for weights that are already in memory, such as a benchmark's random model."""
     return {name: pack(name, t, quant) if LINEAR.fullmatch(name) else t
             for name, t in tensors.items()}

@@ -47,11 +47,17 @@ class Batch:
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, max_blocks_per_seq: int,
                  device: torch.device, dtype: torch.dtype, window_blocks: int = 0,
-                 graphs: bool = True, verify_graphs: bool = True) -> None:
+                 graphs: bool = True, verify_graphs: bool = True,
+                 compile: bool = False) -> None:
         """`window_blocks`: size of the sliding-window layers' own pool (0: they share the
         global cache; see window_blocks.py). `graphs`: capture CUDA graphs on a GPU;
-        `verify_graphs`: also the verification steps' (a draft model never verifies)."""
+        `verify_graphs`: also the verification steps' (a draft model never verifies).
+        `compile`: decode and verification steps run the model through torch.compile
+        (prefill stays eager: its shapes change every step)."""
         self.model, self.device, self.dtype = model, device, dtype
+        # dynamic=None: the first batch size compiles static, a second one recompiles with
+        # that dimension symbolic (no recompile per block-table width on the CPU)
+        self.decode_model = torch.compile(model) if compile else model
         self.max_blocks_per_seq = max_blocks_per_seq
         self.threads = torch.get_num_threads()
         cfg = model.config
@@ -182,7 +188,8 @@ class ModelRunner:
         self.paths[path + ("_graph" if graph is not None else "")] += 1
         if graph is not None:
             return self._replay(batch, *graph)
-        return self.model(batch.input_ids, batch.positions, ctx)
+        model = self.decode_model if ctx.is_decode else self.model
+        return model(batch.input_ids, batch.positions, ctx)
 
     def _graph_for(self, batch: Batch
                    ) -> tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]] | None:
@@ -256,12 +263,14 @@ class ModelRunner:
             ctx.local_slot_mapping = static["local_slot_mapping"]
             ctx.local_block_tables = static["local_block_tables"]
         with torch.inference_mode():
-            self.model(static["input_ids"], static["positions"], ctx)  # warm up
+            # warm up (and compile: inductor's kernels are captured, not traced)
+            self.decode_model(static["input_ids"], static["positions"], ctx)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             first = self.graphs.get(GRAPH_BATCH_SIZES[-1])
             with torch.cuda.graph(graph, pool=first[0].pool() if first else None):
-                static["hidden"] = self.model(static["input_ids"], static["positions"], ctx)
+                static["hidden"] = self.decode_model(static["input_ids"], static["positions"],
+                                                     ctx)
         return graph, static
 
     def _replay(self, batch: Batch, graph: torch.cuda.CUDAGraph,

@@ -115,7 +115,7 @@ def test_packed_weights_on_the_gpu_decode_the_cpu_references_tokens(small, quant
     model.eval()
     cpu = engine(model, CPU, torch.float32)
     gpu = engine(model, CUDA, torch.float32)
-    assert type(gpu.runner.model.layers[0].mlp.up).__name__ == "QuantLinear"
+    assert type(gpu.runner.model.layers[0].mlp.gate_up).__name__ == "QuantLinear"
     assert gpu.generate(PROMPTS, 32) == cpu.generate(PROMPTS, 32)
 
 

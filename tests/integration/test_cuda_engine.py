@@ -180,12 +180,20 @@ def score_with_llama_cpp_roundings(backend: CudaBackend, path: Path,
                                    tokens: list[int]) -> torch.Tensor:
     from gguf import GGUFReader
 
+    from backends.cuda.fuse import FUSED
     from backends.cuda.loader import gguf_name
     from backends.cuda.models.layers import GatedMLP
 
     types = {gguf_name(t.name): t.tensor_type.name for t in GGUFReader(path).tensors}
     rounding = {**dict.fromkeys(Q8_K_BEFORE, q8_k_rounded),
                 **dict.fromkeys(Q8_0_BEFORE, q8_0_rounded)}
+    for name in list(types):  # a fused projection: its parts' rounding, if they share one
+        for fused, parts in FUSED.items():
+            prefix, dot, _ = name.partition(f".{parts[0]}.weight")
+            if dot:
+                kinds = {rounding.get(types[f"{prefix}.{p}.weight"]) for p in parts}
+                assert len(kinds) == 1, f"{prefix}.{fused}: parts rounded differently"
+                types[f"{prefix}.{fused}.weight"] = types[name]
     model = backend.engine.runner.model
     hooks, acts = [], []
     for name, module in model.named_modules():

@@ -95,7 +95,7 @@ def qwen_engines(qwen):
 @pytest.mark.slow
 def test_int8_qwen_agrees_with_the_float32_engine(qwen_engines):
     f32, int8 = qwen_engines
-    assert type(int8.runner.model.layers[0].attn.q).__name__ == "QuantLinear"
+    assert type(int8.runner.model.layers[0].attn.qkv).__name__ == "QuantLinear"
     tokens = f32.tokenizer.encode(TEXT_FILE.read_text())[:160]
     top1 = (int8.score(tokens).argmax(-1) == f32.engine.score(tokens).argmax(-1))
     print(f"\nint8 Qwen2.5-Coder-0.5B: top-1 agreement with float32 {top1.float().mean():.2%}")

@@ -267,7 +267,7 @@ def tiny_model(quant: str):
 def test_engine_decodes_the_same_tokens_through_triton_kernels_as_through_torch(
         quant, monkeypatch):
     model = tiny_model(quant)
-    assert type(model.layers[0].mlp.up).__name__ == "QuantLinear"
+    assert type(model.layers[0].mlp.gate_up).__name__ == "QuantLinear"
     prompts = [[5, 17, 99, 4, 250, 31, 8, 77, 120, 3, 9, 14, 200, 66, 1, 2, 42], [7, 8]]
 
     def run() -> list[list[int]]:

@@ -26,7 +26,7 @@ class LoadRequest(BaseModel):
     context: int | None = Field(None, ge=256, le=1 << 24)  # None: the load plan's
     backend: str | None = Field(None, max_length=32)  # None: the one chosen for the model
     gpu_layers: int | None = Field(None, ge=-1, le=100_000)  # -1: all
-    quant: Literal["int8", "int4"] | None = None  # the cuda backend's packing at load
+    quant: Literal["int8", "int4", "fp8"] | None = None  # the cuda backend's packing at load
     kv_cache: Literal["f16", "q8_0"] | None = None
 
 

@@ -15,10 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from backends.cuda.context import Context
+from backends.cuda.fuse import fuse_projections
 from backends.cuda.model_config import ModelConfig
 from kernels.matmul import linear
 from kernels.paged_attention import attention_mask, gather_blocks, paged_decode, paged_verify
-from kernels.quant import Int4Weight, Int8Weight, PackedWeight
+from kernels.quant import Fp8Weight, Int4Weight, Int8Weight, PackedWeight
 
 
 class RMSNorm(nn.Module):
@@ -137,7 +138,7 @@ class PagedAttention(nn.Module):
 
 
 class QuantLinear(nn.Module):
-    """A Linear whose weight is int8 or int4 (kernels.quant), run by `kernels.matmul.linear`.
+    """A Linear whose weight is packed (kernels.quant), run by `kernels.matmul.linear`.
     The packed tensors are buffers, so `.to(device)` moves them with the model."""
 
     qweight: torch.Tensor  # the buffers `weight.tensors()` registers (zeros: int4 only)
@@ -158,6 +159,8 @@ class QuantLinear(nn.Module):
     def packed(self) -> PackedWeight:
         if self.kind is Int8Weight:
             return Int8Weight(self.qweight, self.scales, self.group_size)
+        if self.kind is Fp8Weight:
+            return Fp8Weight(self.qweight, self.scales, self.group_size)
         return Int4Weight(self.qweight, self.scales, self.zeros, self.group_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -165,16 +168,20 @@ class QuantLinear(nn.Module):
 
 
 class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)), gate and up as one projection (backends/cuda/fuse.py):
+    its output's halves are views; act * up is two elementwise launches eagerly and one under
+    torch.compile (EngineConfig.compile)."""
+
     def __init__(self, hidden: int, intermediate: int,
                  act: Callable[[torch.Tensor], torch.Tensor]) -> None:
         super().__init__()
-        self.gate = nn.Linear(hidden, intermediate, bias=False)
-        self.up = nn.Linear(hidden, intermediate, bias=False)
+        self.gate_up = nn.Linear(hidden, 2 * intermediate, bias=False)
         self.down = nn.Linear(intermediate, hidden, bias=False)
         self.act = act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.act(self.gate(x)) * self.up(x))
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(self.act(gate) * up)
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -182,7 +189,8 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Q/K/V projections (optional bias, optional per-head RMSNorm of q and k), rotary
+    """The fused Q/K/V projection (optional bias; its output split by views into q, k and
+    v, GQA's k/v narrower than q), optional per-head RMSNorm of q and k, rotary
     embedding, paged attention, output projection: the attention block of every model here."""
 
     def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
@@ -190,9 +198,7 @@ class Attention(nn.Module):
                  qk_norm: bool = False, sliding_window: int = 0) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.q = nn.Linear(hidden, num_heads * head_dim, bias=bias)
-        self.k = nn.Linear(hidden, num_kv_heads * head_dim, bias=bias)
-        self.v = nn.Linear(hidden, num_kv_heads * head_dim, bias=bias)
+        self.qkv = nn.Linear(hidden, (num_heads + 2 * num_kv_heads) * head_dim, bias=bias)
         self.o = nn.Linear(num_heads * head_dim, hidden, bias=False)
         self.q_norm = RMSNorm(head_dim, eps) if qk_norm else None
         self.k_norm = RMSNorm(head_dim, eps) if qk_norm else None
@@ -200,10 +206,12 @@ class Attention(nn.Module):
         self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, scale, sliding_window)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: Context) -> torch.Tensor:
-        n = x.shape[0]
-        q = self.q(x).view(n, self.num_heads, self.head_dim)
-        k = self.k(x).view(n, self.num_kv_heads, self.head_dim)
-        v = self.v(x).view(n, self.num_kv_heads, self.head_dim)
+        n, d = x.shape[0], self.head_dim
+        qkv = self.qkv(x)
+        q, k, v = qkv.split([self.num_heads * d, self.num_kv_heads * d,
+                             self.num_kv_heads * d], dim=-1)
+        q = q.view(n, self.num_heads, d)
+        k, v = k.view(n, self.num_kv_heads, d), v.view(n, self.num_kv_heads, d)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary(positions, q, k)
@@ -253,10 +261,11 @@ class CausalLM(nn.Module):
     def load_weights(self, tensors: dict[str, torch.Tensor | PackedWeight]) -> None:
         """Take the loader's tensors as the parameters (no copy). The model is built on the
         meta device, so no time goes into random initialisation of weights we replace.
-        A packed (int8/int4) weight turns its Linear into a `QuantLinear`."""
-        tensors = dict(tensors)
+        Separate q/k/v and gate/up tensors are fused first (backends/cuda/fuse.py).
+        A packed (int8/int4/fp8) weight turns its Linear into a `QuantLinear`."""
+        tensors = fuse_projections(tensors)
         for name, packed in [(n, t) for n, t in tensors.items()
-                             if isinstance(t, Int8Weight | Int4Weight)]:
+                             if isinstance(t, Int8Weight | Int4Weight | Fp8Weight)]:
             del tensors[name]
             prefix = name.removesuffix(".weight")
             parent, _, attr = prefix.rpartition(".")
