@@ -49,6 +49,7 @@ if [ "$REHEARSAL" = 1 ]; then
     SHAPE=tiny-llama DRAFT=tiny-llama BATCHES=1,8 SERVE_SHAPE=tiny
     ENGINE_STEPS="--steps 2" SPEC_STEPS=2 PEER_TOKENS=4,8 PEER_REPEAT=1 COPY_GIB=0.125
     GEMV_ARGS="--min-s 0.05" SCALE=4  # the step limits x4: the interpreter on 2 shared cores
+    GEMV_ENV="-u EMBER_KERNELS"  # gemv.py runs its plain-torch reference on a CPU
     BUDGET=${GPU_CHECKS_BUDGET_S:-1500}
 else
     PY=${PYTHON:-python3}
@@ -134,7 +135,7 @@ for step in "${STEPS[@]}"; do
         bf16) run bf16 60 "${ENGINE[@]}" ;;
         int4|int8|fp8) run "$step" 50 "${ENGINE[@]}" --quant "$step" ;;
         compile) run compile 60 "${ENGINE[@]}" --batches 1 --compile ;;  # the step compiled
-        gemv) run gemv 40 "$PY" benchmarks/gemv.py $GEMV_ARGS ;;
+        gemv) run gemv 40 env ${GEMV_ENV:-} "$PY" benchmarks/gemv.py $GEMV_ARGS ;;
         spec) run spec 60 "$PY" benchmarks/cuda_speculative.py --random "$SHAPE" \
                   --draft-shape "$DRAFT" --max-draft 8 --steps "$SPEC_STEPS" ;;
         lookup) run lookup 120 "$PY" benchmarks/cuda_speculative.py --prompts edit \
