@@ -45,6 +45,9 @@ SHAPES = {  # random-weight models of real shapes, for a GPU where nothing can b
                                8192),  # Llama 3's vocabulary: a draft for the 8B
     "qwen2.5-0.5b": ModelConfig("qwen2", 151936, 896, 24, 14, 2, 64, 4864, 1e-6, 1e6, 32768,
                                 qkv_bias=True),
+    # Llama 3's layout on two small layers and a 2,048-token vocabulary: the GPU checks'
+    # rehearsal on a CPU, where Triton's interpreter would take minutes over a real head
+    "tiny-llama": ModelConfig("llama", 2048, 128, 2, 4, 2, 32, 256, 1e-5, 500000.0, 8192),
 }
 
 
