@@ -48,15 +48,15 @@ if [ "$REHEARSAL" = 1 ]; then
     export PYTHONPATH="$PWD"
     SHAPE=tiny-llama DRAFT=tiny-llama BATCHES=1,8 SERVE_SHAPE=tiny
     ENGINE_STEPS="--steps 2" SPEC_STEPS=2 PEER_TOKENS=4,8 PEER_REPEAT=1 COPY_GIB=0.125
-    GEMV_ARGS="--min-s 0.05" SCALE=4  # the step limits x4: the interpreter on 2 shared cores
-    GEMV_ENV="-u EMBER_KERNELS"  # gemv.py runs its plain-torch reference on a CPU
+    GEMV_ARGS="--cpu-rehearsal" TUNE_ARGS="--cpu-rehearsal"
+    SCALE=4  # the step limits x4: the interpreter on 2 shared cores
     BUDGET=${GPU_CHECKS_BUDGET_S:-1500}
 else
     PY=${PYTHON:-python3}
     unset TRITON_INTERPRET
     SHAPE=llama3-8b DRAFT=llama3.2-1b BATCHES=1,8,32,64 SERVE_SHAPE=${SERVE_SHAPE:-llama3.2-1b}
     ENGINE_STEPS="" SPEC_STEPS=10 PEER_TOKENS=16,80 PEER_REPEAT=2 COPY_GIB=2
-    GEMV_ARGS="" SCALE=1
+    GEMV_ARGS="--rows 1,8,16" TUNE_ARGS="--rows 1,8" SCALE=1
 fi
 if [ "$REHEARSAL" != 1 ] && compgen -G ".whl/*.whl" > /dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -130,12 +130,12 @@ for step in "${STEPS[@]}"; do
                    run tests 110 "$PY" -m pytest tests/gpu -q -p no:cacheprovider $XDIST \
                        --timeout 100 -rf
                fi ;;
-        tune) run tune 45 "$PY" -m kernels.tune ;;  # the GEMV autotune sweep, cached per device
+        tune) run tune 90 "$PY" -m kernels.tune $TUNE_ARGS ;;  # the GEMV sweep, cached per device
         graphs) run graphs 80 "${ENGINE[@]}" --graphs compare ;;  # bf16, graphs on and off
         bf16) run bf16 60 "${ENGINE[@]}" ;;
         int4|int8|fp8) run "$step" 50 "${ENGINE[@]}" --quant "$step" ;;
-        compile) run compile 60 "${ENGINE[@]}" --batches 1 --compile ;;  # the step compiled
-        gemv) run gemv 40 env ${GEMV_ENV:-} "$PY" benchmarks/gemv.py $GEMV_ARGS ;;
+        compile) run compile 60 "${ENGINE[@]}" --batches 1 --compile compare ;;  # compiled vs not
+        gemv) run gemv 60 "$PY" benchmarks/gemv.py $GEMV_ARGS ;;
         spec) run spec 60 "$PY" benchmarks/cuda_speculative.py --random "$SHAPE" \
                   --draft-shape "$DRAFT" --max-draft 8 --steps "$SPEC_STEPS" ;;
         lookup) run lookup 120 "$PY" benchmarks/cuda_speculative.py --prompts edit \
