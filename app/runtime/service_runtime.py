@@ -89,6 +89,7 @@ class ServiceRuntime(Runtime):
         self.url = url.rstrip("/")
         self._endpoint = Endpoint("Ember service", self.url, key)
         self._clients: dict[str | None, ServiceBackend] = {}  # by the backend asked for
+        self._unanswered = False  # the last loaded-list call failed (said once per outage)
         self._http = httpx.Client(base_url=self.url,
                                   headers={"Authorization": f"Bearer {key}"},
                                   timeout=httpx.Timeout(LOAD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
@@ -167,8 +168,13 @@ class ServiceRuntime(Runtime):
         try:
             body = self._call("GET", "/ember/loaded", "listing its loaded models")
         except (RemoteError, InvalidRequestError) as e:
-            log.warning("%s", e)
+            # the window asks every 2 s: a restart or an outage is one line, not one a poll
+            log.log(logging.DEBUG if self._unanswered else logging.WARNING, "%s", e)
+            self._unanswered = True
             return []
+        if self._unanswered:
+            log.info("the Ember service at %s answers again", self.url)
+            self._unanswered = False
         found = []
         for m in body.get("models", []):
             try:

@@ -179,8 +179,14 @@ def uninstall(paths: Paths, force: bool = False, home: Path | None = None) -> st
 
 
 def port_holder(host: str, port: int) -> str | None:
-    """None when `host:port` is free; else who holds it, as well as psutil can tell."""
+    """None when `host:port` is free; else who holds it, as well as psutil can tell.
+
+    Free means free for the server, which binds as asyncio does (SO_REUSEADDR on POSIX): a
+    port whose last connections wait out TIME_WAIT, as every port a client (the window) was
+    connected to does for a minute after `ember service stop`, is free to listen on."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        if os.name != "nt":  # on Windows the option would let a second listener in
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
             return None

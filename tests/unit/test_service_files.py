@@ -171,6 +171,23 @@ def test_start_names_who_holds_the_port(supervised):
             manager.start(paths)
 
 
+def test_a_port_its_last_connections_left_in_time_wait_is_free_to_start_on():
+    """After `ember service stop` the server's side of each connection a client had open
+    (the window's) waits out TIME_WAIT; the new server binds as asyncio does and listens."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server closes first: its side goes to TIME_WAIT
+        client.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # the state the check must see through
+    assert manager.port_holder("127.0.0.1", port) is None
+
+
 def test_the_deb_offers_the_unit_not_enabled_and_it_verifies(tmp_path: Path):
     spec_ = importlib.util.spec_from_file_location(
         "linux_packages", Path(__file__).resolve().parents[2] / "packaging/linux_packages.py")

@@ -157,3 +157,23 @@ def test_dropped_turns_come_back_through_the_usage_extension():
         received = Received(time.monotonic())
         received.usage, received.finish = said, "stop"
         assert received.done().stats.truncated is seen
+
+
+def test_a_service_that_stops_answering_is_logged_once_until_it_answers_again(
+        tmp_path: Path, caplog):
+    import logging
+
+    from app.runtime.service_runtime import ServiceRuntime
+    from app.store import Store
+    from tests.support.live_server import live_server
+
+    paths, port = Paths(tmp_path), free_port()
+    rt = ServiceRuntime(f"http://127.0.0.1:{port}", "k", Store(paths))
+    with caplog.at_level(logging.INFO, logger="app.runtime.service_runtime"):
+        assert [rt.loaded() for _ in range(3)] == [[], [], []]  # the window's polls
+        with live_server(Store(paths), port=port, api_key="k"):
+            assert rt.loaded() == [] and rt.loaded() == []
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "did not answer while listing" in said[0], said
+    assert said[1] == f"the Ember service at http://127.0.0.1:{port} answers again"
+    rt.shutdown()
