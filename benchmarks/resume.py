@@ -1,7 +1,7 @@
 """A conversation's next turn after a restart, with and without its saved KV cache. Prints JSON.
 
     .venv/bin/python benchmarks/resume.py [--model qwen2.5-coder-0.5b-instruct]
-        [--history 1000,4000] [--threads N] [--rounds 3]
+        [--history 1000,4000] [--threads N] [--rounds 3] [--llama-server PATH]
 
 For each length of history (tokens of a first turn: a module to review and a question), the
 time to first token of the next turn (medians of `--rounds`, each with its own follow-up
@@ -16,6 +16,9 @@ question so that none repeats a prompt the engine holds whole):
 In process, on the llama.cpp backend as the worker runs it: a restart of `ember serve` adds
 the worker's start and the model's load (reported as `load_s`), which come before the first
 request either way. Add 16000 to --history for the issue's third length (minutes on 2 cores).
+With --llama-server (bash benchmarks/build_llama_server.sh builds one), each length also gets
+llama-server's rows on the same file: warm, after its own restart (cold), and after a restart
+with its manual slot save and restore (`slot_restored`).
 """
 
 from __future__ import annotations
