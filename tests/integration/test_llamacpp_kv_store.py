@@ -15,7 +15,7 @@ import pytest
 from backends.base import DoneEvent, GenerationRequest, LoadPlan, Message, SamplingParams
 from backends.llamacpp import engine as engine_module
 from backends.llamacpp.backend import LlamaCppBackend
-from backends.llamacpp.kv_store import MIN_TOKENS
+from backends.llamacpp.kv_store import MIN_TOKENS, KvStore
 
 SOURCE = Path(engine_module.__file__).read_text()
 QUESTION = "In one sentence: what does `place` decide?"
@@ -124,3 +124,31 @@ def test_a_truncated_saved_cache_is_dropped_logged_and_the_turn_still_answers(
     assert after.stats.finish_reason in ("stop", "length") and after.text.strip()
     assert after.stats.cached_tokens == 0 and after.stats.disk_tokens == 0
     assert "dropped the saved KV cache" in caplog.text and not path.exists()
+
+
+def test_a_saved_cache_whose_cells_are_not_its_tokens_is_dropped_logged_and_the_turn_answers(
+        qwen, saved_short, tmp_path: Path, caplog):
+    """A file whose header and checksum check out, but whose payload holds more cells than
+    its tokens say (here: rewritten with its last 20 tokens left out of the header), is
+    caught after llama.cpp reads it (BatchEngine._from_disk counts the cells): dropped,
+    logged, and the turn evaluates its whole prompt."""
+    folder, second = saved_short
+    backend = loaded(qwen, tmp_path / "kv", context=2048)
+    try:
+        assert backend.engine is not None and backend.engine.kv_store is not None
+        store = backend.engine.kv_store
+        source = KvStore(folder, store.key)
+        (entry,) = source.entries()
+        payload = source.load(entry)
+        assert payload is not None
+        wrong = store.save(entry.tokens[:-20], payload)
+        prompt, _, _ = backend.prompt_tokens(GenerationRequest(messages=second))
+        assert store.best(prompt)[0] == wrong  # offered: only llama.cpp's count catches it
+        with caplog.at_level(logging.WARNING, "backends.llamacpp.kv_store"):
+            after = ask(backend, second)
+    finally:
+        backend.unload()
+    assert after.stats.finish_reason in ("stop", "length") and after.text.strip()
+    assert after.stats.cached_tokens == 0 and after.stats.disk_tokens == 0
+    assert f"dropped the saved KV cache {wrong.path.name}: llama.cpp took" in caplog.text
+    assert not wrong.path.exists()
