@@ -156,8 +156,8 @@ class MainWindow(QMainWindow):
         self.remote_models: list = []
         self.remote_failures: dict[str, str] = {}
         self.quick_ref: str | None = None  # the first-run download, to open a chat on
-        self._server_state("stopped")
-        self.server_page.show_where(describe(runtime), runtime.is_service)
+        self.server_text = "stopped"
+        self._show_where()
         self.refresh_models()
         self.refresh_remote_models()
         self._build_machine_page()
@@ -365,6 +365,21 @@ class MainWindow(QMainWindow):
         self.runtime = runtime
         self.controller.runtime = self.controller.choices.runtime = runtime
         self.status_line.runtime = runtime
+        self._show_where()
+
+    def _show_where(self) -> None:
+        """The Server page and the status bar say whose API serves: a window that joined the
+        Ember service shows the service's address and key (its API is running, and it has the
+        models this window uses); otherwise this window's own server, stopped until started."""
+        from app.runtime.service_runtime import ServiceRuntime
+
+        runtime = self.runtime
+        if isinstance(runtime, ServiceRuntime):
+            self.server_text = f"the Ember service at {runtime.url}"
+            self.server_label.setText(f"API server: the Ember service at {runtime.url}")
+            self.server_page.show_state(self.server_text, False, runtime.url, runtime.api_key)
+        elif self.server is None:
+            self._server_state("stopped")
         self.server_page.show_where(describe(runtime), runtime.is_service)
 
     def leave_a_gone_service(self) -> bool:

@@ -98,6 +98,11 @@ class ServiceRuntime(Runtime):
     def describe(self) -> str:
         return f"Using the Ember service at {self.url}"
 
+    @property
+    def api_key(self) -> str:
+        """The service's key (from the data folder): what other programs send to its API."""
+        return self._endpoint.api_key or ""
+
     # -- HTTP ------------------------------------------------------------------------------
     def _call(self, method: str, path: str, doing: str, **kw: Any) -> Any:
         """The JSON of one call; a RemoteError that names the service and what failed."""

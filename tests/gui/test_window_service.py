@@ -30,6 +30,10 @@ def test_the_window_uses_the_service_and_falls_back_when_it_is_gone(qtbot, tmp_p
         assert isinstance(w.runtime, ServiceRuntime) and w.controller.runtime is w.runtime
         assert w.server_page.where.text().startswith(f"Using the Ember service at {url}:")
         assert not w.server_page.button.isEnabled()  # the service's API is the one
+        # whose API serves, with its address and key: not "stopped" (the service serves)
+        assert w.server_label.text() == f"API server: the Ember service at {url}"
+        assert w.server_page.state.text() == f"Running at {url}"
+        assert (w.server_page.url_now, w.server_page.key_now) == (url, KEY)
         w.toggle_server()
         assert w.server is None
         assert not w.leave_a_gone_service()  # it answers: the window stays on it
@@ -41,5 +45,7 @@ def test_the_window_uses_the_service_and_falls_back_when_it_is_gone(qtbot, tmp_p
     assert f"The Ember service at {url} does not answer" in w.statusBar().currentMessage()
     assert w.server_page.where.text().startswith("Models run in this process")
     assert w.server_page.button.isEnabled()
+    assert w.server_label.text() == "API server: stopped"  # this window's own, not started
+    assert w.server_page.url_now == ""
     w.runtime.shutdown()
     w.history.close()
