@@ -76,17 +76,22 @@ def main(argv: list[str] | None = None, home: Paths | None = None,
     guard = watch_threads(p) if checking_threads() else None
     try:
         app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
+        quits_on_close = app.quitOnLastWindowClosed()  # start() changes it for a tray
         try:
-            identify(app)
-            window = start(app, p, in_tray)
-        except Exception as e:
-            return start_failed(e, p)
-        try:
-            return app.exec()
+            try:
+                identify(app)
+                window = start(app, p, in_tray)
+            except Exception as e:
+                return start_failed(e, p)
+            try:
+                return app.exec()
+            finally:
+                window.runtime.shutdown()
+                window.history.close()
+                window.library.close()
         finally:
-            window.runtime.shutdown()
-            window.history.close()
-            window.library.close()
+            # the app as it was found: a QApplication outlives main() where it is reused
+            app.setQuitOnLastWindowClosed(quits_on_close)
     finally:
         if guard is not None:
             guard.uninstall()
@@ -119,8 +124,11 @@ def start(app, home: Paths, in_tray: bool = False):
         QMessageBox.warning(window, "Ember", f"{window.settings_error}\n\nEmber runs with "
                             "default settings and will not overwrite the file.")
     # with a tray icon, Ember ends by Quit or by closing the window (MainWindow.closeEvent),
-    # not when its last window closes: that would be any dialog closed while it is hidden
-    app.setQuitOnLastWindowClosed(window.tray is None)
+    # not when its last window closes: that would be any dialog closed while it is hidden.
+    # Without one the app's own setting stands: setting it True here would make a close post
+    # a Quit event beside the caller's quit(), and one left queued ends the next event loop
+    if window.tray is not None:
+        app.setQuitOnLastWindowClosed(False)
     if not in_tray:
         window.show()
     elif window.tray is None:
