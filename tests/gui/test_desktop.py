@@ -154,7 +154,10 @@ def start_window(home: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "gui"], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not (home / "history.db").exists():
+    # this process's own dump file (app.crash.NativeCrashLog, made before the history): a
+    # history.db left by an earlier start says nothing about this one
+    while not (list((home / "logs").glob(f"native-*-{proc.pid}.log"))
+               and (home / "history.db").exists()):
         assert proc.poll() is None and time.monotonic() < deadline, "the window did not start"
         time.sleep(0.1)
     time.sleep(1.0)  # past start-up, into the event loop
