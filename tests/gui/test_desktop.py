@@ -83,6 +83,9 @@ def test_the_window_carries_the_icon_and_the_desktop_files_app_id(qtbot, tmp_pat
         QApplication.quit()
     when_shown(MainWindow, look)
     assert main(home=Paths(tmp_path / "home")) == 0
+    # one_quit's setting stands (offscreen has no tray): turned back on, the close would
+    # have posted a Quit that ends the next event loop, the next test's message box
+    assert not QApplication.quitOnLastWindowClosed()
     assert seen["app_id"] == DESKTOP_FILE.stem == APP_ID  # Wayland matches these
     assert seen["name"] == "Ember"
     assert seen["opaque"] > 150  # the SVG rendered at 16 px, not an empty icon
