@@ -85,7 +85,8 @@ def home(qwen: InstalledModel, models_home: Path, tmp_path: Path) -> Path:
 
 
 def check_menu_and_unload(seen: dict, ref: str) -> None:
-    assert seen["done"] == ["icon_placed", "model_listed", "menu_opened", "unloaded"]
+    assert seen["done"] == ["icon_placed", "model_listed", "menu_opened", "unloaded",
+                            "menu_followed"]
     x, y, width, height = seen["icon"]
     assert seen["icon_visible"] and x > 0 and y < 24 and width > 0 and height > 0  # in the panel
     assert not seen["window_visible_with_tray"]  # --tray: the window waits behind the icon

@@ -98,14 +98,19 @@ def main(ref: str, wait_s: float) -> int:
         return True
 
     def unloaded() -> bool:
+        return not window.runtime.loaded()
+
+    def menu_followed() -> bool:
+        # the menu follows the status line's next probe, which runs off the UI thread: a
+        # moment after the unload, not at once
         assert window.tray is not None
-        if window.runtime.loaded():
+        if ref in window.tray.toolTip():
             return False
         seen["menu_after_unload"] = texts(window.tray.menu)
         next(a for a in window.tray.menu.actions() if a.text() == "Quit").trigger()
         return True
 
-    steps += [icon_placed, model_listed, menu_opened, unloaded]
+    steps += [icon_placed, model_listed, menu_opened, unloaded, menu_followed]
     timer = QTimer(interval=50)
     timer.timeout.connect(tick)
     timer.start()
