@@ -34,6 +34,10 @@ class Settings:
     font_size: int = 11
     update_check: bool = False  # off until the user switches it on (app.update_check)
     update_feed: str = RELEASE_FEED
+    # closing the window hides it behind the tray icon and the server keeps serving; Quit in
+    # the tray's menu quits (app.gui.tray). Only where the desktop has a tray.
+    keep_in_tray: bool = False
+    start_at_login: bool = False  # app.autostart writes or removes the login entry
 
     def validate(self) -> None:
         if not 0.0 <= self.temperature <= 2.0:

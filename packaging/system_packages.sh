@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The Debian packages the test suite needs beyond Python: what llama.cpp's Vulkan backend
-# builds with and runs the tests on (Mesa's lavapipe), a real X server and the tools that
-# drive it (the window and bundle tests), the Linux packaging tools (bundle, .deb, clean-root
-# install, NSIS compile) and the X libraries Qt's xcb platform plugin loads at build time
-# (docs/notes/packaging-traps.md, trap 6). Installed with apt-get as root, or through
-# passwordless sudo.
+# builds with and runs the tests on (Mesa's lavapipe), a real X server, a tray host for it
+# and the tools that drive it (the window, tray and bundle tests), the Linux packaging tools
+# (bundle, .deb, clean-root install, NSIS compile) and the X libraries Qt's xcb platform
+# plugin loads at build time (docs/notes/packaging-traps.md, trap 6). Installed with apt-get
+# as root, or through passwordless sudo.
 # On another system, install the equivalents by hand; the tests that need them fail with the
 # missing command's name.
 set -euo pipefail
 
 packages=(
   xvfb xauth xdotool x11-utils imagemagick              # real-window tests, screenshots
+  trayer                                                # a tray on Xvfb (the tray icon)
   debootstrap dpkg-dev binutils zstd nsis               # bundle, .deb, clean root, installer
   desktop-file-utils appstream                          # .desktop and metainfo validation
   systemd                                               # systemd-analyze verify (ember service)

@@ -67,7 +67,9 @@ def gui_available() -> bool:
 
 
 @cli.command()
-def gui() -> None:
+@click.option("--tray", "in_tray", is_flag=True,
+              help="start in the tray, the window hidden (where the desktop has a tray)")
+def gui(in_tray: bool = False) -> None:
     """Open Ember's window."""
     try:
         import PySide6.QtWidgets  # noqa: F401  (Qt's own libraries load here)
@@ -83,7 +85,7 @@ def gui() -> None:
         except OSError:
             report = ""
         raise EmberError(needs_extra("the window", "gui", e.name) + report) from e
-    sys.exit(gui_main([sys.argv[0]]))
+    sys.exit(gui_main([sys.argv[0]], in_tray=in_tray))
 
 
 def main() -> None:

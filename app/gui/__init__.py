@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from app.config import Paths, paths
 
 log = logging.getLogger(__name__)
 START_FAILED = 1  # the exit status when the window could not be started
+# how long `ember gui --tray` waits for a tray before it shows the window instead: at login
+# some desktops start the panel (the tray) after the autostart entries
+TRAY_WAIT_S = 30.0
 
 
 def build_window(home: Paths | None = None, runtime=None, hardware=None):
@@ -55,7 +59,10 @@ def identify(app) -> None:
     app.setWindowIcon(QIcon(str(ICON_SVG)))  # Qt's svg icon engine renders each size asked
 
 
-def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
+def main(argv: list[str] | None = None, home: Paths | None = None,
+         in_tray: bool = False) -> int:
+    """The window's event loop; `in_tray` (`ember gui --tray`, the login entry's): start
+    with the window hidden behind its tray icon, where the desktop has a tray."""
     from PySide6.QtWidgets import QApplication
 
     from app import logs
@@ -69,17 +76,22 @@ def main(argv: list[str] | None = None, home: Paths | None = None) -> int:
     guard = watch_threads(p) if checking_threads() else None
     try:
         app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
+        quits_on_close = app.quitOnLastWindowClosed()  # start() changes it for a tray
         try:
-            identify(app)
-            window = start(app, p)
-        except Exception as e:
-            return start_failed(e, p)
-        try:
-            return app.exec()
+            try:
+                identify(app)
+                window = start(app, p, in_tray)
+            except Exception as e:
+                return start_failed(e, p)
+            try:
+                return app.exec()
+            finally:
+                window.runtime.shutdown()
+                window.history.close()
+                window.library.close()
         finally:
-            window.runtime.shutdown()
-            window.history.close()
-            window.library.close()
+            # the app as it was found: a QApplication outlives main() where it is reused
+            app.setQuitOnLastWindowClosed(quits_on_close)
     finally:
         if guard is not None:
             guard.uninstall()
@@ -98,7 +110,7 @@ def watch_threads(home: Paths):
     return guard
 
 
-def start(app, home: Paths):
+def start(app, home: Paths, in_tray: bool = False):
     from PySide6.QtWidgets import QMessageBox
 
     from app.gui.first_start import hardware_behind_splash
@@ -111,8 +123,42 @@ def start(app, home: Paths):
     if window.settings_error:
         QMessageBox.warning(window, "Ember", f"{window.settings_error}\n\nEmber runs with "
                             "default settings and will not overwrite the file.")
-    window.show()
+    # with a tray icon, Ember ends by Quit or by closing the window (MainWindow.closeEvent),
+    # not when its last window closes: that would be any dialog closed while it is hidden.
+    # Without one the app's own setting stands: setting it True here would make a close post
+    # a Quit event beside the caller's quit(), and one left queued ends the next event loop
+    if window.tray is not None:
+        app.setQuitOnLastWindowClosed(False)
+    if not in_tray:
+        window.show()
+    elif window.tray is None:
+        wait_for_tray(app, window)
     return window
+
+
+def wait_for_tray(app, window, wait_s: float | None = None) -> None:
+    """Hidden until a tray comes up, then behind its icon; after `wait_s` (TRAY_WAIT_S)
+    without one, the window shows (Ember never runs with nothing on screen)."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QSystemTrayIcon
+
+    wait_s = TRAY_WAIT_S if wait_s is None else wait_s
+    started = time.monotonic()
+    timer = QTimer(window, interval=250)
+
+    def look() -> None:
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            timer.stop()
+            window.add_tray()
+            app.setQuitOnLastWindowClosed(False)
+            log.info("the tray came up %.1f s after the window", time.monotonic() - started)
+        elif time.monotonic() - started >= wait_s:
+            timer.stop()
+            log.info("no tray after %.0f s: showing the window", wait_s)
+            window.show()
+
+    timer.timeout.connect(look)
+    timer.start()
 
 
 def start_failed(error: Exception, home: Paths) -> int:

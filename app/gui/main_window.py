@@ -8,10 +8,11 @@ everything as it was), which a page that is always open could not offer."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -23,10 +24,12 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSplitter,
     QStackedWidget,
+    QSystemTrayIcon,
     QToolBar,
     QWidget,
 )
 
+from app.autostart import set_start_at_login
 from app.chat.tools import ChatTools
 from app.config import Paths
 from app.export import ImportFormatError, import_file
@@ -48,14 +51,18 @@ from app.gui.shortcuts import ShortcutsDialog
 from app.gui.status_line import StatusLine
 from app.gui.tasks import RemoteModelsTask, ServerTask
 from app.gui.theme import apply_theme
+from app.gui.tray import ServerState, TrayIcon
 from app.gui.update_notice import UpdateNotice
 from app.history import History
+from app.identity import APP_NAME, ICON_SVG
 from app.preferences import Settings, save_settings
 from app.presets import load_options
 from app.runtime import Runtime
 from app.runtime.choose import describe
 from app.store import InstalledModel
 from backends.errors import EmberError
+
+log = logging.getLogger(__name__)
 
 
 class MainWindow(QMainWindow):
@@ -66,7 +73,7 @@ class MainWindow(QMainWindow):
         self.library = library  # app.documents.library.DocumentLibrary: the chats' documents
         self.settings_error = settings_error  # a broken config.toml is never overwritten
         self.server: ServerTask | None = None
-        self.server_text = "stopped"
+        self.server_text, self.server_url, self.server_key = "stopped", "", ""
         self.setWindowTitle("Ember")
         self.resize(1180, 760)
 
@@ -156,7 +163,14 @@ class MainWindow(QMainWindow):
         self.remote_models: list = []
         self.remote_failures: dict[str, str] = {}
         self.quick_ref: str | None = None  # the first-run download, to open a chat on
-        self.server_text = "stopped"
+        # the tray icon, where the desktop has a tray; without one, nothing of it exists
+        self.tray: TrayIcon | None = None
+        self.quitting = False  # Quit asked for: a close then ends Ember, tray or not
+        self.told_in_tray = False
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            self.add_tray()
+        if settings.start_at_login:
+            self._renew_login_entry()
         self._show_where()
         self.refresh_models()
         self.refresh_remote_models()
@@ -378,6 +392,8 @@ class MainWindow(QMainWindow):
             self.server_text = f"the Ember service at {runtime.url}"
             self.server_label.setText(f"API server: the Ember service at {runtime.url}")
             self.server_page.show_state(self.server_text, False, runtime.url, runtime.api_key)
+            if self.tray is not None:
+                self.tray.show_server(ServerState(True, self.server_text, runtime.url, True))
         elif self.server is None:
             self._server_state("stopped")
         self.server_page.show_where(describe(runtime), runtime.is_service)
@@ -486,6 +502,14 @@ class MainWindow(QMainWindow):
             return
         old_load = (self.settings.context, self.settings.gpu_layers, self.settings.backend)
         check_now = settings.update_check and not self.settings.update_check
+        if settings.start_at_login != self.settings.start_at_login:
+            try:
+                set_start_at_login(settings.start_at_login)
+            except OSError as e:
+                QMessageBox.warning(self, "Settings", f"Ember could not "
+                                    f"{'add' if settings.start_at_login else 'remove'} its "
+                                    f"login entry: {e}")
+                settings.start_at_login = self.settings.start_at_login
         for name, value in vars(settings).items():
             setattr(self.settings, name, value)
         if self.controller.conversation_id is not None:
@@ -547,12 +571,78 @@ class MainWindow(QMainWindow):
             self._server_state(f"stopped: {why}")
 
     def _server_state(self, text: str, url: str = "", key: str = "") -> None:
-        self.server_text = text
+        self.server_text, self.server_url, self.server_key = text, url, key
         # the key stays on the Server page (behind Show), not in the status bar
         self.server_label.setText("API server: " + (url or text))
         self.server_page.show_state(text, self.server is not None, url, key)
+        if self.tray is not None:
+            self.tray.show_server(ServerState(self.server is not None, text, url))
+
+    # the tray
+
+    def make_tray(self) -> TrayIcon:
+        """The tray icon, wired to the window (made by __init__ where there is a tray)."""
+        tray = TrayIcon(QIcon(str(ICON_SVG)), self)
+        tray.open_requested.connect(self.open_from_tray)
+        tray.server_toggle_requested.connect(self.toggle_server)
+        tray.unload_requested.connect(self.unload_model)
+        tray.quit_requested.connect(self.quit_app)
+        self.status_line.loaded_seen.connect(tray.models_seen)
+        tray.menu.aboutToShow.connect(self.status_line.refresh)  # fresh, in a moment
+        return tray
+
+    def add_tray(self) -> TrayIcon:
+        """Show the tray icon (made by __init__ where there is a tray, or later by
+        app.gui.start when the tray comes up after Ember)."""
+        self.tray = self.make_tray()
+        self.tray.show()
+        if self.server is None and self.runtime.is_service:
+            self._show_where()
+        else:
+            self._server_state(self.server_text, self.server_url, self.server_key)
+        self.status_line.refresh()  # its models, at once
+        return self.tray
+
+    def _renew_login_entry(self) -> None:
+        """Write the login entry again: it names this install's path, which an update or a
+        move changes (an AppImage's file, a venv)."""
+        try:
+            set_start_at_login(True)
+        except OSError as e:
+            log.warning("the login entry could not be renewed: %s", e)
+
+    def open_from_tray(self) -> None:
+        self.showNormal()
+        self.raise_()
+        self.activateWindow()
+
+    def unload_model(self, ref: str) -> None:
+        """Unload `ref` now (the tray's Unload); an answer it is writing stops first."""
+        if self.controller.busy and self.controller.model == ref:
+            self.controller.stop(wait=True)
+        if self.runtime.unload(ref):
+            self.statusBar().showMessage(f"Unloaded {ref}", 5000)
+        self.status_line.refresh()  # the tray follows its probe
+
+    def quit_app(self) -> None:
+        """Quit from the tray: the window closes for good, and the app with it."""
+        self.quitting = True
+        self.close()
+
+    def keeps_in_tray(self) -> bool:
+        return (self.settings.keep_in_tray and self.tray is not None and self.tray.isVisible()
+                and not self.quitting)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if self.keeps_in_tray():
+            # hidden, not closed: the server keeps serving, the models stay loaded
+            event.ignore()
+            self.hide()
+            if self.tray is not None and not self.told_in_tray:
+                self.told_in_tray = True
+                self.tray.showMessage(APP_NAME, f"{APP_NAME} keeps running here, with its "
+                                      "server. Quit from this icon's menu ends it.")
+            return
         self.status_line.stop()
         self.controller.stop(wait=True)
         for row in self.hub.rows.values():
@@ -562,3 +652,10 @@ class MainWindow(QMainWindow):
             self.server.stop()
         self.chat_tools.close()
         super().closeEvent(event)
+        if self.tray is not None:
+            self.tray.hide()
+        app = QApplication.instance()
+        if isinstance(app, QApplication) and not app.quitOnLastWindowClosed():
+            # set so by app.gui.start where there is a tray (a dialog closed while the
+            # window is hidden would end Ember): closing the window for good quits
+            app.quit()

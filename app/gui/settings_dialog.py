@@ -1,5 +1,6 @@
-"""Settings: generation, backend and hardware, presets, appearance, remote servers, updates
-and MCP servers. (The local API server has its own page: app.gui.server_page.)"""
+"""Settings: generation, backend and hardware, presets, appearance, the tray and the login
+start, remote servers, updates and MCP servers. (The local API server has its own page:
+app.gui.server_page.)"""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSpinBox,
+    QSystemTrayIcon,
     QVBoxLayout,
     QWidget,
 )
@@ -138,6 +140,7 @@ class SettingsDialog(QDialog):
         self.font_size = QSpinBox(minimum=7, maximum=32, value=settings.font_size)
         form.addRow("Font size", self.font_size)
         layout.addWidget(look)
+        layout.addWidget(self._tray_box(settings))
 
         layout.addWidget(self._remotes_box())
         layout.addWidget(self._updates_box(settings))
@@ -179,6 +182,25 @@ class SettingsDialog(QDialog):
         add.clicked.connect(self.add_remote)
         remove.clicked.connect(self.remove_remote)
         self._list_remotes()
+        return box
+
+    def _tray_box(self, settings: Settings) -> QGroupBox:
+        box = QGroupBox("Tray and login")
+        column = QVBoxLayout(box)
+        self.keep_in_tray = QCheckBox("Keep Ember in the tray when the window closes")
+        self.keep_in_tray.setChecked(settings.keep_in_tray)
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            self.keep_in_tray.setToolTip("The server keeps serving and the models stay "
+                                         "loaded; Quit in the tray icon's menu ends Ember")
+        else:
+            self.keep_in_tray.setToolTip("This desktop has no tray: closing the window "
+                                         "ends Ember")
+        column.addWidget(self.keep_in_tray)
+        self.start_at_login = QCheckBox("Start Ember at login")
+        self.start_at_login.setChecked(settings.start_at_login)
+        self.start_at_login.setToolTip("In the tray, its window hidden (shown where the "
+                                       "desktop has no tray)")
+        column.addWidget(self.start_at_login)
         return box
 
     def _updates_box(self, settings: Settings) -> QGroupBox:
@@ -247,7 +269,9 @@ class SettingsDialog(QDialog):
                        speculative=self.speculative.isChecked(),
                        draft_model=self.draft_model.currentData() or "",
                        theme=self.theme.currentText(), font_size=self.font_size.value(),
-                       update_check=self.update_check.isChecked())
+                       update_check=self.update_check.isChecked(),
+                       keep_in_tray=self.keep_in_tray.isChecked(),
+                       start_at_login=self.start_at_login.isChecked())
 
     def result_system_prompt(self) -> str:
         return self.system_prompt.toPlainText()

@@ -25,6 +25,7 @@ class LoadedNow:
     backend: str
     context: int
     resident_bytes: int
+    planned_bytes: int = 0  # the load plan's (LoadPlan.memory_bytes): the tray shows it
 
 
 class StatusProbeTask(ThreadTask):
@@ -38,7 +39,8 @@ class StatusProbeTask(ThreadTask):
     def _run(self) -> None:
         # a model the Ember service runs has no worker here: its load plan's memory
         self.probed.emit([LoadedNow(lm.model.ref, lm.backend, lm.plan.context,
-                                    resident_bytes(lm.pid) or lm.plan.memory_bytes)
+                                    resident_bytes(lm.pid) or lm.plan.memory_bytes,
+                                    lm.plan.memory_bytes)
                           for lm in self.runtime.loaded()])
 
 

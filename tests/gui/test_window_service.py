@@ -34,6 +34,11 @@ def test_the_window_uses_the_service_and_falls_back_when_it_is_gone(qtbot, tmp_p
         assert w.server_label.text() == f"API server: the Ember service at {url}"
         assert w.server_page.state.text() == f"Running at {url}"
         assert (w.server_page.url_now, w.server_page.key_now) == (url, KEY)
+        tray = w.add_tray()  # as where the desktop has a tray (offscreen has none)
+        menu = [a.text() for a in tray.menu.actions() if not a.isSeparator()]
+        assert menu[0] == f"Server: the Ember service at {url}"
+        assert "Start server" not in menu and "Stop server" not in menu  # `ember service`'s
+        assert w.server_page.url_now == url  # showing the tray kept the service's address
         w.toggle_server()
         assert w.server is None
         assert not w.leave_a_gone_service()  # it answers: the window stays on it

@@ -11,12 +11,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+HOLD_S = 60.0
+
 
 @dataclass
 class Feed:
     body: bytes = b""
     status: int = 200
     delay_s: float = 0.0  # before the answer: a slow feed
+    # set: each answer waits until it is set (HOLD_S at most), a feed as slow as the test says
+    hold: threading.Event | None = None
+    answered: int = 0  # answers sent (after the delay and the hold)
     url: str = ""
     requests: list[dict] = field(default_factory=list)  # {"path", "headers": [(name, value)]}
 
@@ -34,12 +39,15 @@ def feed_server() -> Iterator[Feed]:
         def do_GET(self) -> None:
             feed.requests.append({"path": self.path, "headers": list(self.headers.items())})
             time.sleep(feed.delay_s)
+            if feed.hold is not None:
+                feed.hold.wait(HOLD_S)
             self.send_response(feed.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(feed.body)))
             self.end_headers()
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a client gave up
                 self.wfile.write(feed.body)
+            feed.answered += 1
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
