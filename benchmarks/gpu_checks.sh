@@ -49,6 +49,9 @@ if [ "$REHEARSAL" = 1 ]; then
     SHAPE=tiny-llama DRAFT=tiny-llama BATCHES=1,8 SERVE_SHAPE=tiny
     ENGINE_STEPS="--steps 2" SPEC_STEPS=2 PEER_TOKENS=4,8 PEER_REPEAT=1 COPY_GIB=0.125
     GEMV_ARGS="--cpu-rehearsal" TUNE_ARGS="--cpu-rehearsal"
+    # dynamo cannot trace Triton's interpreter (numpy pointer arithmetic): the compiled step
+    # runs the plain-torch kernels here; on the GPU it traces the compiled Triton launches
+    COMPILE_ENV="EMBER_KERNELS=torch"
     SCALE=4  # the step limits x4: the interpreter on 2 shared cores
     BUDGET=${GPU_CHECKS_BUDGET_S:-1500}
 else
@@ -134,7 +137,7 @@ for step in "${STEPS[@]}"; do
         graphs) run graphs 80 "${ENGINE[@]}" --graphs compare ;;  # bf16, graphs on and off
         bf16) run bf16 60 "${ENGINE[@]}" ;;
         int4|int8|fp8) run "$step" 50 "${ENGINE[@]}" --quant "$step" ;;
-        compile) run compile 60 "${ENGINE[@]}" --batches 1 --compile compare ;;  # compiled vs not
+        compile) run compile 60 env ${COMPILE_ENV:-} "${ENGINE[@]}" --batches 1 --compile compare ;;  # compiled vs not
         gemv) run gemv 60 "$PY" benchmarks/gemv.py $GEMV_ARGS ;;
         spec) run spec 60 "$PY" benchmarks/cuda_speculative.py --random "$SHAPE" \
                   --draft-shape "$DRAFT" --max-draft 8 --steps "$SPEC_STEPS" ;;
