@@ -226,11 +226,24 @@ def summarize(folder: Path, now: datetime | None = None) -> dict[str, Any]:
     if spec is not None:
         out["verification"] = {k: spec.get(k) for k in
                                ("decode_step_ms", "decode_step_ms_no_graphs", "draft_step_ms",
-                                "verification_by_k")}
+                                "verification_by_k", "verify_steps_by_path",
+                                "verify_graph_bytes", "predicted_speedup_by_acceptance")}
 
     lookup = s.result("lookup")
     edit = ((lookup or {}).get("prompts") or {}).get("edit") or {}
     out["lookup_speedup_edit_prompts"] = (edit.get("lookup_auto") or {}).get("speedup")
+    if out["lookup_speedup_edit_prompts"] is None and spec is not None and \
+            spec.get("lookup_speedup_edit_prompts") is not None:
+        # no real model on the machine: the spec step's edit prompts on its random target,
+        # with its acceptance and what the measured costs predict at a real model's
+        out["lookup_speedup_edit_prompts"] = spec["lookup_speedup_edit_prompts"]
+        out["lookup_edit_identical"] = spec.get("lookup_identical_edit_prompts")
+        out["lookup_edit_source"] = (
+            f"random weights (acceptance {spec.get('lookup_acceptance_edit_prompts')}): "
+            "a random model's greedy answer repeats what it happens to; see "
+            "verification.predicted_speedup_by_acceptance for a real model's acceptance")
+    elif out["lookup_speedup_edit_prompts"] is not None:
+        out["lookup_edit_source"] = "the lookup step's real model"
     if out["lookup_speedup_edit_prompts"] is None:
         s.null("lookup_speedup_edit_prompts",
                "no real model on the machine: random weights propose nothing that is "

@@ -110,3 +110,21 @@ def test_main_writes_the_summary_and_refuses_a_missing_folder(steps, tmp_path, c
     assert all(k in json.loads(out.read_text()) for k in KEYS)
     assert main([str(tmp_path / "nowhere"), "--out", str(out)]) == 2
     assert "not a folder of step outputs" in capsys.readouterr().err
+
+
+def test_without_a_real_model_lookup_comes_from_the_spec_steps_random_target(steps):
+    """The spec step's output of a CPU rehearsal (benchmarks/cuda_speculative.py --random):
+    the verification cost by k, and prompt lookup on edit prompts on its random target,
+    said to be so, beside what the measured costs predict at a real model's acceptance."""
+    for name in ("spec.out", "spec.rc"):
+        shutil.copy(STEPS.parent / "gpu_steps_spec" / name, steps / name)
+    spec = last_json((steps / "spec.out").read_text())
+    assert spec is not None
+    s = summarize(steps, WHEN)
+    assert s["verify_k8_over_decode_step"] == spec["verification_by_k"]["8"]["x_decode_step"]
+    assert s["lookup_speedup_edit_prompts"] == spec["lookup_speedup_edit_prompts"]
+    assert s["lookup_edit_identical"] is spec["lookup_identical_edit_prompts"]
+    assert s["lookup_edit_source"].startswith("random weights (acceptance ")
+    assert "lookup_speedup_edit_prompts" not in s["missing"]
+    assert s["verification"]["predicted_speedup_by_acceptance"] == \
+        spec["predicted_speedup_by_acceptance"]
