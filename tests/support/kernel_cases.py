@@ -3,6 +3,11 @@ tests/unit/test_kernels.py) and the GPU tier (compiled kernels, tests/gpu/)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
 import torch
 
 
@@ -51,3 +56,23 @@ def verify_case(lens: list[int], n_rows: list[int], rows: int, heads: int, kv_he
     g = torch.Generator().manual_seed(seed + 1)
     q = torch.randn(len(lens), rows, heads, dim, generator=g).to(dtype)
     return q, k_cache, v_cache, tables, context_lens, torch.tensor(n_rows)
+
+
+@contextlib.contextmanager
+def triton_interpreter(modules: tuple[str, ...]) -> Iterator[None]:
+    """TRITON_INTERPRET=1 for a test module: the kernel `modules` are dropped from
+    sys.modules so that their next import decorates the kernels for the interpreter (Triton
+    reads the variable then), and dropped again after, with the variable as it was."""
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    for name in modules:
+        sys.modules.pop(name, None)
+    try:
+        yield
+    finally:
+        for name in modules:
+            sys.modules.pop(name, None)
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old

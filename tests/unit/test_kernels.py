@@ -13,8 +13,6 @@ here.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +43,7 @@ from kernels.quant import (
     quantize_int8,
     unpack_int4,
 )
-from tests.support.kernel_cases import close, paged_case, verify_case, weights
+from tests.support.kernel_cases import close, paged_case, triton_interpreter, verify_case, weights
 
 TRITON_MODULES = ("kernels.matmul_triton", "kernels.gemv_triton",
                   "kernels.paged_attention_triton")
@@ -53,17 +51,8 @@ TRITON_MODULES = ("kernels.matmul_triton", "kernels.gemv_triton",
 
 @pytest.fixture(scope="module", autouse=True)
 def interpreter():
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    for name in TRITON_MODULES:
-        sys.modules.pop(name, None)
-    yield
-    for name in TRITON_MODULES:
-        sys.modules.pop(name, None)
-    if old is None:
-        del os.environ["TRITON_INTERPRET"]
-    else:
-        os.environ["TRITON_INTERPRET"] = old
+    with triton_interpreter(TRITON_MODULES):
+        yield
 
 
 # -- packing -------------------------------------------------------------------------------

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 
 import pytest
 import torch
@@ -25,24 +23,15 @@ from kernels.gemv_config import (
 )
 from kernels.matmul import linear, linear_reference
 from kernels.quant import quantize
-from tests.support.kernel_cases import close, weights
+from tests.support.kernel_cases import close, triton_interpreter, weights
 
 MODULES = ("kernels.gemv_triton",)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def interpreter():
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    for name in MODULES:
-        sys.modules.pop(name, None)
-    yield
-    for name in MODULES:
-        sys.modules.pop(name, None)
-    if old is None:
-        del os.environ["TRITON_INTERPRET"]
-    else:
-        os.environ["TRITON_INTERPRET"] = old
+    with triton_interpreter(MODULES):
+        yield
 
 
 def packed(kind: str, n: int, k: int):
