@@ -71,12 +71,15 @@ def service_log(paths: Paths) -> str:
 
 
 @contextmanager
-def supervised_service(paths: Paths, port: int, user_home: Path) -> Iterator[Service]:
+def supervised_service(paths: Paths, port: int, user_home: Path,
+                       **extra_env: str) -> Iterator[Service]:
     """`ember service start` on `paths` (config.toml's [service] port must be `port`), and
     `ember service stop` at the end, whatever happened. `user_home`: the service's HOME, so
-    that nothing it does reaches the real one."""
+    that nothing it does reaches the real one; `extra_env`: more of the service's
+    environment (EMBER_KV_CACHE_GB, which the test session sets to 0)."""
     env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
-    env.update(EMBER_HOME=str(paths.home), HOME=str(user_home), EMBER_SERVICE_MODE="supervised")
+    env.update(EMBER_HOME=str(paths.home), HOME=str(user_home), EMBER_SERVICE_MODE="supervised",
+               **extra_env)
     user_home.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     started = ember(env, "service", "start")
