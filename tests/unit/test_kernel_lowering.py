@@ -1,7 +1,8 @@
-"""The paged-attention kernel lowers to an sm_90 (H100/H200) binary on a machine without a
-GPU: Triton's compiler and the ptxas in its wheel need no device. The interpreter tier
+"""The paged-attention and GEMV kernels lower to sm_90 (H100/H200) binaries on a machine
+without a GPU: Triton's compiler and the ptxas in its wheel need no device. The interpreter tier
 (test_kernels.py) checks what the kernel computes; this checks that the same source, with
-the multi-row verification shapes, is valid compiled Triton (no interpreter-only constructs).
+the multi-row verification shapes and the GEMV's layouts and row buckets, is valid compiled
+Triton (no interpreter-only constructs).
 It compiles in a child process: tests/conftest.py sets TRITON_INTERPRET for this one."""
 
 from __future__ import annotations
@@ -59,3 +60,57 @@ def test_paged_attention_kernel_compiles_for_sm90_for_decode_and_verification():
     for case, result in zip(CASES, results, strict=True):
         assert result["magic"] == "7f454c46", case  # an ELF: a real sm_90 binary
         assert result["shared"] <= 228 * 1024, case  # fits an H100/H200 SM's shared memory
+
+
+GEMV_SIGNATURE = {"x_ptr": "*{dt}", "q_ptr": "*{q}", "s_ptr": "*fp16", "z_ptr": "*fp16",
+                  "out_ptr": "*{out}", "M": "i32", "N": "i32", "K": "i32",
+                  "k_per_split": "i32"}
+
+
+def compile_gemv_sm90(bits: int, scales: int, rows: int, dt: str, split: bool) -> dict:
+    """The GEMV kernel (kernels/gemv_triton.py) compiled for sm_90 with one layout (`bits`,
+    `scales`: per channel 0, per K step 1, per weight 2) and row bucket; its split-K form
+    writes float32 partials, which the sum kernel adds."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernels.gemv_triton import _gemv_kernel, _sum_splits_kernel
+
+    const = dict(BITS=bits, GROUP=4096 if scales == 0 else 32 if scales == 2 else 128,
+                 SCALES=scales, BLOCK_M=rows, BLOCK_N=128, BLOCK_K=64)
+    types = {"dt": dt, "q": "i32" if bits == 4 else "i8", "out": "fp32" if split else dt}
+    signature = {n: t.format(**types) for n, t in GEMV_SIGNATURE.items()} | \
+        {n: "constexpr" for n in const}
+    target = GPUTarget("cuda", 90, 32)
+    compiled = triton.compile(ASTSource(fn=_gemv_kernel, signature=signature, constexprs=const),
+                              target=target, options={"num_warps": 4, "num_stages": 2})
+    if split:
+        triton.compile(ASTSource(fn=_sum_splits_kernel,
+                                 signature={"part_ptr": "*fp32", "out_ptr": f"*{dt}",
+                                            "size": "i32", "splits": "i32",
+                                            "BLOCK": "constexpr"},
+                                 constexprs={"BLOCK": 1024}),
+                       target=target, options={"num_warps": 4})
+    return {"magic": compiled.asm["cubin"][:4].hex(), "shared": compiled.metadata.shared}
+
+
+GEMV_CASES = [  # about 12 s of compiling each: the layouts' branches, the extreme buckets
+    (4, 1, 1, "bf16", False),  # int4 group 128 at batch 1: the decode's case
+    (4, 2, 16, "bf16", True),  # int4, groups shorter than a step, 16 rows, split-K
+    (8, 0, 8, "fp16", True),  # per-channel int8, split-K
+]
+
+
+def test_gemv_kernel_compiles_for_sm90_in_every_layout_and_row_bucket():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from tests.unit.test_kernel_lowering import GEMV_CASES, "
+            "compile_gemv_sm90; print(json.dumps([compile_gemv_sm90(*c) for c in GEMV_CASES]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(results) == len(GEMV_CASES)
+    for case, result in zip(GEMV_CASES, results, strict=True):
+        assert result["magic"] == "7f454c46", case
+        assert result["shared"] <= 228 * 1024, case
