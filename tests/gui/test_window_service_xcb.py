@@ -12,7 +12,6 @@ short answers (config.toml), screenshots in build/ci-artifacts/."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,14 +20,12 @@ from pathlib import Path
 
 import openai
 
-from app.config import Paths
 from app.store import InstalledModel
 from tests.support import REPO
 from tests.support.desktop import (
     MAIN_WINDOW,
     desktop_env,
     find_window,
-    home_with_model,
     screenshot,
     type_text,
     wait_for_answer,
@@ -36,11 +33,11 @@ from tests.support.desktop import (
 )
 from tests.support.first_run import crash_reports
 from tests.support.live_server import free_port
-from tests.support.models import TEST_HOME
 from tests.support.supervised_service import (
     ember,
     holding_weights,
     logged_by,
+    service_home,
     service_log,
     supervised_service,
     wait_gone,
@@ -53,19 +50,14 @@ THIRD = "What is 4+4? Answer with just the number."
 ANSWER_S = 120  # a cold load and six tokens on two busy cores take well under this
 
 
-def config(port: int) -> str:
-    return (f"[app]\nmax_tokens = 6\ntemperature = 0.0\n\n"
-            f"[service]\nport = {port}\nidle_ttl_s = 600.0\n")
+APP_CONFIG = "[app]\nmax_tokens = 6\ntemperature = 0.0\n\n"  # short greedy answers
 
 
 def test_on_x11_the_window_shares_the_service_worker_and_survives_its_restart(
         qwen: InstalledModel, tmp_path: Path) -> None:
-    home = home_with_model(tmp_path / "home", qwen)
-    if (TEST_HOME / "hardware.json").exists():  # skip the bandwidth measurement
-        shutil.copy(TEST_HOME / "hardware.json", home / "hardware.json")
     port = free_port()
-    (home / "config.toml").write_text(config(port), encoding="utf-8")
-    paths = Paths(home)
+    paths = service_home(tmp_path / "home", qwen, port, APP_CONFIG)
+    home = paths.home
     weights = os.path.realpath(home / "models" / "ember" / qwen.id / qwen.path.name)
     with supervised_service(paths, port, tmp_path / "user") as service, xvfb() as display:
         first_server = service.endpoint()

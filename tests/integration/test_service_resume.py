@@ -9,18 +9,20 @@ hold the batch shapes equal.) Time to first token against a warm server is bench
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import httpx
 
-from app.config import Paths
 from app.store import InstalledModel
 from backends.llamacpp import engine as engine_module
-from tests.support.desktop import home_with_model
 from tests.support.live_server import free_port
-from tests.support.models import TEST_HOME
-from tests.support.supervised_service import Service, ember, service_log, supervised_service
+from tests.support.supervised_service import (
+    Service,
+    ember,
+    service_home,
+    service_log,
+    supervised_service,
+)
 
 SOURCE = Path(engine_module.__file__).read_text()
 ANSWER_S = 300  # a cold load and a 2,000-token prompt on two busy cores
@@ -42,13 +44,8 @@ def cached(body: dict) -> tuple[int, int]:
 
 def test_the_next_turn_after_a_service_restart_comes_from_its_saved_cache(
         qwen: InstalledModel, tmp_path: Path) -> None:
-    home = home_with_model(tmp_path / "home", qwen)
-    if (TEST_HOME / "hardware.json").exists():  # skip the bandwidth measurement
-        shutil.copy(TEST_HOME / "hardware.json", home / "hardware.json")
     port = free_port()
-    (home / "config.toml").write_text(f"[service]\nport = {port}\nidle_ttl_s = 600.0\n",
-                                      encoding="utf-8")
-    paths = Paths(home)
+    paths = service_home(tmp_path / "home", qwen, port)
     first = [{"role": "system", "content": "You review this Python module:\n" + SOURCE[:7000]},
              {"role": "user", "content": "In one sentence: what does `place` decide?"}]
     with supervised_service(paths, port, tmp_path / "user", EMBER_KV_CACHE_GB="1") as service:

@@ -7,6 +7,7 @@ have a model's weights mapped, and what a process wrote in the shared log."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +21,10 @@ import psutil
 
 from app.config import Paths
 from app.service.endpoint import Endpoint, read_endpoint, service_key
+from app.store import InstalledModel
 from tests.support import REPO
+from tests.support.desktop import home_with_model
+from tests.support.models import TEST_HOME
 
 # a model's weights, as llama.cpp maps them (its default, use_mmap): the process that loaded
 # a model has its file in /proc/PID/maps. (The llama.cpp libraries are no sign: a process that
@@ -63,6 +67,18 @@ def ember(env: dict[str, str], *args: str,
           timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=timeout)
+
+
+def service_home(home: Path, model: InstalledModel, port: int, config: str = "") -> Paths:
+    """A data folder with `model` installed, for a service on `port` (config.toml's
+    [service] table, after `config`'s other tables), with the test home's machine measurement
+    when there is one (no bandwidth measurement at the start)."""
+    home_with_model(home, model)
+    if (TEST_HOME / "hardware.json").exists():
+        shutil.copy(TEST_HOME / "hardware.json", home / "hardware.json")
+    (home / "config.toml").write_text(f"{config}[service]\nport = {port}\nidle_ttl_s = 600.0\n",
+                                      encoding="utf-8")
+    return Paths(home)
 
 
 def service_log(paths: Paths) -> str:

@@ -20,6 +20,24 @@ SIGNATURE = {"q_ptr": "*{dt}", "k_ptr": "*{dt}", "v_ptr": "*{dt}", "table_ptr": 
              "window": "i32"}
 
 
+def assert_compiles_in_a_child(cases_name: str, compile_name: str) -> None:
+    """Run `compile_name(*case)` for each of `cases_name` (names in this module) in a child
+    process without TRITON_INTERPRET: each must give an sm_90 ELF within an H100/H200 SM's
+    shared memory."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = (f"import json; from tests.unit.test_kernel_lowering import {cases_name}, "
+            f"{compile_name}; print(json.dumps([{compile_name}(*c) for c in {cases_name}]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cases = globals()[cases_name]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(results) == len(cases)
+    for case, result in zip(cases, results, strict=True):
+        assert result["magic"] == "7f454c46", case  # an ELF: a real sm_90 binary
+        assert result["shared"] <= 228 * 1024, case  # fits an H100/H200 SM's shared memory
+
+
 def compile_sm90(rows: int, group: int, dt: str, precision: str) -> dict:
     """Compile the kernel (not interpreted) for sm_90: the binary's first bytes, its shared
     memory."""
@@ -49,18 +67,7 @@ CASES = [
 
 
 def test_paged_attention_kernel_compiles_for_sm90_for_decode_and_verification():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json; from tests.unit.test_kernel_lowering import CASES, compile_sm90; "
-            "print(json.dumps([compile_sm90(*c) for c in CASES]))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(results) == len(CASES)
-    for case, result in zip(CASES, results, strict=True):
-        assert result["magic"] == "7f454c46", case  # an ELF: a real sm_90 binary
-        assert result["shared"] <= 228 * 1024, case  # fits an H100/H200 SM's shared memory
-
+    assert_compiles_in_a_child("CASES", "compile_sm90")
 
 GEMV_SIGNATURE = {"x_ptr": "*{dt}", "q_ptr": "*{q}", "s_ptr": "*fp16", "z_ptr": "*fp16",
                   "out_ptr": "*{out}", "M": "i32", "N": "i32", "K": "i32",
@@ -103,14 +110,4 @@ GEMV_CASES = [  # about 12 s of compiling each: the layouts' branches, the extre
 
 
 def test_gemv_kernel_compiles_for_sm90_in_every_layout_and_row_bucket():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json; from tests.unit.test_kernel_lowering import GEMV_CASES, "
-            "compile_gemv_sm90; print(json.dumps([compile_gemv_sm90(*c) for c in GEMV_CASES]))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(results) == len(GEMV_CASES)
-    for case, result in zip(GEMV_CASES, results, strict=True):
-        assert result["magic"] == "7f454c46", case
-        assert result["shared"] <= 228 * 1024, case
+    assert_compiles_in_a_child("GEMV_CASES", "compile_gemv_sm90")
