@@ -203,21 +203,34 @@ def tune_key(x: torch.Tensor, w: PackedWeight) -> TuneKey:
     return TuneKey(device, layout_of(w), row_bucket(x.shape[0]), n, k, w.group_size)
 
 
+# the choice per (device, layout, row bucket, N, K, group): decode asks it for every linear
+# layer of every step (eagerly when graphs are off), so the device name, the defaults and
+# the file are looked at once per shape; a default that a later sweep may replace is not kept
+_chosen: dict[tuple, GemvConfig] = {}
+
+
 def choose_config(x: torch.Tensor, w: PackedWeight) -> GemvConfig:
     """The default off a GPU or under the interpreter; on a GPU the tuning file's winner,
     else (EMBER_GEMV_TUNE=1, and not while a CUDA graph is being captured) a sweep whose
     winner goes to the file, else the default."""
     n, k = w.shape
-    default = default_config(layout_of(w), x.shape[0], n, k, w.group_size, num_sms(x.device))
+    layout = layout_of(w)
+    shape = (x.device, layout, row_bucket(x.shape[0]), n, k, w.group_size)
+    if (chosen := _chosen.get(shape)) is not None:
+        return chosen
+    default = default_config(layout, x.shape[0], n, k, w.group_size, num_sms(x.device))
     if not x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
-        return default
-    key = tune_key(x, w)
-    found = _tuning_file().get(key)
-    if found is not None:
-        return found
-    if os.environ.get(TUNE_ENV) != "1" or torch.cuda.is_current_stream_capturing():
-        return default
-    return tune(x, w, _tuning_file())[0]
+        chosen = default
+    elif (found := _tuning_file().get(tune_key(x, w))) is not None:
+        chosen = found
+    elif os.environ.get(TUNE_ENV) != "1":
+        chosen = default
+    elif torch.cuda.is_current_stream_capturing():
+        return default  # no timing inside a capture: a later call outside may still sweep
+    else:
+        chosen = tune(x, w, _tuning_file())[0]
+    _chosen[shape] = chosen
+    return chosen
 
 
 Timer = Callable[[Callable[[], object]], float]
